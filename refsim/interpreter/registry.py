@@ -1,0 +1,54 @@
+"""The rule table: one NumPy rule per JAX primitive, keyed by primitive name.
+
+A rule is called as ``rule(ctx, *invals, **params)`` with the equation's params
+exactly as JAX binds them. Every value is an ndarray whose first ``ctx.nm``
+dimensions are the mesh dimensions (size 1 where the value is invariant over
+that axis) followed by the value's own (local) shape. A rule returns one
+ndarray, or a list of them when the primitive has multiple results, with the
+same leading mesh dimensions convention.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from refsim.errors import UnsupportedPrimitive
+
+RULES: dict[str, Callable[..., Any]] = {}
+
+
+def register(*names: str):
+    """Decorator registering a rule under one or more primitive names."""
+
+    def deco(fn):
+        for name in names:
+            if name in RULES:
+                raise ValueError(
+                    f"primitive {name!r} already has a rule ({RULES[name].__module__}."
+                    f"{RULES[name].__qualname__}); remove one of the two registrations."
+                )
+            RULES[name] = fn
+        return fn
+
+    return deco
+
+
+def lookup(name: str) -> Callable[..., Any]:
+    try:
+        return RULES[name]
+    except KeyError:
+        raise UnsupportedPrimitive(name) from None
+
+
+@dataclass
+class Context:
+    """What a rule may know about where it runs.
+
+    nm: how many leading mesh dimensions every value carries (0 in global view).
+    mesh: the (abstract) mesh those dimensions belong to, or None in global view.
+    extra: interpreter-owned state (sub-jaxpr evaluation, fallback, probes).
+    """
+
+    nm: int = 0
+    mesh: Any = None
+    extra: dict = field(default_factory=dict)

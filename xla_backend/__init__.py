@@ -1,0 +1,1 @@
+"""xla_backend: run refsim's programs on real XLA through JAX."""
