@@ -1,5 +1,10 @@
 """refsim: a pure-NumPy reference engine for JAX collectives and sharding layouts."""
-from refsim.errors import ReplicationError, UnsupportedPrimitive
-from refsim.layouts import AbstractMesh, AxisType, Mesh
+from refsim.errors import DuplicateSpecError, IndivisibleError, ReplicationError, UnsupportedPrimitive
+from refsim.layouts import UNCONSTRAINED, AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-__all__ = ["AbstractMesh", "AxisType", "Mesh", "ReplicationError", "UnsupportedPrimitive"]
+P = PartitionSpec
+
+__all__ = [
+    "AbstractMesh", "AxisType", "DuplicateSpecError", "IndivisibleError", "Mesh", "NamedSharding",
+    "P", "PartitionSpec", "ReplicationError", "UNCONSTRAINED", "UnsupportedPrimitive",
+]

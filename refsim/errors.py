@@ -21,3 +21,11 @@ class UnsupportedPrimitive(NotImplementedError):
 
 class ReplicationError(ValueError):
     """Devices that should hold the same value (replicas) hold different values."""
+
+
+class DuplicateSpecError(Exception):
+    """A PartitionSpec maps one mesh axis to two array dimensions (JAX's class of that name)."""
+
+
+class IndivisibleError(ValueError):
+    """An array dimension is not divisible by the number of shards a sharding cuts it into."""

@@ -1,0 +1,200 @@
+"""`PartitionSpec`: which mesh axes shard each array dimension.
+
+Entry i of a spec says how array dimension i is cut: `None` (not cut), a mesh
+axis name, or a tuple of names (cut by all of them, major to minor), or
+`PartitionSpec.UNCONSTRAINED` (left to the compiler). `unreduced` / `reduced`
+name mesh axes over which the value is a partial sum / known replicated, as in
+JAX's `P(..., unreduced={...}, reduced={...})`.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class _Unconstrained:
+    """The singleton `PartitionSpec.UNCONSTRAINED` (prints as JAX's)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "UNCONSTRAINED"
+
+    def __reduce__(self):
+        return (_Unconstrained, ())
+
+
+UNCONSTRAINED = _Unconstrained()
+
+
+def _as_axis_set(arg, value) -> frozenset:
+    if isinstance(value, (set, frozenset)):
+        out = frozenset(value)
+    elif isinstance(value, (list, tuple)):
+        out = frozenset(value)
+    else:
+        raise TypeError(
+            f"{arg} argument of PartitionSpec should be a set or frozenset of axis names, "
+            f"got {value!r}; write e.g. {arg}={{'x'}}."
+        )
+    if None in out:
+        raise ValueError(f"{arg}={set(out)!r} contains None; it must contain only mesh axis names.")
+    return out
+
+
+class PartitionSpec(tuple):
+    """A tuple of per-dimension entries, with JAX's `unreduced`/`reduced` axis sets."""
+
+    UNCONSTRAINED = UNCONSTRAINED
+
+    def __new__(cls, *partitions, unreduced=frozenset(), reduced=frozenset()):
+        parts = []
+        for p in partitions:
+            if isinstance(p, list):
+                p = tuple(p)
+            if isinstance(p, tuple):
+                p = tuple(p)
+                if len(p) == 1:
+                    p = p[0]  # P(('x',)) is P('x'), as in JAX
+                elif len(p) == 0:
+                    p = None
+            parts.append(p)
+        unreduced = _as_axis_set("unreduced", unreduced)
+        reduced = _as_axis_set("reduced", reduced)
+        if unreduced & reduced:
+            raise ValueError(
+                f"`unreduced` and `reduced` of PartitionSpec cannot overlap: unreduced="
+                f"{set(unreduced)!r}, reduced={set(reduced)!r}; an axis is one or the other."
+            )
+        used = {a for p in parts for a in _entry_axes(p)}
+        for name, s in (("unreduced", unreduced), ("reduced", reduced)):
+            if used & s:
+                raise ValueError(
+                    f"partitions {tuple(parts)!r} overlap with {name} axes {set(s)!r}; an axis "
+                    f"cannot both shard a dimension and be {name}."
+                )
+        obj = super().__new__(cls, parts)
+        obj.unreduced = unreduced
+        obj.reduced = reduced
+        return obj
+
+    def __repr__(self):
+        body = ", ".join(repr(p) for p in self)
+        if len(self) == 1:
+            body += ","
+        extra = []
+        if self.unreduced:
+            extra.append(f"unreduced={set(sorted(self.unreduced))!r}")
+        if self.reduced:
+            extra.append(f"reduced={set(sorted(self.reduced))!r}")
+        if extra:
+            body = ", ".join([body.rstrip(",")] * bool(len(self)) + extra)
+        return f"P({body})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        if isinstance(other, PartitionSpec):
+            return (
+                tuple.__eq__(self, other)
+                and self.unreduced == other.unreduced
+                and self.reduced == other.reduced
+            )
+        if isinstance(other, tuple):
+            return not self.unreduced and not self.reduced and tuple.__eq__(self, tuple(PartitionSpec(*other)))
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return hash((tuple(_strip_trailing_none(self)), self.unreduced, self.reduced))
+
+    def __reduce__(self):
+        return (_rebuild, (tuple(self), self.unreduced, self.reduced))
+
+    # -- queries -------------------------------------------------------------
+    def axes_of(self, dim: int) -> tuple[str, ...]:
+        """Mesh axes sharding array dimension `dim`, major to minor (() if none)."""
+        return _entry_axes(self[dim]) if dim < len(self) else ()
+
+    def used_axes(self) -> tuple[str, ...]:
+        """Every mesh axis named by a dimension entry, in order of appearance."""
+        return tuple(a for p in self for a in _entry_axes(p))
+
+    def padded(self, ndim: int) -> "PartitionSpec":
+        """This spec with trailing `None`s up to `ndim` entries."""
+        return PartitionSpec(*self, *([None] * (ndim - len(self))), unreduced=self.unreduced, reduced=self.reduced)
+
+    @classmethod
+    def from_jax(cls, jax_spec) -> "PartitionSpec":
+        parts = [UNCONSTRAINED if type(p).__name__ == "UnconstrainedSingleton" else p for p in jax_spec]
+        return cls(*parts, unreduced=getattr(jax_spec, "unreduced", frozenset()),
+                   reduced=getattr(jax_spec, "reduced", frozenset()))
+
+    def to_jax(self):
+        """The equivalent `jax.sharding.PartitionSpec`."""
+        from jax.sharding import PartitionSpec as JP
+
+        parts = [JP.UNCONSTRAINED if p is UNCONSTRAINED else p for p in self]
+        kw = {}
+        if self.unreduced:
+            kw["unreduced"] = set(self.unreduced)
+        if self.reduced:
+            kw["reduced"] = set(self.reduced)
+        return JP(*parts, **kw)
+
+
+def _rebuild(parts, unreduced, reduced):
+    return PartitionSpec(*parts, unreduced=unreduced, reduced=reduced)
+
+
+def _strip_trailing_none(spec) -> tuple:
+    parts = list(spec)
+    while parts and parts[-1] is None:
+        parts.pop()
+    return tuple(parts)
+
+
+def _entry_axes(entry) -> tuple[str, ...]:
+    if entry is None or entry is UNCONSTRAINED:
+        return ()
+    if isinstance(entry, tuple):
+        return entry
+    return (entry,)
+
+
+def validate_spec(spec: PartitionSpec, axis_names: Iterable[str], *, what: str = "NamedSharding") -> None:
+    """Check `spec` against a mesh's axis names the way JAX's NamedSharding does.
+
+    Raises ValueError for an entry that is not a mesh axis and DuplicateSpecError
+    for a mesh axis used by two entries (or twice in one).
+    """
+    from refsim.errors import DuplicateSpecError
+
+    names = tuple(axis_names)
+    seen: set = set()
+    for entry in spec:
+        for a in _entry_axes(entry):
+            if not isinstance(a, str) or a not in names:
+                raise ValueError(
+                    f"Resource axis: {a!r} of {spec!r} is not found in mesh: {names!r}. "
+                    "Use one of the mesh's axis names, None, or a tuple of names."
+                )
+            if a in seen:
+                raise DuplicateSpecError(
+                    f"A single {what} spec specification can map every mesh axis to at most "
+                    f"one positional dimension, but {spec!r} has duplicate entries for `{a}`"
+                )
+            seen.add(a)
+    for kind in ("unreduced", "reduced"):
+        for a in getattr(spec, kind, ()):
+            if a not in names:
+                raise ValueError(
+                    f"{kind} axis {a!r} of {spec!r} is not found in mesh: {names!r}."
+                )
