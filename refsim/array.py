@@ -1,0 +1,391 @@
+"""`refsim.Array`: a global array held as one block per device, like `jax.Array`.
+
+An Array is a shape, a dtype, a sharding and one `Shard` per device of the
+sharding. Each shard's index is what `sharding.devices_indices_map(shape)`
+gives its device; `np.asarray(arr)` assembles the global value and checks that
+devices holding the same block (replicas) agree. For a `NamedSharding` the
+per-device data is kept as one mesh-major stacked ndarray (`mesh.axis_sizes +
+shard_shape`) and every shard is a view of it, so placing, assembling and
+checking replicas are a few NumPy calls whatever the number of devices.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from refsim.errors import ReplicationError
+from refsim.layouts import stacking
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Shard:
+    """One device's block: `data` is `global[index]` (an int index drops that dimension, as pmap's)."""
+
+    device_id: int
+    index: tuple
+    data: np.ndarray
+    replica_id: int = 0
+
+
+def _normalize_index(index: tuple, shape: tuple) -> tuple:
+    """Comparable form of an index: (start, stop) per sliced dimension, an int for an int index."""
+    out = []
+    for i, n in zip(index, shape):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step != 1:
+                raise ValueError(f"shard index {index!r} has a slice with step {step}; shard slices have step 1.")
+            out.append((start, stop))
+        else:
+            out.append(int(i))
+    return tuple(out)
+
+
+def _as_sharding(sharding):
+    """A refsim sharding; JAX's NamedSharding / SingleDeviceSharding are converted by device id."""
+    if hasattr(sharding, "devices_indices_map") and type(sharding).__module__.startswith("refsim"):
+        return sharding
+    tname = type(sharding).__name__
+    if tname == "NamedSharding" and hasattr(sharding, "mesh") and hasattr(sharding.mesh, "devices"):
+        return NamedSharding(Mesh.from_jax(sharding.mesh), PartitionSpec.from_jax(sharding.spec))
+    if tname == "SingleDeviceSharding" and hasattr(sharding, "device_set"):
+        from refsim.layouts.single_device import SingleDeviceSharding
+
+        return SingleDeviceSharding(next(iter(sharding.device_set)).id)
+    if hasattr(sharding, "devices_indices_map") and hasattr(sharding, "shard_shape"):
+        return sharding
+    raise TypeError(
+        f"sharding should be a refsim sharding (NamedSharding, PmapSharding, SingleDeviceSharding, "
+        f"HloSharding) or a JAX NamedSharding, got {sharding!r} of type {tname}."
+    )
+
+
+def _stackable(sharding) -> bool:
+    """Whether the vectorised mesh-major path applies (a NamedSharding over concrete device ids)."""
+    return isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)
+
+
+class Array:
+    """A global array of `shape`/`dtype` laid out by `sharding`, one `Shard` per device.
+
+    The constructor checks one shard per device of the sharding, each index
+    selecting the same elements as `sharding.devices_indices_map(shape)`, and
+    data of `sharding.shard_shape(shape)` and `dtype`; raises ValueError as
+    `jax.make_array_from_single_device_arrays` does. Shards are stored in the
+    sharding's device order with the sharding's own index and replica id.
+    """
+
+    __array_priority__ = 100
+
+    def __init__(self, shape, dtype, sharding, shards: Sequence[Shard], *, info: dict | None = None):
+        sharding = _as_sharding(sharding)
+        shape = tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        index_map = sharding.devices_indices_map(shape)
+        block_shape = tuple(sharding.shard_shape(shape))
+        shards = list(shards)
+        if len(shards) != len(index_map):
+            raise ValueError(
+                f"Expected {len(index_map)} per-device arrays (this is how many devices are addressable "
+                f"by the sharding), but got {len(shards)}"
+            )
+        by_id = {}
+        for s in shards:
+            if not isinstance(s, Shard):
+                raise TypeError(f"shards must be refsim.Shard objects, got {type(s).__name__}: {s!r}.")
+            by_id[int(s.device_id)] = s
+        if set(by_id) != set(index_map) or len(by_id) != len(shards):
+            missing, extra = set(index_map) - set(by_id), set(by_id) - set(index_map)
+            msg = "Addressable devices and per-device arrays devices do not match."
+            if missing:
+                msg += f" Sharding contains devices {missing} that are not present in per-device arrays."
+            if extra:
+                msg += f" Per-device arrays contain devices {extra} that are not present in the sharding."
+            if len(by_id) != len(shards):
+                msg += " Some device appears in more than one shard."
+            raise ValueError(msg)
+        replica_ids = sharding.device_replica_id_map(shape)
+        ordered = []
+        for dev, index in index_map.items():
+            s = by_id[dev]
+            data = s.data if isinstance(s.data, np.ndarray) else np.asarray(s.data)
+            if _normalize_index(tuple(s.index), shape) != _normalize_index(index, shape):
+                raise ValueError(
+                    f"shard of device {dev} has index {s.index!r}, but {sharding!r} puts {index!r} on that "
+                    f"device for shape {shape}; build shards from sharding.devices_indices_map(shape)."
+                )
+            if data.dtype != dtype:
+                raise ValueError(
+                    f"Input buffers to `Array` must have matching dtypes. Got {data.dtype}, expected "
+                    f"{dtype} for the shard of device {dev}"
+                )
+            if data.shape != block_shape:
+                raise ValueError(
+                    f"Expected shard shape {block_shape} doesn't match the single device array shape "
+                    f"{data.shape} (device {dev}). Shape of Array is {dtype}{list(shape)} with sharding "
+                    f"{sharding!r}"
+                )
+            ordered.append(Shard(dev, index, data, replica_ids[dev]))
+        self._init(shape, dtype, sharding, ordered, info, None)
+
+    def _init(self, shape, dtype, sharding, shards, info, stacked):
+        self._shape = shape
+        self._dtype = dtype
+        self._sharding = sharding
+        self._shards = shards
+        self._stacked = stacked  # mesh-major ndarray the shard data are views of, or None
+        self.info = dict(info) if info else {"backend": "refsim"}
+
+    @classmethod
+    def _trusted(cls, shape, dtype, sharding, shards, info, stacked=None) -> "Array":
+        obj = cls.__new__(cls)
+        obj._init(shape, np.dtype(dtype), sharding, shards, info, stacked)
+        return obj
+
+    # -- basic facts ----------------------------------------------------------
+    shape = property(lambda self: self._shape)
+    dtype = property(lambda self: self._dtype)
+    sharding = property(lambda self: self._sharding)
+    ndim = property(lambda self: len(self._shape))
+    size = property(lambda self: int(np.prod(self._shape, dtype=np.int64)))
+
+    @property
+    def shards(self) -> list[Shard]:
+        """One Shard per device, in the sharding's device order."""
+        return list(self._shards)
+
+    addressable_shards = shards  # JAX's name
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return self._sharding.is_fully_replicated
+
+    def shard(self, device_id: int) -> Shard:
+        """The Shard on `device_id`."""
+        for s in self._shards:
+            if s.device_id == device_id:
+                return s
+        raise ValueError(
+            f"device {device_id} holds no shard of this Array; its devices are "
+            f"{[s.device_id for s in self._shards]}."
+        )
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    def __repr__(self):
+        return f"refsim.Array(shape={self._shape}, dtype={self._dtype}, sharding={self._sharding!r})"
+
+    # -- the global value ------------------------------------------------------
+    def __array__(self, dtype=None, copy=None):
+        """The global value; ReplicationError if devices holding the same block disagree."""
+        if copy is False:
+            raise ValueError("refsim.Array assembles its global value, so np.asarray(arr, copy=False) cannot avoid a copy.")
+        if _stackable(self._sharding):
+            value = self._assemble_stacked()
+        else:
+            value = self._assemble_generic()
+        return value if dtype is None else value.astype(dtype)
+
+    def _assemble_stacked(self) -> np.ndarray:
+        mesh = self._sharding.mesh
+        stacked = self.to_stacked(mesh)
+        bad = stacking.first_replica_mismatch(stacked, mesh, self._sharding.spec)
+        if bad is not None:
+            self._raise_replication(*bad)
+        return stacking.stacked_to_global(stacked, mesh, self._sharding.spec)
+
+    def _assemble_generic(self) -> np.ndarray:
+        out = np.empty(self._shape, dtype=self._dtype)
+        owner: dict[tuple, Shard] = {}
+        for s in self._shards:
+            key = _normalize_index(s.index, self._shape)
+            first = owner.get(key)
+            if first is None:
+                owner[key] = s
+                out[s.index] = s.data
+                continue
+            diff = stacking.differing(first.data, s.data)
+            if diff.any():
+                local = tuple(int(i) for i in np.argwhere(diff)[0])
+                self._raise_replication(first.device_id, s.device_id, local)
+        return out
+
+    def _raise_replication(self, dev_a: int, dev_b: int, local: tuple):
+        """ReplicationError naming both devices and the first differing global index."""
+        a, b = self.shard(dev_a), self.shard(dev_b)
+        gidx = _global_index(a.index, local, self._shape)
+        err = ReplicationError(
+            f"replicas disagree: devices {dev_a} and {dev_b} both hold block {a.index!r} of the global "
+            f"array (shape {self._shape}, sharding {self._sharding!r}) but differ first at global index "
+            f"{gidx}: device {dev_a} has {a.data[local].tolist()!r}, device {dev_b} has "
+            f"{b.data[local].tolist()!r}. A value laid out with replicas must be identical on every "
+            "replica; check the out_specs (an axis the spec does not name means 'replicated over it')."
+        )
+        err.devices, err.index = (dev_a, dev_b), gidx
+        raise err
+
+    # -- mesh-major stacked form ----------------------------------------------------
+    @classmethod
+    def from_stacked(cls, stacked, mesh: Mesh, spec, *, info: dict | None = None) -> "Array":
+        """The Array whose device at mesh position p holds `stacked[p]` (a view, no copy).
+
+        `stacked` has shape `mesh.axis_sizes + local_shape`, with size-1 mesh
+        dimensions allowed (the value is invariant there; read as broadcast
+        views). The global array is `NamedSharding(mesh, spec)`'s tiling of the
+        local blocks, as `jax.shard_map`'s out_specs; devices along axes `spec`
+        leaves unnamed are replicas, and each keeps its own data.
+        """
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}: {mesh!r}.")
+        sharding = NamedSharding(mesh, spec if isinstance(spec, PartitionSpec) else PartitionSpec(*spec))
+        stacking.check_concrete_spec(sharding.spec, "from_stacked")
+        stacked = stacking.broadcast_stacked(np.asarray(stacked), mesh)
+        local = stacked.shape[mesh.ndim:]
+        if len(sharding.spec) > len(local):
+            raise ValueError(
+                f"spec {sharding.spec!r} has {len(sharding.spec)} entries but the local blocks "
+                f"(stacked.shape[{mesh.ndim}:] = {local}) have rank {len(local)}; drop trailing entries."
+            )
+        counts = sharding.num_shards(len(local))
+        shape = tuple(n * c for n, c in zip(local, counts))
+        return cls._trusted(shape, stacked.dtype, sharding, _shards_of_stacked(stacked, sharding, shape), info, stacked)
+
+    def to_stacked(self, mesh: Mesh) -> np.ndarray:
+        """`mesh.axis_sizes + shard_shape` ndarray of each device's own data (shard_map in_specs view)."""
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}: {mesh!r}.")
+        if self._stacked is not None and self._sharding.mesh == mesh:
+            return self._stacked
+        have = {s.device_id for s in self._shards}
+        if set(mesh.device_set) != have:
+            raise ValueError(
+                f"to_stacked(mesh) needs a mesh over exactly this Array's devices {sorted(have)}, but the "
+                f"mesh has devices {sorted(mesh.device_set)}; pass the mesh of arr.sharding."
+            )
+        by_id = {s.device_id: s.data for s in self._shards}
+        block = self._shards[0].data.shape
+        return np.stack([by_id[d] for d in mesh.device_ids.ravel().tolist()]).reshape(mesh.axis_sizes + block)
+
+
+def _global_index(index: tuple, local: tuple, shape: tuple) -> tuple:
+    """The global coordinates of element `local` of the block at `index`."""
+    out, k = [], 0
+    for i, n in zip(index, shape):
+        if isinstance(i, slice):
+            out.append(i.indices(n)[0] + local[k])
+            k += 1
+        else:
+            out.append(int(i))
+    return tuple(out)
+
+
+def _shards_of_stacked(stacked: np.ndarray, sharding: NamedSharding, shape: tuple) -> list[Shard]:
+    mesh = sharding.mesh
+    index_map = sharding.devices_indices_map(shape)
+    rid = sharding.replica_id_grid()
+    shards = []
+    for pos in np.ndindex(*mesh.axis_sizes):
+        dev = int(mesh.device_ids[pos])
+        shards.append(Shard(dev, index_map[dev], stacked[pos], int(rid[pos])))
+    return shards
+
+
+def device_put(x, sharding) -> Array:
+    """Lay out `x` (array-like, or an Array: resharded via its global value) by `sharding`.
+
+    As `jax.device_put(x, sharding)`: device d holds `x[sharding.devices_indices_map(shape)[d]]`.
+    The data is copied once and made read-only; the shards are views of it.
+    """
+    sharding = _as_sharding(sharding)
+    value = np.array(x, copy=True)
+    value.setflags(write=False)
+    info = None  # the result is refsim's placement, whatever produced x
+    if _stackable(sharding):
+        stacking.check_concrete_spec(sharding.spec, "device_put")
+        sharding.shard_shape(value.shape)  # rank / divisibility errors, as JAX's
+        stacked = stacking.global_to_stacked(value, sharding.mesh, sharding.spec)
+        return Array._trusted(value.shape, value.dtype, sharding,
+                              _shards_of_stacked(stacked, sharding, value.shape), info, stacked)
+    index_map = sharding.devices_indices_map(value.shape)
+    rid = sharding.device_replica_id_map(value.shape)
+    shards = [Shard(d, idx, value[idx], rid[d]) for d, idx in index_map.items()]
+    return Array._trusted(value.shape, value.dtype, sharding, shards, info)
+
+
+def _check_dtype(values: Sequence[np.ndarray], dtype, fname: str) -> np.dtype:
+    if dtype is None:
+        if not values:
+            raise ValueError(f"If the Array has no shards, `dtype` must be provided via the `dtype` argument to `refsim.{fname}`.")
+        return values[0].dtype
+    dtype = np.dtype(dtype)
+    if values and values[0].dtype != dtype:
+        raise ValueError(
+            f"If `dtype` is provided to `refsim.{fname}`, it must match the dtype of the shards. "
+            f"Got dtype={dtype} and shard dtype={values[0].dtype}`."
+        )
+    return dtype
+
+
+def make_array_from_callback(shape, sharding, data_callback: Callable[[tuple], Any], dtype=None) -> Array:
+    """An Array whose device d holds `data_callback(index_d)`, as `jax.make_array_from_callback`.
+
+    The callback gets each device's index from `devices_indices_map(shape)`; for
+    a fully replicated sharding it is called once with `(slice(None),) * ndim`.
+    """
+    sharding = _as_sharding(sharding)
+    shape = tuple(int(d) for d in shape)
+    index_map = sharding.devices_indices_map(shape)
+    if sharding.is_fully_replicated:
+        once = np.asarray(data_callback((slice(None),) * len(shape)))
+        values = [once] * len(index_map)
+    else:
+        values = [np.asarray(data_callback(idx)) for idx in index_map.values()]
+    dtype = _check_dtype(values, dtype, "make_array_from_callback")
+    shards = [Shard(d, idx, v) for (d, idx), v in zip(index_map.items(), values)]
+    return Array(shape, dtype, sharding, shards)
+
+
+def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None) -> Array:
+    """An Array from per-device blocks, as `jax.make_array_from_single_device_arrays`.
+
+    `arrays` is a list/tuple in the order of `sharding.devices_indices_map(shape)`,
+    or of `refsim.Shard`s / single-device JAX arrays (matched by their device id),
+    or a dict {device_id: block}.
+    """
+    sharding = _as_sharding(sharding)
+    shape = tuple(int(d) for d in shape)
+    index_map = sharding.devices_indices_map(shape)
+    if isinstance(arrays, dict):
+        pairs = [(int(d), a) for d, a in arrays.items()]
+    elif isinstance(arrays, (list, tuple)):
+        order = list(index_map)  # plain blocks are taken in this order; extras get ids no sharding has
+        pairs = [(_device_of(a, order[k] if k < len(order) else -1 - k), a) for k, a in enumerate(arrays)]
+    else:
+        raise TypeError(
+            "refsim.make_array_from_single_device_arrays `arrays` argument must be a list or tuple, "
+            f"but got {type(arrays)}."
+        )
+    values = [np.asarray(a.data if isinstance(a, Shard) else a) for _, a in pairs]
+    dtype = _check_dtype(values, dtype, "make_array_from_single_device_arrays")
+    shards = [Shard(d, index_map.get(d, ()), v) for (d, _), v in zip(pairs, values)]
+    return Array(shape, dtype, sharding, shards)
+
+
+def _device_of(a, fallback: int) -> int:
+    """The device of a Shard or a single-device JAX array; `fallback` for a plain block."""
+    if isinstance(a, Shard):
+        return a.device_id
+    devs = getattr(a, "devices", None)
+    if callable(devs) and not isinstance(a, np.ndarray):
+        ds = devs()
+        if len(ds) == 1:
+            return next(iter(ds)).id
+    return fallback
