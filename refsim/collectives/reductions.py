@@ -1,0 +1,131 @@
+"""All-reduce kernels: psum, pmax, pmin and their invariant / unreduced forms.
+
+Each takes the params JAX binds (`axes`, `axis_index_groups`) and a stacked value
+(mesh dims first). Semantics follow StableHLO `all_reduce`: every member of a
+replica group receives op(x_0, x_1, ..., x_{n-1}) over the group, accumulated in
+ascending group position with every partial result rounded to the input dtype
+(so integers wrap around and NaN propagates, as XLA does).
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from refsim.collectives.groups import GroupLayout, device_groups
+
+_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
+    """ufunc-reduce axis 0 strictly left to right: ((x0 op x1) op x2) op ...
+
+    NumPy reduces a C-contiguous (n, m) array along axis 0 row by row when m >= 2, but
+    uses pairwise summation along a contiguous axis; a single column is therefore
+    accumulated explicitly so the order is the same for every shape.
+    """
+    n = xs.shape[0]
+    rest = xs.shape[1:]
+    flat = np.ascontiguousarray(xs).reshape(n, -1)
+    if flat.shape[1] >= 2 or n <= 1:
+        out = ufunc.reduce(flat, axis=0, dtype=xs.dtype) if n else None
+    else:
+        out = ufunc.accumulate(flat, axis=0, dtype=xs.dtype)[-1]
+    return out.reshape(rest)
+
+
+def _split_axes(axes, local_ndim: int, api: str):
+    named, positional = [], []
+    for a in axes:
+        if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+            if not -local_ndim <= a < local_ndim:
+                raise ValueError(
+                    f"{api}: positional axis {a} in axes={tuple(axes)!r} is out of bounds for "
+                    f"a value of rank {local_ndim}."
+                )
+            positional.append(operator.index(a) % local_ndim)
+        else:
+            named.append(a)
+    return tuple(named), tuple(positional)
+
+
+def all_reduce(x, *, mesh, axes, axis_index_groups=None, op: str = "sum", api: str = "psum"):
+    """op-reduce `x` over the named `axes` (and any positional int axes) within each group.
+
+    Positional (int) axes, which JAX's vmap batching rules bind, reduce the local
+    dimensions first (as JAX's lowering does). Without groups the result is the same on
+    every member, so its named mesh dims come back with size 1.
+    """
+    ufunc = _OPS[op]
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    x = np.asarray(x)
+    nm = mesh.ndim
+    named, positional = _split_axes(axes, x.ndim - nm, api)
+    if axis_index_groups is not None and positional:
+        raise ValueError(
+            f"{api}: axis_index_groups can only be used with reductions over named axes, "
+            f"but got axes={axes!r}."
+        )
+    if positional:
+        x = ufunc.reduce(x, axis=tuple(nm + a for a in positional), dtype=x.dtype)
+    if not named:
+        return x
+    lay = GroupLayout(mesh, named, api)
+    x = lay.check(x, api)
+    groups = device_groups(mesh, named, axis_index_groups, api=api)
+    xk = lay.to_k(x)
+    if isinstance(groups, list):  # unequal groups: reduce each size class at once
+        out = np.empty(xk.shape, x.dtype)
+        by_size: dict[int, list[np.ndarray]] = {}
+        for g in groups:
+            by_size.setdefault(len(g), []).append(g)
+        for gs in by_size.values():
+            idx = np.stack(gs)  # (ng, size)
+            red = ordered_reduce(ufunc, xk[idx.T])  # (ng, ...)
+            out[idx] = red[:, None]
+        return lay.from_k(out)
+    ng, gs = groups.shape
+    if ng == 1:
+        red = ordered_reduce(ufunc, xk[groups[0]] if axis_index_groups is not None else xk)
+        return lay.from_k(red[None])
+    red = ordered_reduce(ufunc, xk[groups.T])  # (ng, ...)
+    out = np.empty(xk.shape, x.dtype)
+    out[groups] = red[:, None]
+    return lay.from_k(out)
+
+
+def psum(x, *, mesh, axes, axis_index_groups=None):
+    """`psum_p`: all-reduce sum over `axes` within each of `axis_index_groups`."""
+    return all_reduce(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups, op="sum")
+
+
+def pmax(x, *, mesh, axes, axis_index_groups=None):
+    """`pmax_p`: all-reduce maximum (NaN propagates, as StableHLO `maximum`)."""
+    return all_reduce(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups, op="max",
+                      api="pmax")
+
+
+def pmin(x, *, mesh, axes, axis_index_groups=None):
+    """`pmin_p`: all-reduce minimum (NaN propagates, as StableHLO `minimum`)."""
+    return all_reduce(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups, op="min",
+                      api="pmin")
+
+
+def psum_invariant(x, *, mesh, axes):
+    """`psum_invariant_p` (check_vma=True psum): varying -> invariant sum over `axes`."""
+    return all_reduce(x, mesh=mesh, axes=axes, op="sum", api="psum_invariant")
+
+
+def unreduced_psum(x, *, mesh, axes):
+    """`unreduced_psum_p`: sums the per-device partial values of an unreduced value."""
+    return all_reduce(x, mesh=mesh, axes=axes, op="sum", api="unreduced_psum")
+
+
+def unreduced_pmax(x, *, mesh, axes):
+    """`unreduced_pmax_p` (JAX >= 0.12): max-combines an unreduced(max) value."""
+    return all_reduce(x, mesh=mesh, axes=axes, op="max", api="unreduced_pmax")
+
+
+def unreduced_pmin(x, *, mesh, axes):
+    """`unreduced_pmin_p` (JAX >= 0.12): min-combines an unreduced(min) value."""
+    return all_reduce(x, mesh=mesh, axes=axes, op="min", api="unreduced_pmin")
