@@ -54,3 +54,60 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
         os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={devices}".strip()
     os.environ["JAX_PLATFORMS"] = platform
     os.environ["XLA_BACKEND_PLATFORM"] = platform
+
+
+class PlatformError(RuntimeError):
+    """JAX cannot provide the requested platform (not installed, failed to start)."""
+
+
+def current_platform() -> str:
+    """The platform `configure` selected (or ``XLA_BACKEND_PLATFORM``, default "cpu")."""
+    return (os.environ.get("XLA_BACKEND_PLATFORM") or os.environ.get("JAX_PLATFORMS") or "cpu").split(",")[0].lower()
+
+
+def installed_plugins() -> list[str]:
+    """Names of the PJRT plugins installed as ``jax_plugins`` entry points or packages."""
+    import importlib.metadata
+    import pkgutil
+
+    names = {ep.name for ep in importlib.metadata.entry_points(group="jax_plugins")}
+    try:
+        import jax_plugins  # namespace package used by the CUDA/ROCm plugins
+
+        names |= {m.name for m in pkgutil.iter_modules(jax_plugins.__path__)}
+    except ImportError:
+        pass
+    return sorted(names)
+
+
+def require(devices: int | None = None):
+    """Start JAX on the configured platform and return its devices (all processes).
+
+    Raises PlatformError with JAX's reason when the platform cannot start (JAX itself
+    sometimes raises a bare AssertionError there), and ValueError, as `jax.make_mesh`
+    does, when fewer than `devices` devices exist.
+    """
+    platform = current_platform()
+    try:
+        import jax
+
+        devs = jax.devices()
+    except Exception as e:  # JAX raises RuntimeError, or AssertionError for a missing GPU plugin
+        reason = f"{type(e).__name__}: {e}" if str(e) else f"{type(e).__name__} (JAX gave no message)"
+        raise PlatformError(
+            f"JAX could not start platform {platform!r}: {reason}. Installed PJRT plugins: "
+            f"{installed_plugins() or 'none'}. Install the platform's plugin (for example "
+            "`pip install -U \"jax[cuda12]\"`) or select another one with --platform / "
+            "XLA_BACKEND_PLATFORM (cpu always exists)."
+        ) from e
+    if devices is not None and len(devs) < devices:
+        hint = (
+            f"on CPU, start a new process with XLA_BACKEND_DEVICES={devices} (or call "
+            f"xla_backend.platform.configure(devices={devices}) before JAX starts)"
+            if devs[0].platform == "cpu"
+            else "use a smaller mesh or a machine with more devices"
+        )
+        raise ValueError(
+            f"{devices} devices are needed but JAX has {len(devs)} {devs[0].platform} devices; {hint}."
+        )
+    return devs

@@ -1,0 +1,135 @@
+"""Conversions between refsim values/shardings and JAX ones, device by device.
+
+Devices correspond by id: refsim device id == JAX ``device.id``. `to_refsim` copies
+every addressable shard off its device (data, index, replica id) without assembling
+the global value, so replicas that disagree on the device stay visible.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import meshes
+
+
+def _single_device_cls():
+    from refsim.layouts.single_device import SingleDeviceSharding
+
+    return SingleDeviceSharding
+
+
+def to_jax_sharding(sharding):
+    """The `jax.sharding.Sharding` placing data exactly as a refsim sharding does.
+
+    NamedSharding maps to NamedSharding over `jax_mesh(mesh)`; SingleDeviceSharding to
+    SingleDeviceSharding; a JAX sharding is returned unchanged.
+    """
+    import jax
+
+    if sharding is None or isinstance(sharding, jax.sharding.Sharding):
+        return sharding
+    if isinstance(sharding, PartitionSpec):
+        raise TypeError(
+            f"got a bare PartitionSpec {sharding!r} where a sharding is needed; wrap it as "
+            "refsim.NamedSharding(mesh, spec)."
+        )
+    if isinstance(sharding, NamedSharding):
+        if not isinstance(sharding.mesh, Mesh):
+            raise ValueError(
+                f"{sharding!r} is over an AbstractMesh; XLA needs devices: build it over "
+                "xla_backend.mesh(shape, names)."
+            )
+        kw = {"memory_kind": sharding.memory_kind} if sharding.memory_kind else {}
+        return jax.sharding.NamedSharding(meshes.jax_mesh(sharding.mesh), sharding.spec.to_jax(), **kw)
+    if type(sharding).__name__ == "SingleDeviceSharding":
+        (dev,) = meshes.jax_devices([sharding.device_id]).tolist()
+        return jax.sharding.SingleDeviceSharding(dev)
+    raise TypeError(
+        f"{type(sharding).__name__} has no jax.sharding equivalent that xla_backend can build "
+        "(JAX >= 0.10 lays pmap arrays out by NamedSharding); pass a refsim NamedSharding or "
+        "SingleDeviceSharding, or the global value np.asarray(array)."
+    )
+
+
+def from_jax_sharding(sharding):
+    """The refsim sharding equal to a JAX NamedSharding or SingleDeviceSharding."""
+    import jax
+
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mk = sharding.memory_kind
+        return NamedSharding(Mesh.from_jax(sharding.mesh), PartitionSpec.from_jax(sharding.spec),
+                             memory_kind=None if mk in (None, "device") else mk)
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (dev,) = sharding.device_set
+        return _single_device_cls()(dev.id)
+    raise TypeError(
+        f"JAX sharding {sharding!r} ({type(sharding).__name__}) has no refsim equivalent; "
+        "give the program NamedSharding out_shardings so its results are comparable."
+    )
+
+
+def local_shards(jax_array):
+    """[refsim.Shard] copied off this process's devices, in the sharding's device order."""
+    from refsim.array import Shard
+
+    order = {d: k for k, d in enumerate(jax_array.sharding.devices_indices_map(jax_array.shape))}
+    shards = sorted(jax_array.addressable_shards, key=lambda s: order[s.device])
+    return [
+        Shard(int(s.device.id), _plain_index(s.index), np.array(s.data, copy=True), int(s.replica_id))
+        for s in shards
+    ]
+
+
+def _plain_index(index) -> tuple:
+    # JAX writes unsharded dims as slice(None, None, None); keep them, normalise steps only.
+    return tuple(slice(i.start, i.stop) if isinstance(i, slice) else int(i) for i in index)
+
+
+def to_refsim(jax_array, *, info=None):
+    """A refsim.Array with every shard of a (fully addressable) jax.Array, device by device.
+
+    In a multi-process run use `xla_backend.distributed.gather` (collective) instead.
+    """
+    from refsim.array import Array
+
+    if not jax_array.is_fully_addressable:
+        raise ValueError(
+            f"to_refsim(jax_array): the array spans {len(jax_array.sharding.device_set)} devices "
+            "of several processes and this process sees only its own shards; call "
+            "xla_backend.distributed.gather(result) on every process to collect all of them."
+        )
+    sharding = from_jax_sharding(jax_array.sharding)
+    return Array(tuple(jax_array.shape), np.dtype(jax_array.dtype), sharding,
+                 local_shards(jax_array), info=info)
+
+
+def from_refsim(array, sharding=None):
+    """A jax.Array with each device's data taken from the refsim.Array's own shard.
+
+    Per-device data is kept (replicas that differ stay different on the devices). With
+    `sharding` (refsim or JAX) different from the array's, the data is laid out anew
+    from the global value instead.
+    """
+    import jax
+
+    jsh = to_jax_sharding(array.sharding if sharding is None else sharding)
+    if sharding is not None and to_jax_sharding(array.sharding) != jsh:
+        glob = np.asarray(array)
+        return jax.make_array_from_callback(glob.shape, jsh, lambda idx: glob[idx])
+    devs = {d.id: d for d in jsh.addressable_devices}
+    bufs = [jax.device_put(s.data, devs[s.device_id]) for s in array.shards if s.device_id in devs]
+    return jax.make_array_from_single_device_arrays(tuple(array.shape), jsh, bufs)
+
+
+def put_global(value, sharding):
+    """Lay a global NumPy value out by `sharding` (refsim or JAX) on JAX's devices.
+
+    Works in multi-process runs: each process fills only its addressable devices.
+    """
+    import jax
+
+    value = np.asarray(value)
+    jsh = to_jax_sharding(sharding)
+    return jax.make_array_from_callback(value.shape, jsh, lambda idx: value[idx])
