@@ -39,3 +39,131 @@ def make_jax_mesh(devices, axis_names, axis_types=None):
     if axis_types is not None:
         kw["axis_types"] = tuple(_jax_axis_type(t) for t in axis_types)
     return Mesh(devices, tuple(axis_names), **kw)
+
+
+# --- interpreter: jaxpr params whose names differ between JAX versions -----------------
+
+def aval_vma(aval) -> frozenset:
+    """The mesh axes an aval varies over (JAX's vma: `aval.vma` or `aval.manual_axis_type.varying`)."""
+    vma = getattr(aval, "vma", None)
+    if vma is not None:
+        return frozenset(vma)
+    mat = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(mat, "varying", ()) or ())
+
+
+def scan_split_args(params, args):
+    """(consts, init carry, xs) of a `scan` equation's operands.
+
+    jax <= 0.11 binds `num_consts`/`num_carry`; jax 0.12 binds FlatTrees `ft_in`/`ft_out`.
+    """
+    if "ft_in" in params:
+        consts, carry, xs = params["ft_in"].update(list(args)).unpack()
+        return list(consts), list(carry), list(xs)
+    nc, nk = params["num_consts"], params["num_carry"]
+    return list(args[:nc]), list(args[nc:nc + nk]), list(args[nc + nk:])
+
+
+def shard_map_manual_axes(params) -> frozenset:
+    """The axes a `shard_map` equation makes manual (`newly_manual_axes`, older `auto` complement)."""
+    if "newly_manual_axes" in params:
+        return frozenset(params["newly_manual_axes"])
+    if "manual_axes" in params:
+        return frozenset(params["manual_axes"])
+    mesh = params["mesh"]
+    return frozenset(mesh.axis_names) - frozenset(params.get("auto", ()))
+
+
+def use_abstract_mesh(mesh):
+    """Context manager making `mesh` (a jax AbstractMesh) the tracing context mesh."""
+    import jax
+
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def all_primitive_names() -> set:
+    """Names of every `jax.extend.core.Primitive` instance defined in the installed JAX's modules."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import jax
+    from jax.extend.core import Primitive
+
+    import jax._src as src
+
+    for info in pkgutil.walk_packages(src.__path__, "jax._src."):
+        name = info.name
+        if any(part in name for part in (".tpu", "pallas.mosaic", "mosaic_gpu", "triton", "cudnn",
+                                          ".mosaic", "_test", "test_util", "internal_test")):
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # optional backends (Triton, Mosaic) may not import on CPU
+            continue
+    names = set()
+    for mod_name, mod in list(sys.modules.items()):
+        if not (mod_name == "jax" or mod_name.startswith(("jax.", "jax._src"))) or mod is None:
+            continue
+        for val in list(vars(mod).values()):
+            if isinstance(val, Primitive):
+                names.add(val.name)
+    del jax
+    return names
+
+
+# --- PRNG key arrays (JAX extended dtypes) -------------------------------------------------
+# refsim holds a key array as a NumPy structured array: one field, named after the PRNG
+# impl, of the impl's key_shape in uint32. Data movement rules then work on keys unchanged.
+
+def prng_impl_of(dtype):
+    """The PRNGImpl of a JAX key dtype (`key<fry>`), or None for an ordinary dtype."""
+    import jax
+
+    try:
+        if not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            return None
+    except TypeError:
+        return None
+    return getattr(dtype, "_impl", None)
+
+
+def key_numpy_dtype(impl):
+    """The structured NumPy dtype refsim uses for keys of PRNG `impl`."""
+    import numpy as np
+
+    return np.dtype([(impl.name, np.uint32, tuple(impl.key_shape))])
+
+
+def physical_dtype(dtype):
+    """The NumPy dtype of refsim's value for a jaxpr aval dtype (keys -> structured dtype)."""
+    import numpy as np
+
+    impl = prng_impl_of(dtype)
+    return key_numpy_dtype(impl) if impl is not None else np.dtype(dtype)
+
+
+# --- layouts: JAX's own HLO / Shardy text, for comparison tests --------------------------
+
+def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
+    """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.10 … 0.12)."""
+    return str(jax_named_sharding._to_xla_hlo_sharding(ndim))
+
+
+def xla_parse_hlo_sharding(text: str):
+    """XLA's own parse of sharding text (`xla_client.HloSharding.from_string`)."""
+    from jax._src.lib import xla_client as xc
+
+    return xc.HloSharding.from_string(text)
+
+
+def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: bool = False) -> str:
+    """The printed `#sdy.sharding<mesh<...>, [...]>` attribute JAX builds for a NamedSharding.
+
+    jax 0.10 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` needs
+    an MLIR context with the sdy dialect loaded.
+    """
+    from jax._src.interpreters import mlir
+
+    with mlir.make_ir_context():
+        return str(jax_named_sharding._to_sdy_sharding(ndim, modify_wrt_axis_types).build({}))

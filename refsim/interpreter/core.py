@@ -12,7 +12,9 @@ import numpy as np
 
 from jax.extend.core import DropVar, Literal
 
-from refsim.interpreter.registry import Context, lookup
+from refsim._compat import physical_dtype
+from refsim.errors import UnsupportedPrimitive
+from refsim.interpreter.registry import RULES, Context
 
 # Called as hook(eqn, invals, outvals) after each equation when set in ctx.extra["probe"].
 Probe = Callable[[Any, list, list], None]
@@ -34,13 +36,33 @@ def _check_out(eqn, i: int, out: np.ndarray, aval, nm: int) -> np.ndarray:
         return out
     if not isinstance(out, np.ndarray):
         out = np.asarray(out)
-    if out.ndim != nm + len(shape) or tuple(out.shape[nm:]) != tuple(shape) or out.dtype != aval.dtype:
+    if out.ndim != nm + len(shape) or tuple(out.shape[nm:]) != tuple(shape) or out.dtype != physical_dtype(aval.dtype):
         raise AssertionError(
             f"refsim rule for {eqn.primitive.name!r} returned output {i} with shape "
             f"{out.shape} dtype {out.dtype}; expected {nm} mesh dims + {tuple(shape)} "
             f"of dtype {aval.dtype}. This is a bug in the rule."
         )
     return out
+
+
+def apply_eqn(ctx: Context, eqn, invals: list) -> list:
+    """Run one equation's rule (or the opt-in JAX fallback); returns the checked output list."""
+    rule = RULES.get(eqn.primitive.name)
+    if rule is not None:
+        out = rule(ctx, *invals, **eqn.params)
+    elif ctx.extra.get("fallback"):
+        from refsim.interpreter.fallback import evaluate_with_jax
+
+        out = evaluate_with_jax(ctx, eqn, invals)
+    else:
+        raise UnsupportedPrimitive(eqn.primitive.name)
+    nm = ctx.nm
+    outs = list(out) if eqn.primitive.multiple_results else [out]
+    outs = [_check_out(eqn, i, o, v.aval, nm) for i, (o, v) in enumerate(zip(outs, eqn.outvars))]
+    probe: Probe | None = ctx.extra.get("probe")
+    if probe is not None:
+        probe(eqn, invals, outs)
+    return outs
 
 
 def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
@@ -59,15 +81,8 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
         raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}.")
     for var, val in zip(jaxpr.invars, args):
         env[var] = val
-    probe: Probe | None = ctx.extra.get("probe")
     for eqn in jaxpr.eqns:
-        rule = lookup(eqn.primitive.name)
-        invals = [read(v) for v in eqn.invars]
-        out = rule(ctx, *invals, **eqn.params)
-        outs = list(out) if eqn.primitive.multiple_results else [out]
-        outs = [_check_out(eqn, i, o, v.aval, nm) for i, (o, v) in enumerate(zip(outs, eqn.outvars))]
-        if probe is not None:
-            probe(eqn, invals, outs)
+        outs = apply_eqn(ctx, eqn, [read(v) for v in eqn.invars])
         for var, val in zip(eqn.outvars, outs):
             if not isinstance(var, DropVar):
                 env[var] = val

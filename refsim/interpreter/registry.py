@@ -34,10 +34,30 @@ def register(*names: str):
 
 
 def lookup(name: str) -> Callable[..., Any]:
+    """The rule for primitive `name`; UnsupportedPrimitive naming it when there is none."""
     try:
         return RULES[name]
     except KeyError:
         raise UnsupportedPrimitive(name) from None
+
+
+_LOADED = False
+
+
+def load_rules() -> dict[str, Callable[..., Any]]:
+    """Import every module of `refsim.interpreter.rules` (each registers its rules) once."""
+    global _LOADED
+    if not _LOADED:
+        import importlib
+        import pkgutil
+
+        import refsim.interpreter.rules as pkg
+
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+            if not info.name.startswith("_"):
+                importlib.import_module(f"{pkg.__name__}.{info.name}")
+        _LOADED = True
+    return RULES
 
 
 @dataclass

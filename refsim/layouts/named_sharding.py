@@ -35,7 +35,7 @@ class NamedSharding:
                 raise TypeError(
                     f"spec must be a PartitionSpec, got {spec!r}; write P('x', None) for example."
                 )
-        validate_spec(spec, mesh.axis_names)
+        validate_spec(spec, mesh)
         self.mesh = mesh
         self.spec = spec
         self.memory_kind = memory_kind
@@ -66,11 +66,11 @@ class NamedSharding:
     @property
     def is_fully_replicated(self) -> bool:
         """True when every device holds the whole array (no dimension cut, nothing unreduced)."""
-        sharded = any(
-            self.mesh.axis_size(a) > 1 for a in self.spec.used_axes()
-        )
-        partial = any(self.mesh.axis_size(a) > 1 for a in self.spec.unreduced)
-        return not sharded and not partial
+        if self.mesh.size == 1:
+            return True
+        if self.spec.unreduced:  # JAX: any unreduced axis means partial sums, even a size-1 one
+            return False
+        return all(self.mesh.axis_size(a) == 1 for a in self.spec.used_axes())
 
     def _concrete_mesh(self, what: str) -> Mesh:
         if not isinstance(self.mesh, Mesh):
@@ -143,7 +143,7 @@ class NamedSharding:
         shape = self._check_rank(global_shape)
         block = self.shard_shape(shape)
         counts = self.num_shards(len(shape))
-        grid = self.block_index_grid(len(shape)).reshape(-1, len(shape))
+        grid = self.block_index_grid(len(shape)).reshape(mesh.size, len(shape))
         out = {}
         for dev, blocks in zip(mesh.device_ids.ravel().tolist(), grid.tolist()):
             out[dev] = tuple(
@@ -164,11 +164,13 @@ class NamedSharding:
 
         return named_to_hlo(self, ndim)
 
-    def to_shardy(self, ndim: int | None = None, *, mesh_name: str = "mesh", open_dims: bool = False) -> str:
-        """Shardy's `#sdy.sharding<@mesh, [...]>` text for this sharding."""
+    def to_shardy(self, ndim: int | None = None, *, mesh_name: str | None = "mesh", open_dims: bool = False,
+                  modify_wrt_axis_types: bool = False) -> str:
+        """Shardy's `#sdy.sharding<@mesh, [...]>` text for this sharding (see refsim.layouts.shardy)."""
         from refsim.layouts.shardy import named_to_shardy
 
-        return named_to_shardy(self, ndim, mesh_name=mesh_name, open_dims=open_dims)
+        return named_to_shardy(self, ndim, mesh_name=mesh_name, open_dims=open_dims,
+                               modify_wrt_axis_types=modify_wrt_axis_types)
 
     def with_spec(self, spec) -> "NamedSharding":
         return NamedSharding(self.mesh, spec, memory_kind=self.memory_kind)

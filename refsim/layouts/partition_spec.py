@@ -32,15 +32,12 @@ UNCONSTRAINED = _Unconstrained()
 
 
 def _as_axis_set(arg, value) -> frozenset:
-    if isinstance(value, (set, frozenset)):
-        out = frozenset(value)
-    elif isinstance(value, (list, tuple)):
-        out = frozenset(value)
-    else:
+    if not isinstance(value, (set, frozenset)):  # JAX rejects lists and tuples too
         raise TypeError(
-            f"{arg} argument of PartitionSpec should be a set or frozenset of axis names, "
-            f"got {value!r}; write e.g. {arg}={{'x'}}."
+            f"{arg} argument of PartitionSpec should be of type `frozenset` or `set`, "
+            f"got {value!r} of type {type(value).__name__}; write e.g. {arg}={{'x'}}."
         )
+    out = frozenset(value)
     if None in out:
         raise ValueError(f"{arg}={set(out)!r} contains None; it must contain only mesh axis names.")
     return out
@@ -133,7 +130,9 @@ class PartitionSpec(tuple):
 
     @classmethod
     def from_jax(cls, jax_spec) -> "PartitionSpec":
-        parts = [UNCONSTRAINED if type(p).__name__ == "UnconstrainedSingleton" else p for p in jax_spec]
+        # `.partitions`, not iteration: a JAX spec with unreduced/reduced axes refuses `iter`.
+        raw = jax_spec.partitions if hasattr(jax_spec, "partitions") else tuple(jax_spec)
+        parts = [UNCONSTRAINED if type(p).__name__ == "UnconstrainedSingleton" else p for p in raw]
         return cls(*parts, unreduced=getattr(jax_spec, "unreduced", frozenset()),
                    reduced=getattr(jax_spec, "reduced", frozenset()))
 
@@ -169,32 +168,52 @@ def _entry_axes(entry) -> tuple[str, ...]:
     return (entry,)
 
 
-def validate_spec(spec: PartitionSpec, axis_names: Iterable[str], *, what: str = "NamedSharding") -> None:
-    """Check `spec` against a mesh's axis names the way JAX's NamedSharding does.
+def validate_spec(spec: PartitionSpec, mesh, *, what: str = "NamedSharding") -> None:
+    """Check `spec` against a mesh the way JAX's `NamedSharding` (`check_pspec`) does.
 
-    Raises ValueError for an entry that is not a mesh axis and DuplicateSpecError
-    for a mesh axis used by two entries (or twice in one).
+    `mesh` is a refsim Mesh/AbstractMesh, or just its axis names (then the axis-type
+    rules are skipped). Raises ValueError for an entry that is not a mesh axis,
+    DuplicateSpecError for a mesh axis used by two entries (or twice in one), and
+    ValueError for `unreduced`/`reduced` axes that are not `Explicit` or for
+    `UNCONSTRAINED` on a mesh with no `Auto` axis (JAX 0.10 and 0.12 agree on all four).
     """
     from refsim.errors import DuplicateSpecError
 
-    names = tuple(axis_names)
-    seen: set = set()
+    names = tuple(getattr(mesh, "axis_names", mesh))
+    types = getattr(mesh, "axis_types", None)
+    counts: dict = {}
     for entry in spec:
         for a in _entry_axes(entry):
-            if not isinstance(a, str) or a not in names:
-                raise ValueError(
-                    f"Resource axis: {a!r} of {spec!r} is not found in mesh: {names!r}. "
-                    "Use one of the mesh's axis names, None, or a tuple of names."
-                )
-            if a in seen:
-                raise DuplicateSpecError(
-                    f"A single {what} spec specification can map every mesh axis to at most "
-                    f"one positional dimension, but {spec!r} has duplicate entries for `{a}`"
-                )
-            seen.add(a)
+            counts[a] = counts.get(a, 0) + 1
+    dupes = [a for a, c in counts.items() if c > 1]
+    if dupes:
+        shown = ", ".join(sorted(f"`{a}`" for a in dupes))
+        raise DuplicateSpecError(
+            f"A single {what} spec specification can map every mesh axis to at most "
+            f"one positional dimension, but {spec!r} has duplicate entries for {shown}"
+        )
+    for a in counts:
+        if not isinstance(a, str) or a not in names:
+            raise ValueError(
+                f"Resource axis: {a} of {spec!r} is not found in mesh: {names!r}. "
+                "Use one of the mesh's axis names, None, or a tuple of names."
+            )
     for kind in ("unreduced", "reduced"):
-        for a in getattr(spec, kind, ()):
+        for a in sorted(getattr(spec, kind, ()), key=str):
             if a not in names:
                 raise ValueError(
-                    f"{kind} axis {a!r} of {spec!r} is not found in mesh: {names!r}."
+                    f"{kind.capitalize()} axes {a} is not found in mesh.axis_names={names!r}. "
+                    f"Got pspec={spec!r}"
                 )
+            if types is not None and types[names.index(a)].name != "Explicit":
+                raise ValueError(
+                    f"{kind.capitalize()} axes can only refer to mesh axes that is of type "
+                    f"`Explicit`. Got {kind} axes: {set(getattr(spec, kind))!r} and mesh: {mesh!r}. "
+                    f"Build the mesh with axis_types=AxisType.Explicit for axis {a!r}."
+                )
+    if types is not None and any(p is UNCONSTRAINED for p in spec):
+        if all(t.name != "Auto" for t in types):
+            raise ValueError(
+                f"{spec!r} cannot contain `P.UNCONSTRAINED` when no mesh axis_types are `Auto`. "
+                f"Got mesh axis_types: {tuple(types)!r}. Use None for the dimension instead."
+            )

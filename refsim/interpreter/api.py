@@ -1,0 +1,438 @@
+"""Program entry points: `refsim.shard_map`, `refsim.pmap`, `refsim.jit`, `refsim.eval_jaxpr`.
+
+Each traces the unmodified JAX function with JAX against an AbstractMesh (no
+devices needed, so any mesh size traces), then interprets the jaxpr with the
+NumPy rules. Results are `refsim.Array` values laid out by out_specs /
+out_shardings; a manual region's outputs keep every device's own value, so a
+device-by-device comparison with XLA is possible and replication claims are
+checked against what devices actually hold.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import numpy as np
+
+from refsim import _compat
+from refsim.array import Array, device_put
+from refsim.interpreter import core
+from refsim.interpreter.registry import Context, load_rules
+from refsim.interpreter.rules import sharding as S
+from refsim.layouts.mesh import AbstractMesh, AxisType, Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.single_device import SingleDeviceSharding
+
+_PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"  # the name jax.pmap gives an unnamed axis
+
+
+# --- small conversions ---------------------------------------------------------------------
+
+def _is_spec(x) -> bool:
+    return x is None or isinstance(x, PartitionSpec) or type(x).__name__ == "PartitionSpec"
+
+
+def _specs_to_jax(tree):
+    import jax
+
+    return jax.tree_util.tree_map(
+        lambda s: s if s is None or not isinstance(s, PartitionSpec) else s.to_jax(), tree, is_leaf=_is_spec
+    )
+
+
+def _as_mesh(mesh, api: str) -> Mesh:
+    if isinstance(mesh, Mesh):
+        return mesh
+    if isinstance(mesh, AbstractMesh):
+        raise TypeError(
+            f"{api}: mesh={mesh!r} is an AbstractMesh; results need device ids, so pass a refsim.Mesh "
+            "(e.g. refsim.Mesh(mesh.axis_sizes, mesh.axis_names))."
+        )
+    if hasattr(mesh, "devices") and hasattr(mesh, "axis_names"):
+        return Mesh.from_jax(mesh)
+    raise TypeError(f"{api}: mesh must be a refsim.Mesh or jax.sharding.Mesh, got {type(mesh).__name__}.")
+
+
+def _tracing_mesh(mesh: AbstractMesh, types=None):
+    """The jax AbstractMesh a program is traced against (Auto axes unless `types` says otherwise)."""
+    types = types if types is not None else (AxisType.Auto,) * mesh.ndim
+    return _compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
+
+
+def _canonical(x) -> np.ndarray:
+    """A NumPy argument with JAX's canonical dtype (float64 -> float32 unless x64 is on)."""
+    import jax
+
+    arr = np.asarray(x)
+    dt = jax.dtypes.canonicalize_dtype(arr.dtype)
+    return arr if arr.dtype == dt else arr.astype(dt)
+
+
+def _abstract(x, sharding=None):
+    import jax
+
+    if isinstance(x, Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    arr = _canonical(x)
+    return jax.ShapeDtypeStruct(arr.shape, arr.dtype, sharding=sharding)
+
+
+def _global(x) -> np.ndarray:
+    return np.asarray(x) if isinstance(x, Array) else _canonical(x)
+
+
+def _info(extra: dict) -> dict:
+    from refsim._compat import jax_version
+
+    fb = dict(extra.get("fallback_log", {}))
+    info = {"backend": "refsim", "jax_version": ".".join(map(str, jax_version())), "independent": not fb}
+    if fb:
+        info["fallback"] = fb
+    if extra.get("replication"):
+        info["replication"] = list(extra["replication"])
+    return info
+
+
+def _new_extra(fallback: bool, strict: bool, probe=None) -> dict:
+    extra = {"fallback": bool(fallback), "strict": bool(strict), "replication": []}
+    if probe is not None:
+        extra["probe"] = probe
+    return extra
+
+
+# --- shard_map -------------------------------------------------------------------------------
+
+def _stacked_input(x, mesh: Mesh, spec) -> np.ndarray:
+    """A shard_map operand as stacked blocks; an Array already laid out by `spec` keeps its per-device data."""
+    spec = S.as_refsim_spec(spec)
+    if isinstance(x, Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh:
+        if x.sharding.spec.padded(x.ndim) == spec.padded(x.ndim):
+            stacked = x.to_stacked(mesh)
+            # Replicas keep their own data along axes the spec leaves unnamed (mesh dims full size).
+            return stacked
+    g = _global(x)
+    return S.split_by_spec(g.reshape((1,) * mesh.ndim + g.shape), mesh, spec)
+
+
+def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
+    """Evaluate a traced program whose last equation is the shard_map; keep outputs stacked."""
+    jaxpr = closed.jaxpr
+    env: dict = {}
+    ctx = Context(nm=0, mesh=None, extra=extra)
+    for v, c in zip(jaxpr.constvars, closed.consts):
+        env[v] = np.asarray(c)
+    for v, a in zip(jaxpr.invars, flat_args):
+        env[v] = a
+
+    def read(v, keep_array=False):
+        if hasattr(v, "val") and not hasattr(v, "count"):  # a Literal
+            return core.literal_value(v, 0)
+        val = env[v]
+        return val if keep_array else _global(val)
+
+    for eqn in jaxpr.eqns[:-1]:
+        for var, val in zip(eqn.outvars, core.apply_eqn(ctx, eqn, [read(v) for v in eqn.invars])):
+            env[var] = val
+    eqn = jaxpr.eqns[-1]
+    p = eqn.params
+    manual = _compat.shard_map_manual_axes(p)
+    inner = Context(nm=mesh.ndim, mesh=mesh, extra=extra)
+    stacked = [_stacked_input(read(v, keep_array=True), mesh, s) for v, s in zip(eqn.invars, p["in_specs"])]
+    outs = core.eval_jaxpr(p["jaxpr"], (), *stacked, ctx=inner)
+    by_var = {}
+    for var, y, spec in zip(eqn.outvars, outs, p["out_specs"]):
+        spec = S.as_refsim_spec(spec)
+        S.check_replicated(y, mesh, spec, manual, f"shard_map out_specs {spec!r}", extra["replication"],
+                           extra["strict"])
+        by_var[var] = (y, spec)
+    return by_var
+
+
+def _is_top_shard_map(jaxpr) -> bool:
+    if not jaxpr.eqns or jaxpr.eqns[-1].primitive.name != "shard_map":
+        return False
+    last = jaxpr.eqns[-1]
+    produced = set(last.outvars)
+    return all(v in produced for v in jaxpr.outvars) and not any(
+        v in produced for e in jaxpr.eqns[:-1] for v in e.invars
+    )
+
+
+def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True, axis_names=None,
+              strict: bool = False, fallback: bool = False) -> Callable:
+    """`jax.shard_map` run by refsim: the same arguments, results as `refsim.Array` pytrees.
+
+    Arguments are NumPy arrays (global values, split by in_specs) or refsim.Arrays. Each
+    output is laid out by its out_spec with every device's own block kept; devices that
+    out_specs claims hold replicas are checked, and a disagreement raises ReplicationError
+    when `strict=True` (otherwise it is recorded in `result.info["replication"]` and raised
+    by `np.asarray(result)`). `fallback=True` evaluates primitives without a refsim rule with
+    JAX on CPU and marks the result `info["independent"] = False`.
+    """
+    import jax
+
+    rmesh = _as_mesh(mesh, "refsim.shard_map")
+
+    def wrapped(*args):
+        load_rules()
+        flat, tree = jax.tree_util.tree_flatten(args)
+        kw = dict(mesh=_tracing_mesh(rmesh), in_specs=_specs_to_jax(in_specs),
+                  out_specs=_specs_to_jax(out_specs), check_vma=check_vma)
+        if axis_names is not None:
+            kw["axis_names"] = set(axis_names)
+        traced = jax.shard_map(f, **kw)
+        abstract = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in flat])
+        closed, out_shape = jax.make_jaxpr(traced, return_shape=True)(*abstract)
+        extra = _new_extra(fallback, strict)
+        outs = _evaluate_outputs(closed, flat, rmesh, extra)
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+
+    wrapped.__name__ = getattr(f, "__name__", "shard_map")
+    wrapped.__wrapped__ = f
+    return wrapped
+
+
+def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
+    jaxpr = closed.jaxpr
+    if _is_top_shard_map(jaxpr):
+        by_var = _run_top_shard_map(closed, flat_args, mesh, extra)
+        info = _info(extra)
+        return [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in jaxpr.outvars]
+    # A traced shard_map always ends in its equation; anything else is laid out replicated.
+    outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
+    info = _info(extra)
+    return [_place(o, NamedSharding(mesh, PartitionSpec()), info) for o in outs]
+
+
+def _place(value, sharding, info) -> Array:
+    arr = device_put(np.asarray(value), sharding)
+    arr.info = dict(info)
+    return arr
+
+
+# --- pmap --------------------------------------------------------------------------------------
+
+def _axes_spec(axis_name, ax):
+    return PartitionSpec() if ax is None else PartitionSpec(*([None] * ax), axis_name)
+
+
+def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, devices=None,
+         strict: bool = False, fallback: bool = False) -> Callable:
+    """`jax.pmap` run by refsim, with JAX's own reading of pmap as shard_map.
+
+    As `jax.pmap` (jax >= 0.10 builds it from `shard_map` over a 1-D mesh named `axis_name`
+    with `check_vma=False`): each mapped argument is split along its `in_axes` dim, one slice
+    per device; `out_axes=k` stacks results along dim k, `out_axes=None` claims every device
+    returns the same value, which refsim checks. `devices` are device ids (or JAX devices) in
+    mapped order; default 0..n-1.
+    """
+    import jax
+
+    name = _PMAP_DEFAULT_AXIS if axis_name is None else axis_name
+    for what, tree in (("in_axes", in_axes), ("out_axes", out_axes)):
+        if not all(type(l) is int for l in jax.tree_util.tree_leaves(tree)):
+            raise TypeError(f"pmap {what} must be an int, None, or (nested) container with those "
+                            f"types as leaves, but got {tree}.")
+
+    def wrapped(*args):
+        flat, tree = jax.tree_util.tree_flatten(args)
+        axes_flat = _broadcast_prefix(tuple(in_axes) if isinstance(in_axes, list) else in_axes, tuple(args))
+        axes_flat = [None if a is None else (a % max(np.ndim(x), 1)) for a, x in zip(axes_flat, flat)]
+        sizes = {np.shape(x)[a] for a, x in zip(axes_flat, flat) if a is not None}
+        if not sizes:
+            raise ValueError("pmap requires at least one argument with a mapped axis.")
+        if len(sizes) > 1:
+            raise ValueError(
+                "pmap got inconsistent sizes for array axes to be mapped: "
+                + ", ".join(f"arg {i} axis {a} size {np.shape(x)[a]}"
+                            for i, (a, x) in enumerate(zip(axes_flat, flat)) if a is not None)
+                + "; give every mapped argument the same size along its in_axes dimension."
+            )
+        (n,) = sizes
+        if axis_size is not None and axis_size != n:
+            raise ValueError(f"pmap axis_size={axis_size} does not match the mapped axis size {n} of the "
+                             "arguments; drop axis_size or pass arguments of that size.")
+        ids = None
+        if devices is not None:
+            ids = np.array([getattr(d, "id", d) for d in devices], dtype=np.int64)
+            if ids.size != n:
+                raise ValueError(f"pmap devices has {ids.size} entries but the mapped axis has size {n}; "
+                                 "pass one device per mapped index.")
+        mesh = Mesh((n,), (name,), device_ids=ids)
+
+        def per_device(*flat_args):
+            local = [x if a is None else jax.lax.squeeze(x, (a,)) for x, a in zip(flat_args, axes_flat)]
+            out = f(*jax.tree_util.tree_unflatten(tree, local))
+            return jax.tree_util.tree_map(
+                lambda ax, sub: jax.tree_util.tree_map(
+                    lambda y: y if ax is None else jax.lax.expand_dims(y, (ax,)), sub),
+                out_axes, out, is_leaf=lambda x: x is None)
+
+        out_specs = jax.tree_util.tree_map(lambda ax: _axes_spec(name, ax), out_axes,
+                                           is_leaf=lambda x: x is None)
+        in_specs = tuple(_axes_spec(name, a) for a in axes_flat)
+        sm = shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                       check_vma=False, strict=strict, fallback=fallback)
+        return sm(*flat)
+
+    wrapped.__name__ = getattr(f, "__name__", "pmap")
+    wrapped.__wrapped__ = f
+    return wrapped
+
+
+def _broadcast_prefix(prefix, tree) -> list:
+    """Leaves of `prefix` repeated over the leaves of the matching subtrees of `tree`."""
+    import jax
+
+    out: list = []
+    jax.tree_util.tree_map(
+        lambda p, sub: out.extend([p] * len(jax.tree_util.tree_leaves(sub))), prefix, tree,
+        is_leaf=lambda x: x is None,
+    )
+    return out
+
+
+# --- jit ------------------------------------------------------------------------------------------
+
+def _is_sharding(x) -> bool:
+    return isinstance(x, (NamedSharding, SingleDeviceSharding))
+
+
+def _sharding_leaves(tree) -> list:
+    import jax
+
+    return [s for s in jax.tree_util.tree_leaves(tree, is_leaf=_is_sharding) if _is_sharding(s)]
+
+
+def _find_mesh(in_shardings, out_shardings, flat_args) -> Mesh | None:
+    for s in _sharding_leaves(in_shardings) + _sharding_leaves(out_shardings):
+        if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh):
+            return s.mesh
+    for a in flat_args:
+        if isinstance(a, Array) and isinstance(a.sharding, NamedSharding):
+            return a.sharding.mesh
+    return None
+
+
+def _sharding_to_jax(s, jmesh):
+    import jax
+
+    if isinstance(s, NamedSharding):
+        return jax.sharding.NamedSharding(jmesh, s.spec.to_jax())
+    if s is None:
+        return None
+    raise TypeError(
+        f"refsim.jit shardings must be refsim.NamedSharding (or None), got {s!r}; build one with "
+        "refsim.NamedSharding(mesh, P(...))."
+    )
+
+
+def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = False) -> Callable:
+    """`jax.jit` run by refsim: global-view evaluation, outputs laid out by their shardings.
+
+    Output placement follows `out_shardings`, else the shardings the traced program states
+    (the jit equation's out_shardings, or the avals' explicit-sharding types), else fully
+    replicated over the program's mesh (or device 0 when no mesh is involved).
+    """
+    import jax
+
+    def wrapped(*args):
+        load_rules()
+        flat, tree = jax.tree_util.tree_flatten(args)
+        mesh = _find_mesh(in_shardings, out_shardings, flat)
+        jmesh = _tracing_mesh(mesh, mesh.axis_types) if mesh is not None else None
+        explicit = mesh is not None and AxisType.Explicit in mesh.axis_types
+        conv = lambda tree_: jax.tree_util.tree_map(  # noqa: E731
+            lambda s: _sharding_to_jax(s, jmesh), tree_, is_leaf=lambda x: x is None or _is_sharding(x))
+        if in_shardings is None or _is_sharding(in_shardings):
+            in_flat_sh = [in_shardings] * len(flat)
+        else:
+            in_flat_sh = _broadcast_prefix(tuple(in_shardings) if isinstance(in_shardings, list)
+                                           else in_shardings, tuple(args))
+        abstract = []
+        for x, s in zip(flat, in_flat_sh):
+            if s is None and isinstance(x, Array) and isinstance(x.sharding, NamedSharding):
+                s = x.sharding
+            abstract.append(_abstract(x, _sharding_to_jax(s, jmesh) if explicit and s is not None else None))
+        kw = {}
+        if in_shardings is not None:
+            kw["in_shardings"] = conv(in_shardings)
+        if out_shardings is not None:
+            kw["out_shardings"] = conv(out_shardings)
+        # Sharding-in-types needs the mesh as context; an Auto mesh is left out of the context so
+        # that programs building their own meshes (pmap inside jit) trace as they do under JAX.
+        scope = _compat.use_abstract_mesh(jmesh) if explicit else contextlib.nullcontext()
+        with scope:
+            closed, out_shape = jax.make_jaxpr(jax.jit(f, **kw), return_shape=True)(
+                *jax.tree_util.tree_unflatten(tree, abstract))
+        extra = _new_extra(fallback, False)
+        outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat], ctx=Context(extra=extra))
+        placements = _out_placements(closed, out_shardings, out_shape, mesh)
+        info = _info(extra)
+        res = [_place(o, s, info) for o, s in zip(outs, placements)]
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), res)
+
+    wrapped.__name__ = getattr(f, "__name__", "jit")
+    wrapped.__wrapped__ = f
+    return wrapped
+
+
+def _out_placements(closed, out_shardings, out_shape, mesh) -> list:
+    n = len(closed.jaxpr.outvars)
+    if out_shardings is not None:
+        user = (_broadcast_prefix(out_shardings, out_shape) if not _is_sharding(out_shardings)
+                else [out_shardings] * n)
+    else:
+        user = [None] * n
+    traced = [None] * n
+    eqns = closed.jaxpr.eqns
+    if len(eqns) == 1 and eqns[0].primitive.name == "jit" and list(eqns[0].outvars) == list(closed.jaxpr.outvars):
+        traced = list(eqns[0].params.get("out_shardings", traced))
+    out = []
+    for i, aval in enumerate(closed.out_avals):
+        s = user[i]
+        if s is None and mesh is not None:
+            spec = _spec_of(traced[i]) or _spec_of(getattr(aval, "sharding", None))
+            s = NamedSharding(mesh, spec if spec is not None else PartitionSpec())
+        out.append(s if s is not None else SingleDeviceSharding(0))
+    return out
+
+
+def _spec_of(jax_sharding):
+    spec = getattr(jax_sharding, "spec", None)
+    if spec is None or not any(p is not None for p in spec):
+        return None
+    return S.as_refsim_spec(spec)
+
+
+# --- low level -------------------------------------------------------------------------------------
+
+def eval_jaxpr(closed_jaxpr, *args, mesh=None, fallback: bool = False, probe=None) -> list:
+    """Evaluate a ClosedJaxpr with refsim's rules; returns a list of ndarrays.
+
+    With `mesh=None` the jaxpr is a global-view program and `args` are global arrays. With a
+    mesh, the jaxpr is a manual-region body (such as a shard_map's) and each arg is stacked
+    per device: shape `mesh.axis_sizes + local_shape`, size 1 along axes it is invariant over;
+    outputs come back stacked the same way. `probe(eqn, invals, outvals)` is called after every
+    equation (the debugger's hook).
+    """
+    load_rules()
+    extra = _new_extra(fallback, False, probe)
+    if mesh is None:
+        ctx = Context(extra=extra)
+        args = [_global(a) for a in args]
+    else:
+        if not isinstance(mesh, AbstractMesh):
+            mesh = Mesh.from_jax(mesh)
+        ctx = Context(nm=mesh.ndim, mesh=mesh, extra=extra)
+        args = [np.asarray(a) for a in args]
+        for i, a in enumerate(args):
+            if a.ndim < mesh.ndim or any(d not in (1, s) for d, s in zip(a.shape, mesh.axis_sizes)):
+                raise ValueError(
+                    f"eval_jaxpr arg {i} has shape {a.shape}; with mesh={mesh!r} every arg must start with "
+                    f"the mesh dims {mesh.axis_sizes} (1 where invariant), followed by its local shape."
+                )
+    if hasattr(closed_jaxpr, "consts"):
+        return core.eval_closed_jaxpr(closed_jaxpr, *args, ctx=ctx)
+    return core.eval_jaxpr(closed_jaxpr, (), *args, ctx=ctx)
