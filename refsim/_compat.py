@@ -167,3 +167,22 @@ def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: 
 
     with mlir.make_ir_context():
         return str(jax_named_sharding._to_sdy_sharding(ndim, modify_wrt_axis_types).build({}))
+
+
+# --- debugging: where an equation came from ---------------------------------------------------
+
+def eqn_source_line(eqn) -> str:
+    """The user's source line of a jaxpr equation, "file:line:col (function)", or "" if unknown.
+
+    `source_info_util.summarize` (private, the same in jax 0.10 … 0.12) skips JAX's own frames
+    as jaxpr pretty-printing does.
+    """
+    from jax._src import source_info_util
+
+    info = getattr(eqn, "source_info", None)
+    if info is None:
+        return ""
+    try:
+        return source_info_util.summarize(info)
+    except Exception:  # a hand-built equation may carry no traceback
+        return ""
