@@ -1,0 +1,141 @@
+"""The terminal side of a run: a live progress bar while cases finish, and the final table.
+
+`ProgressReporter` is a `Reporter`: a rich progress bar with cases done/total, the
+pass / fail / other counts and examples per second; each failure, error and stale
+xfail is printed above the bar as it happens. `print_table` prints the summary the
+runner computes (`conformance.results.summarize`): one row per suite × family × dtype.
+"""
+from __future__ import annotations
+
+import time
+
+from conformance.results import STATUSES, CaseResult
+
+__all__ = ["ProgressReporter", "print_table", "summary_line"]
+
+_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "xfail": "dim", "xpass": "yellow",
+          "unsupported": "blue"}
+
+
+def _console(console):
+    if console is not None:
+        return console
+    import rich.console
+
+    return rich.console.Console()
+
+
+class ProgressReporter:
+    """A live progress bar over `total` cases (None: unknown, the bar then pulses)."""
+
+    def __init__(self, total: int | None, console=None):
+        if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+            raise ValueError(f"total={total!r}; pass the number of planned cases (an int >= 0) or None.")
+        self.total = total
+        self.console = _console(console)
+        self.counts = {s: 0 for s in STATUSES}
+        self.examples = 0
+        self._progress = None
+        self._task = None
+        self._t0 = None
+
+    def start(self, plan: dict) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._t0 = time.perf_counter()
+        what = ", ".join(f"{k} {plan[k]}" for k in ("platform", "devices", "suite") if plan.get(k) is not None)
+        self._progress = Progress(TextColumn("[bold]conformance[/]"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[counts]}"), TextColumn("{task.fields[rate]}"),
+                                  TimeElapsedColumn(), console=self.console, transient=False)
+        self._progress.start()
+        self._task = self._progress.add_task("cases", total=self.total, counts=self._counts_text(), rate="")
+        if what:
+            self._progress.console.print(f"conformance run: {what}")
+
+    def _counts_text(self) -> str:
+        c = self.counts
+        text = f"[green]{c['pass']} pass[/] [red]{c['fail']} fail[/]"
+        if c["error"]:
+            text += f" [magenta]{c['error']} error[/]"
+        other = [f"{c[s]} {s}" for s in ("xfail", "xpass", "unsupported") if c[s]]
+        return text + (" [dim]" + " ".join(other) + "[/]" if other else "")
+
+    def case_finished(self, result: CaseResult) -> None:
+        if self._progress is None:
+            raise RuntimeError("ProgressReporter.case_finished before start(plan); call start first.")
+        self.counts[result.status] += 1
+        self.examples += result.examples
+        elapsed = max(time.perf_counter() - self._t0, 1e-9)
+        self._progress.update(self._task, advance=1, counts=self._counts_text(),
+                              rate=f"{self.examples / elapsed:.1f} ex/s")
+        if result.status in ("fail", "error", "xpass"):
+            from rich.markup import escape
+
+            label = {"fail": "FAIL", "error": "ERROR", "xpass": "STALE XFAIL"}[result.status]
+            first = result.message.strip().splitlines()[0] if result.message.strip() else ""
+            repro = f" (reproducer: {escape(result.repro_path)})" if result.repro_path else ""
+            self._progress.console.print(f"[{_STYLE[result.status]}]{label}[/] {escape(result.case_id)}: "
+                                         f"{escape(first)}{repro}")
+
+    def finish(self, summary: dict) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def summary_line(summary: dict) -> str:
+    """``N cases, M examples in W s: R examples/s, P% of the time compiling``."""
+    return (f"{summary.get('cases', 0)} cases, {summary.get('examples', 0)} examples in "
+            f"{summary.get('wall_seconds', 0.0):.1f} s: {summary.get('examples_per_second', 0.0):.1f} examples/s, "
+            f"{100 * summary.get('compile_share', 0.0):.0f}% of the time compiling")
+
+
+def print_table(summary: dict, console=None, *, results=None):
+    """Print the final table (family × dtype, grouped by suite, against pass / fail / error / xfail / xpass /
+    unsupported / examples, with a total row), the speed line, and a warning per stale xfail.
+
+    Stale entries are named from `results` (status "xpass") or ``summary["stale_xfails"]``;
+    without either, their count is warned about. Returns the rich Table.
+    """
+    import rich.box
+    import rich.table
+    from rich.markup import escape
+
+    console = _console(console)
+    by = summary.get("by_status", {})
+    ok = summary.get("ok", not (by.get("fail") or by.get("error")))
+    # Rows grouped by suite under a heading row, so a terminal of 80 columns fits every count
+    # with its full header; long family names fold onto a second line.
+    table = rich.table.Table(title="refsim vs XLA conformance", show_footer=True, box=rich.box.SIMPLE_HEAD,
+                             collapse_padding=True, pad_edge=False)
+    total = {s: by.get(s, 0) for s in STATUSES}
+    table.add_column("family", footer="total", overflow="fold", min_width=12)
+    table.add_column("dtype", overflow="fold", min_width=8)
+    for s in STATUSES:
+        table.add_column(s, justify="right", footer=str(total[s]), min_width=len(s), no_wrap=True)
+    table.add_column("examples", justify="right", footer=str(summary.get("examples", 0)), min_width=8, no_wrap=True)
+    suite = None
+    for row in summary.get("table", ()):
+        if row.get("suite") != suite:
+            suite = row.get("suite")
+            table.add_row(f"[bold]{escape(str(suite))}[/]", end_section=False)
+        cells = []
+        for s in STATUSES:
+            v = row.get(s, 0)
+            cells.append(f"[{_STYLE[s]}]{v}[/]" if v and s in ("fail", "error", "xpass") else (str(v) if v else "·"))
+        table.add_row("  " + escape(str(row.get("family", ""))), escape(str(row.get("dtype", ""))), *cells,
+                      str(row.get("examples", 0)))
+    console.print(table)
+    console.print(summary_line(summary))
+    if by.get("unsupported"):
+        console.print(f"[blue]{by['unsupported']} case(s) unsupported on this platform[/] (not counted as passes)")
+    stale = [r.case_id for r in results or () if r.status == "xpass"] or list(summary.get("stale_xfails") or ())
+    for cid in stale:
+        console.print(f"[yellow]warning:[/] stale xfail entry {escape(str(cid))}: it passes now; "
+                      "remove it from the platform's xfails file")
+    if not stale and by.get("xpass"):
+        console.print(f"[yellow]warning:[/] {by['xpass']} stale xfail entr{'y' if by['xpass'] == 1 else 'ies'} "
+                      "(status xpass): remove them from the platform's xfails file")
+    console.print("[bold green]AGREE[/]" if ok else
+                  f"[bold red]DISAGREE[/]: {by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)")
+    return table

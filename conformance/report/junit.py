@@ -1,0 +1,162 @@
+"""JUnit XML for CI systems (Jenkins, GitLab, GitHub test reporters).
+
+One ``<testsuite>`` per conformance suite, one ``<testcase>`` per case (``classname``
+``conformance.<suite>.<family>``, ``name`` the case id). A disagreement is a
+``<failure>``, a crash or a wrongly rejected case an ``<error>``; "xfail" and
+"unsupported" cases are ``<skipped>`` with their reason, and "xpass" (a stale xfails
+entry) passes with a warning in ``<system-out>``. The file is rewritten atomically
+every `every` cases and at the end, so a crash always leaves a valid document.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import socket
+import xml.etree.ElementTree as ET
+
+from conformance.results import CaseResult
+
+__all__ = ["JUnitReporter", "atomic_write", "to_xml"]
+
+# Characters XML 1.0 forbids (C0 controls except tab/newline/return, lone surrogates, U+FFFE/F);
+# a mismatch message may carry raw bytes or ANSI colour codes.
+_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+_MESSAGE_LIMIT = 1000  # characters of the one-line `message` attribute; the full text is the element body
+
+
+def _clean(text) -> str:
+    return _ILLEGAL_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def _first_line(text: str) -> str:
+    # split on "\n" only: str.splitlines would also break at vertical tab and form feed
+    for line in str(text).split("\n"):
+        if line.strip(" \t\r"):
+            return line.strip(" \t\r")[:_MESSAGE_LIMIT]
+    return ""
+
+
+def _case_element(r: CaseResult) -> ET.Element:
+    tc = ET.Element("testcase", classname=_clean(f"conformance.{r.suite}.{r.family}"), name=_clean(r.case_id),
+                    time=f"{r.seconds:.3f}")
+    body = r.message
+    if r.details.get("report") and r.details["report"] not in body:
+        body = f"{body}\n\n{r.details['report']}" if body else r.details["report"]
+    if r.repro_path:
+        body += f"\n\nreproducer: {r.repro_path}"
+    if r.status == "fail":
+        el = ET.SubElement(tc, "failure", message=_clean(_first_line(r.message) or "refsim and XLA disagree"),
+                           type="mismatch")
+        el.text = _clean(body)
+    elif r.status == "error":
+        el = ET.SubElement(tc, "error", message=_clean(_first_line(r.message) or "error"),
+                           type=_clean(r.details.get("exception_type", "error")))
+        el.text = _clean(body + ("\n\n" + r.details["traceback"] if r.details.get("traceback") else ""))
+    elif r.status in ("xfail", "unsupported"):
+        what = "expected failure" if r.status == "xfail" else "unsupported on this platform"
+        reason = _first_line(r.message)
+        ET.SubElement(tc, "skipped", message=_clean(f"{what}: {reason}" if reason else what), type=r.status)
+    elif r.status == "xpass":
+        out = ET.SubElement(tc, "system-out")
+        out.text = _clean(f"warning: stale xfail entry: {r.case_id} passed although the xfails file expects it to "
+                          f"fail ({r.message or 'no reason given'}); remove the entry.")
+    # pytest's layout: <properties> is the first child of <testcase>
+    props = ET.Element("properties")
+    for key, value in (("status", r.status), ("dtype", r.dtype), ("examples", r.examples),
+                       ("compile_seconds", f"{r.compile_seconds:.3f}")):
+        ET.SubElement(props, "property", name=key, value=_clean(value))
+    tc.insert(0, props)
+    return tc
+
+
+def _counts(results) -> dict:
+    return {
+        "tests": len(results),
+        "failures": sum(r.status == "fail" for r in results),
+        "errors": sum(r.status == "error" for r in results),
+        "skipped": sum(r.status in ("xfail", "unsupported") for r in results),
+        "time": sum(r.seconds for r in results),
+    }
+
+
+def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: str | None = None,
+           complete: bool = True) -> bytes:
+    """The JUnit document (UTF-8 bytes) for `results`, suites in order of first appearance.
+
+    `plan` entries become ``<property>`` elements of every suite; ``complete=False``
+    marks a document written mid-run (property ``complete`` = ``false``).
+    """
+    plan = dict(plan or {})
+    timestamp = timestamp or datetime.datetime.now().replace(microsecond=0).isoformat()
+    by_suite: dict[str, list[CaseResult]] = {}
+    for r in results:
+        by_suite.setdefault(r.suite, []).append(r)
+    for s in plan.get("suites") or ():
+        by_suite.setdefault(str(s), [])
+    total = _counts(results)
+    root = ET.Element("testsuites", name="conformance", tests=str(total["tests"]), failures=str(total["failures"]),
+                      errors=str(total["errors"]), skipped=str(total["skipped"]), time=f"{total['time']:.3f}")
+    host = socket.gethostname()
+    for suite, rs in by_suite.items():
+        c = _counts(rs)
+        ts = ET.SubElement(root, "testsuite", name=_clean(suite), tests=str(c["tests"]), failures=str(c["failures"]),
+                           errors=str(c["errors"]), skipped=str(c["skipped"]), time=f"{c['time']:.3f}",
+                           timestamp=timestamp, hostname=_clean(host))
+        props = ET.SubElement(ts, "properties")
+        for key, value in sorted(plan.items()):
+            if isinstance(value, (str, int, float, bool)) or value is None:
+                ET.SubElement(props, "property", name=_clean(key), value=_clean(value))
+            elif isinstance(value, (list, tuple)):
+                ET.SubElement(props, "property", name=_clean(key), value=_clean(",".join(map(str, value))))
+        ET.SubElement(props, "property", name="complete", value="true" if complete else "false")
+        for r in rs:
+            ts.append(_case_element(r))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a document."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class JUnitReporter:
+    """Keeps every result and writes the JUnit file at `start`, every `every` cases and at `finish`."""
+
+    def __init__(self, path, *, every: int = 25):
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise ValueError(f"every={every!r}; pass how many cases to finish between rewrites, an int >= 1.")
+        self.path = os.fspath(path)
+        self.every = every
+        self.results: dict[str, CaseResult] = {}
+        self._plan: dict = {}
+        self._since = 0
+        self._timestamp: str | None = None
+
+    def start(self, plan: dict) -> None:
+        parent = os.path.dirname(self.path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._plan = dict(plan)
+        self._timestamp = datetime.datetime.now().replace(microsecond=0).isoformat()
+        self._write(complete=False)
+
+    def case_finished(self, result: CaseResult) -> None:
+        self.results[result.case_id] = result  # a re-run case replaces its earlier record
+        self._since += 1
+        if self._since >= self.every:
+            self._write(complete=False)
+
+    def finish(self, summary: dict) -> None:
+        self._write(complete=True)
+
+    def _write(self, *, complete: bool) -> None:
+        self._since = 0
+        atomic_write(self.path, to_xml(list(self.results.values()), self._plan, timestamp=self._timestamp,
+                                        complete=complete))
