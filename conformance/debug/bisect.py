@@ -1,0 +1,318 @@
+"""Find the equation where XLA and refsim first disagree, by compiling prefixes of the program.
+
+The search runs over cuts of the region's equation list. The cut after equation k is
+checked by compiling the first k+1 equations, unchanged, as one XLA program that returns
+the values live across the cut (those a later equation or the output reads) and equation
+k's own outputs, and comparing them device by device with refsim's. Before any equation
+the cut is the program's arguments (the same data on both sides); after the last it holds
+the outputs. Binary search finds adjacent cuts k-1 (all equal) and k (some value differs):
+equation k read equal inputs and produced a different value, so it is a diverging
+equation, in about log2(n) + 1 compiles. When no divergence is masked later in the
+program it is the first one.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from conformance.debug import diff, naming
+from conformance.debug.region import Region, Runner, as_global, is_probeable, refsim_values, trace, xla_runner
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueReport:
+    """One variable compared on every device."""
+
+    name: str
+    aval: str
+    devices: dict  # device id -> diff.DeviceDiff
+
+    @property
+    def matched(self) -> bool:
+        return all(d.matched for d in self.devices.values())
+
+    @property
+    def differing(self) -> list[int]:
+        return sorted(dev for dev, d in self.devices.items() if not d.matched)
+
+    @property
+    def max_ulp(self) -> float:
+        return max((d.max_ulp for d in self.devices.values()), default=0.0)
+
+    @property
+    def max_abs(self) -> float:
+        return max((d.max_abs for d in self.devices.values()), default=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputInfo:
+    """An input of the diverging equation: its name, type, layout and where it came from."""
+
+    name: str
+    aval: str
+    layout: str
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """The diverging equation: position, primitive, params, source line, inputs and outputs."""
+
+    index: int
+    eqn: Any
+    text: str
+    source: str
+    inputs: tuple
+    outputs: tuple
+
+    @property
+    def primitive(self) -> str:
+        return self.eqn.primitive.name
+
+    @property
+    def params(self) -> dict:
+        return dict(self.eqn.params)
+
+    @property
+    def devices(self) -> dict[int, bool]:
+        """device id -> True where every output of the equation matched on that device."""
+        out: dict[int, bool] = {}
+        for r in self.outputs:
+            for dev, d in r.devices.items():
+                out[dev] = out.get(dev, True) and d.matched
+        return out
+
+    @property
+    def affected(self) -> list[int]:
+        return sorted(dev for dev, ok in self.devices.items() if not ok)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One compiled prefix: the cut after equation `k` (-1: the arguments) and what it found."""
+
+    k: int
+    values: int
+    differs: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class BisectResult:
+    """The outcome: `ok` when both sides agree, else the `divergence`, with the search log."""
+
+    region: Region
+    names: Any
+    n_eqns: int
+    divergence: Divergence | None
+    steps: tuple
+    outputs: tuple
+    max_ulp: float = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    @property
+    def compiles(self) -> int:
+        return len(self.steps)
+
+    def report(self, *, max_devices: int = 4) -> str:
+        """A text report: the verdict, the equation, its inputs' layouts, each device's match."""
+        from conformance.debug import picture
+
+        mesh = self.region.mesh
+        if self.ok:
+            return (f"MATCH: refsim and XLA agree on all {len(self.outputs)} output(s) of the "
+                    f"{self.region.kind} program ({self.n_eqns} equations, mesh {dict(mesh.shape)}).")
+        d = self.divergence
+        lines = [
+            f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
+            f"(found with {self.compiles} compiled prefixes; tolerance {self.max_ulp:g} ULP)",
+            f"  primitive: {d.primitive}",
+            f"  source:    {d.source or '(unknown)'}",
+            "  equation:  " + d.text.replace("\n", "\n             "),
+            "  params:",
+        ]
+        lines += [f"    {k} = {v!r}" for k, v in sorted(d.params.items()) if k != "jaxpr"]
+        lines.append("  inputs (equal on every device at the cut before it):")
+        lines += [f"    {i.name}: {i.aval}  layout {i.layout}  from {i.source}" for i in d.inputs] or ["    (none)"]
+        for r in d.outputs:
+            nd = len(r.devices)
+            if r.matched:
+                lines.append(f"  output {r.name}: {r.aval} matches on all {nd} devices")
+                continue
+            lines.append(f"  output {r.name}: {r.aval} differs on {len(r.differing)} of {nd} devices "
+                         f"{r.differing}; max ULP {r.max_ulp:g}, max abs error {r.max_abs:g}")
+            lines.append(picture.render(mesh, r, metric="ulp", format="text").rstrip())
+            for dev in r.differing[:max_devices]:
+                dd = r.devices[dev]
+                lines.append(f"    device {dev} (mesh position {dd.position}): {dd.bad} of {dd.expected.size} "
+                             f"elements differ at {', '.join(dd.ranges(self.max_ulp))}")
+                for loc in np.argwhere(diff.ulp_error(dd.expected, dd.actual) > self.max_ulp)[:3]:
+                    loc = tuple(int(v) for v in loc)
+                    lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
+                                 f"xla {dd.actual[loc].item()!r}")
+            if len(r.differing) > max_devices:
+                lines.append(f"    ... {len(r.differing) - max_devices} more devices differ")
+        lines.append("  devices: " + ", ".join(f"{dev}:{'ok' if ok else 'DIFF'}"
+                                               for dev, ok in sorted(d.devices.items())))
+        lines.append("  search: " + ", ".join(
+            f"{'args' if s.k < 0 else f'#{s.k}'} {'differs' if s.differs else 'equal'}" for s in self.steps))
+        return "\n".join(lines)
+
+    __str__ = report
+
+
+def bisect(fn, *args, mesh, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
+           out_shardings=None, runner: Runner | None = None, max_ulp: float = 0) -> BisectResult:
+    """Run `fn` on refsim and on XLA; when they differ, find the first diverging equation.
+
+    With `in_specs`/`out_specs` the program is `jax.shard_map(fn, mesh=mesh, ...)` and the
+    search runs over its body, per device; otherwise it is `jax.jit(fn, in_shardings=...,
+    out_shardings=...)` over global values. `runner(region, args)` compiles and runs a
+    prefix (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
+    Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
+    """
+    if max_ulp < 0:
+        raise ValueError(f"max_ulp={max_ulp!r} must be >= 0 (0: bit-exact, NaN equals NaN).")
+    region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
+                         in_shardings=in_shardings, out_shardings=out_shardings)
+    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
+
+
+def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
+                  max_ulp: float = 0) -> BisectResult:
+    """`bisect` over an already traced Region and its flat arguments."""
+    runner = runner or xla_runner
+    jaxpr = region.jaxpr
+    eqns = list(jaxpr.eqns)
+    n = len(eqns)
+    names = naming.Names(jaxpr)
+    ref = refsim_values(region, args)
+    live = _live_sets(jaxpr)
+    steps: list[Step] = []
+    cache: dict[int, list[ValueReport]] = {}
+
+    def check(k: int) -> bool:
+        if k not in cache:
+            vars_ = live[k]
+            reports: list[ValueReport] = []
+            if vars_:
+                arrays = runner(region.prefix(k + 1, vars_), args)
+                if len(arrays) != len(vars_):
+                    raise ValueError(f"runner returned {len(arrays)} values for {len(vars_)} probed variables; "
+                                     "a runner must return one refsim.Array per outvar of the region it is given.")
+                for v, arr in zip(vars_, arrays):
+                    local = tuple(v.aval.shape) if region.kind == "shard_map" else None
+                    devs = diff.compare_shards(as_global(region, ref[v], v.aval), arr, max_ulp, local)
+                    reports.append(ValueReport(names[v], names.aval(v), devs))
+            cache[k] = reports
+            steps.append(Step(k, len(vars_), any(not r.matched for r in reports)))
+        return any(not r.matched for r in cache[k])
+
+    final = n - 1
+    outputs_differ = check(final)
+    out_reports = tuple(r for r in cache[final] if _is_outvar(r.name, jaxpr, names))
+    if not outputs_differ:
+        return BisectResult(region, names, n, None, tuple(steps), out_reports, max_ulp)
+    lo, hi = -1, final
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if check(mid):
+            hi = mid
+        else:
+            lo = mid
+    div = _divergence(region, names, hi, cache[hi], cache.get(hi - 1), args)
+    return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp)
+
+
+def _is_outvar(name: str, jaxpr, names) -> bool:
+    return any(names[v] == name for v in jaxpr.outvars if not _is_literal(v))
+
+
+def _is_literal(v) -> bool:
+    return hasattr(v, "val") and not hasattr(v, "count") and type(v).__name__ == "Literal"
+
+
+def _live_sets(jaxpr) -> dict[int, list]:
+    """For each cut k (-1..n-1): the probeable variables defined at or before equation k that a
+    later equation or the output reads, plus equation k's own outputs, in definition order."""
+    eqns = jaxpr.eqns
+    n = len(eqns)
+    last_use: dict = {}
+    for j, e in enumerate(eqns):
+        for v in e.invars:
+            if not _is_literal(v):
+                last_use[v] = j
+    for v in jaxpr.outvars:
+        if not _is_literal(v):
+            last_use[v] = n
+    defined: list[tuple[int, Any]] = [(-1, v) for v in jaxpr.invars]
+    out: dict[int, list] = {-1: [v for v in jaxpr.invars if is_probeable(v)]}
+    for k, e in enumerate(eqns):
+        defined += [(k, v) for v in e.outvars if type(v).__name__ != "DropVar"]
+        out[k] = [v for j, v in defined if is_probeable(v) and (j == k or last_use.get(v, -2) > k)]
+    return out
+
+
+def _divergence(region: Region, names, k: int, reports, before, args) -> Divergence:
+    eqn = region.jaxpr.eqns[k]
+    own = {names[v] for v in eqn.outvars if type(v).__name__ != "DropVar"}
+    outputs = tuple(r for r in reports if r.name in own)
+    producer = {}
+    for j, e in enumerate(region.jaxpr.eqns[:k]):
+        for v in e.outvars:
+            producer[v] = j
+    inputs = []
+    for v in eqn.invars:
+        if _is_literal(v):
+            inputs.append(InputInfo(repr(v.val), names.aval(v), "literal (same on every device)", "a literal"))
+            continue
+        if v in producer:
+            p = region.jaxpr.eqns[producer[v]]
+            src = f"equation #{producer[v]} ({p.primitive.name})"
+        elif v in region.jaxpr.invars:
+            src = _argument_source(region, region.jaxpr.invars.index(v), args)
+        else:
+            src = "a constant"
+        inputs.append(InputInfo(names[v], names.aval(v), _layout(region, names, v, before), src))
+    from refsim import _compat
+
+    return Divergence(k, eqn, names.eqn(eqn), _compat.eqn_source_line(eqn), tuple(inputs), outputs)
+
+
+def _argument_source(region: Region, i: int, args) -> str:
+    shape = tuple(np.shape(args[i]))
+    lay = region.in_layouts[i]
+    what = "in_spec" if region.kind == "shard_map" else "in_sharding"
+    return f"argument {i} (global {np.asarray(args[i]).dtype}{list(shape)}, {what} {lay!r})"
+
+
+def _layout(region: Region, names, v, before) -> str:
+    """shard_map: the block each device holds and the axes it varies over (its vma); jit: where
+    XLA placed the value at the cut before the equation (the device ids per block)."""
+    from refsim import _compat
+
+    if region.kind == "shard_map" and not region.check_vma:
+        return f"per-device block {list(v.aval.shape)} (check_vma=False: no varying-axes type)"
+    if region.kind == "shard_map":
+        vma = sorted(_compat.aval_vma(v.aval), key=region.mesh.axis_names.index)
+        axes = "(" + ", ".join(vma) + ")" if vma else "no axis (same block on every device)"
+        return f"per-device block {list(v.aval.shape)}, varying over {axes}"
+    for r in before or ():
+        if r.name == names[v]:
+            return "XLA placed " + ", ".join(f"dev {dev}: {_fmt_index(d.index)}"
+                                             for dev, d in sorted(r.devices.items()))
+    return "global value"
+
+
+def _fmt_index(index) -> str:
+    parts = []
+    for i in index:
+        if isinstance(i, slice):
+            parts.append(":" if i.start is None and i.stop is None else f"{i.start or 0}:{i.stop}")
+        else:
+            parts.append(str(i))
+    return "[" + ", ".join(parts) + "]"

@@ -1,0 +1,105 @@
+"""`python -m conformance bisect FILE.py[:NAME]`: find where XLA and refsim diverge on a reproducer.
+
+Prints the bisect report (equation, source line, inputs' layouts, per-device grid, the
+differing index ranges) and optionally writes HTML/SVG/PNG pictures and refsim's
+intermediate values. Exit status: 0 when both sides agree, 1 on a divergence, 2 when the
+file cannot be used.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+
+from conformance.debug import loader, picture
+
+
+def build_parser(prog: str = "python -m conformance bisect") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Find the first jaxpr equation where XLA and refsim "
+                                                       "disagree on a conformance reproducer.")
+    p.add_argument("target", help="reproducer file, optionally with a case name: FILE.py or FILE.py:NAME")
+    p.add_argument("--max-ulp", type=float, default=None,
+                   help="values within this many ULP count as equal (default 0: bit-exact)")
+    p.add_argument("--metric", choices=picture.METRICS, default="ulp", help="what the device grid shows")
+    p.add_argument("--html", metavar="PATH", help="write the report and device grid as an HTML page")
+    p.add_argument("--svg", metavar="PATH", help="write the device grid as SVG")
+    p.add_argument("--png", metavar="PATH", help="write the device grid as PNG (needs matplotlib)")
+    p.add_argument("--runner", metavar="MODULE:NAME",
+                   help="the XLA-side runner (default conformance.debug.region:xla_runner); e.g. "
+                        "conformance.debug.planted:reverse_first_ppermute plants a miscompile")
+    p.add_argument("--intermediates", metavar="DIR",
+                   help="also dump refsim's value of every equation as .npz files into DIR")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        case = loader.load(args.target)
+    except (ValueError, TypeError, SyntaxError, ImportError) as e:
+        print(f"error: cannot use {args.target}: {e}", file=sys.stderr)
+        return 2
+    max_ulp = args.max_ulp if args.max_ulp is not None else 0
+    if max_ulp < 0:
+        print(f"error: --max-ulp={max_ulp} must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        runner = _import_runner(args.runner) if args.runner else None
+    except (ValueError, ImportError, AttributeError) as e:
+        print(f"error: --runner {args.runner}: {e}", file=sys.stderr)
+        return 2
+    result = case.bisect(max_ulp=max_ulp, runner=runner)
+    print(f"reproducer {args.target} ({case.kind}, {len(case.inputs)} input(s))")
+    if case.tolerance != "exact" and args.max_ulp is None:
+        print(f"note: the reproducer compares with the {case.tolerance!r} policy; bisect compares bit-exactly. "
+              "If it stops at a legitimate rounding difference, pass --max-ulp N.")
+    print(result.report())
+    if args.intermediates:
+        _dump_intermediates(case, args.intermediates)
+        print(f"refsim intermediates written to {args.intermediates}")
+    if not result.ok:
+        out = next(r for r in result.divergence.outputs if not r.matched)
+        mesh = result.region.mesh
+        if args.svg:
+            _write(args.svg, picture.render(mesh, out, metric=args.metric, format="svg"))
+        if args.html:
+            svg = picture.render(mesh, out, metric=args.metric, format="svg")
+            _write(args.html, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>bisect "
+                   f"{html.escape(args.target)}</title></head><body>\n{svg}\n<pre>"
+                   f"{html.escape(result.report())}</pre>\n</body></html>\n")
+        if args.png:
+            try:
+                picture.to_png(mesh, out, args.png, metric=args.metric)
+            except ImportError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+    return 0 if result.ok else 1
+
+
+def _import_runner(spec: str):
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError("expected MODULE:NAME, e.g. conformance.debug.planted:reverse_first_ppermute")
+    runner = getattr(importlib.import_module(module), name)
+    if not callable(runner):
+        raise ValueError(f"{spec} is not callable; a runner is called as runner(region, args).")
+    return runner
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+def _dump_intermediates(case, directory: str) -> None:
+    import refsim
+
+    kw = case.bisect_kwargs()
+    fn = kw.pop("_fn", case.program)
+    if "in_specs" in kw:
+        refsim.shard_map(fn, intermediates=directory, **kw)(*case.inputs)
+    else:
+        kw.pop("mesh")
+        refsim.jit(fn, intermediates=directory, **kw)(*case.inputs)

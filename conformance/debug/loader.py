@@ -1,0 +1,188 @@
+"""Read conformance reproducer files (`# conformance reproducer v1`) as bisectable cases.
+
+A reproducer defines, at module level or in a named dict (or a function returning one):
+MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND ("shard_map",
+"jit" or "pmap"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA; IN_SHARDINGS/
+OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OUT_AXES), `program`,
+`inputs()`, and optionally EXPECTED and TOLERANCE. `FILE.py:NAME` selects case NAME.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+
+KINDS = ("shard_map", "jit", "pmap")
+_PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproducer:
+    """One case of a reproducer file, with its layouts as refsim objects."""
+
+    target: str
+    kind: str
+    mesh: Mesh | None
+    program: Callable
+    inputs: tuple
+    in_specs: Any = None
+    out_specs: Any = None
+    check_vma: bool = True
+    in_shardings: Any = None
+    out_shardings: Any = None
+    axis_name: Any = None
+    in_axes: Any = 0
+    out_axes: Any = 0
+    device_ids: Any = None
+    expected: Any = None
+    tolerance: str = "exact"
+
+    def bisect_kwargs(self) -> dict:
+        """Keyword arguments of `conformance.debug.bisect` for this case (pmap as its shard_map)."""
+        if self.kind == "shard_map":
+            return dict(mesh=self.mesh, in_specs=self.in_specs, out_specs=self.out_specs, check_vma=self.check_vma)
+        if self.kind == "jit":
+            return dict(mesh=self.mesh, in_shardings=self.in_shardings, out_shardings=self.out_shardings)
+        fn, mesh, in_specs, out_specs = pmap_as_shard_map(self.program, self.inputs, self.axis_name, self.in_axes,
+                                                          self.out_axes, self.device_ids)
+        return dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, _fn=fn)
+
+    def bisect(self, *, runner=None, max_ulp: float = 0):
+        """Run `conformance.debug.bisect` on this case."""
+        from conformance.debug.bisect import bisect
+
+        kw = self.bisect_kwargs()
+        fn = kw.pop("_fn", self.program)
+        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, **kw)
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`FILE.py[:NAME]` -> (path, NAME or None); a drive letter's colon is not a separator."""
+    m = re.match(r"^(.*\.py):([A-Za-z_][A-Za-z0-9_]*)$", target)
+    return (m.group(1), m.group(2)) if m else (target, None)
+
+
+def _import(path: str):
+    if not os.path.isfile(path):
+        raise ValueError(f"reproducer file {path!r} does not exist; pass FILE.py or FILE.py:NAME.")
+    name = "_conformance_repro_" + re.sub(r"\W", "_", os.path.abspath(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load(target: str) -> Reproducer:
+    """The case `FILE.py[:NAME]` names: NAME is a module-level dict (or a function returning one)
+    with the reproducer keys; without NAME the module's own attributes are the case."""
+    path, name = split_target(target)
+    module = _import(path)
+    if name is None:
+        fields = vars(module)
+    else:
+        if not hasattr(module, name):
+            cases = sorted(k for k, v in vars(module).items() if isinstance(v, dict) and "program" in v)
+            raise ValueError(f"{path} has no case {name!r}; cases defined there: {cases or 'none (use FILE.py)'}.")
+        obj = getattr(module, name)
+        fields = obj() if callable(obj) else obj
+        if not isinstance(fields, dict):
+            raise TypeError(f"{target}: {name} must be a dict of reproducer fields or a function returning one, "
+                            f"got {type(fields).__name__}.")
+    return from_fields(fields, target)
+
+
+def _get(fields: dict, key: str, target: str, default: Any = ...) -> Any:
+    if key in fields:
+        return fields[key]
+    if default is not ...:
+        return default
+    raise ValueError(f"reproducer {target} has no {key}; a reproducer defines MESH_SHAPE, AXIS_NAMES, KIND, "
+                     "the layouts of its KIND, program and inputs (see conformance.debug.loader).")
+
+
+def _spec(p) -> PartitionSpec | None:
+    if p is None or isinstance(p, PartitionSpec):
+        return p
+    import jax
+
+    if isinstance(p, jax.sharding.PartitionSpec):
+        return PartitionSpec.from_jax(p)
+    if isinstance(p, (tuple, list)):
+        return tuple(_spec(x) for x in p)
+    raise TypeError(f"expected a PartitionSpec (or a tuple of them), got {p!r}.")
+
+
+def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
+    """A Reproducer from a dict of reproducer fields (the module attributes' names)."""
+    kind = _get(fields, "KIND", target)
+    if kind not in KINDS:
+        raise ValueError(f"reproducer {target}: KIND={kind!r}; use one of {KINDS}.")
+    program = _get(fields, "program", target)
+    raw = _get(fields, "inputs", target)
+    inputs = tuple(np.asarray(x) for x in (raw() if callable(raw) else raw))
+    ids = fields.get("DEVICE_IDS")
+    common = dict(target=target, kind=kind, program=program, inputs=inputs,
+                  expected=fields.get("EXPECTED"), tolerance=fields.get("TOLERANCE", "exact"))
+    if kind == "pmap":
+        return Reproducer(mesh=None, axis_name=fields.get("AXIS_NAME"), in_axes=fields.get("IN_AXES", 0),
+                          out_axes=fields.get("OUT_AXES", 0), device_ids=ids, **common)
+    shape = tuple(int(s) for s in _get(fields, "MESH_SHAPE", target))
+    names = tuple(_get(fields, "AXIS_NAMES", target))
+    mesh = Mesh(shape, names, device_ids=None if ids is None else np.asarray(ids).reshape(shape))
+    if kind == "shard_map":
+        return Reproducer(mesh=mesh, in_specs=_spec(_get(fields, "IN_SPECS", target)),
+                          out_specs=_spec(_get(fields, "OUT_SPECS", target)),
+                          check_vma=bool(fields.get("CHECK_VMA", True)), **common)
+
+    def named(tree):
+        if tree is None:
+            return None
+        spec = _spec(tree)
+        if isinstance(spec, tuple) and not isinstance(spec, PartitionSpec):
+            return tuple(None if s is None else NamedSharding(mesh, s) for s in spec)
+        return NamedSharding(mesh, spec)
+
+    return Reproducer(mesh=mesh, in_shardings=named(fields.get("IN_SHARDINGS")),
+                      out_shardings=named(fields.get("OUT_SHARDINGS")), **common)
+
+
+def pmap_as_shard_map(fn, inputs, axis_name, in_axes, out_axes, device_ids):
+    """`jax.pmap(fn, axis_name, in_axes, out_axes)` as the shard_map JAX builds it (jax >= 0.10):
+    a 1-D mesh named `axis_name`, each mapped argument split along its in_axes dim, the
+    body squeezing that dim and expanding `out_axes`. Returns (fn, mesh, in_specs, out_specs)."""
+    import jax
+
+    name = axis_name if axis_name is not None else _PMAP_DEFAULT_AXIS
+    n_args = len(inputs)
+    axes = list(in_axes) if isinstance(in_axes, (tuple, list)) else [in_axes] * n_args
+    if len(axes) != n_args:
+        raise ValueError(f"IN_AXES={in_axes!r} has {len(axes)} entries for {n_args} inputs; give one per input.")
+    axes = [None if a is None else a % max(np.ndim(x), 1) for a, x in zip(axes, inputs)]
+    sizes = {np.shape(x)[a] for a, x in zip(axes, inputs) if a is not None}
+    if len(sizes) != 1:
+        raise ValueError(f"pmap reproducer: mapped input sizes {sorted(sizes)}; need exactly one mapped size.")
+    (n,) = sizes
+    mesh = Mesh((n,), (name,), device_ids=None if device_ids is None else np.asarray(device_ids).reshape(n))
+
+    def spec(a):
+        return PartitionSpec() if a is None else PartitionSpec(*([None] * a), name)
+
+    def body(*args):
+        local = [x if a is None else jax.lax.squeeze(x, (a,)) for x, a in zip(args, axes)]
+        out = fn(*local)
+        if isinstance(out, (tuple, list)):
+            oa = out_axes if isinstance(out_axes, (tuple, list)) else [out_axes] * len(out)
+            return type(out)(y if a is None else jax.lax.expand_dims(y, (a,)) for y, a in zip(out, oa))
+        return out if out_axes is None else jax.lax.expand_dims(out, (out_axes,))
+
+    out_specs = (tuple(spec(a) for a in out_axes) if isinstance(out_axes, (tuple, list)) else spec(out_axes))
+    body.__name__ = getattr(fn, "__name__", "pmap_body")
+    return body, mesh, tuple(spec(a) for a in axes), out_specs

@@ -1,0 +1,57 @@
+"""Runners with a planted miscompile, to check the debugger (and to demonstrate it).
+
+Each runner rewrites one equation of the region it is given, on the XLA side only, and
+then runs `xla_runner`: refsim still interprets the original program, so `bisect` must
+name exactly that equation. An equation is chosen by its position in the region or as
+the first equation of a primitive; prefixes that stop before it run unchanged.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from conformance.debug.region import Region, Runner, xla_runner
+
+
+def _position(region: Region, where) -> int | None:
+    eqns = region.jaxpr.eqns
+    if isinstance(where, int):
+        return where if where < len(eqns) else None
+    return next((i for i, e in enumerate(eqns) if e.primitive.name == where), None)
+
+
+def rewrite(where, change: Callable[[dict], dict], runner: Runner = xla_runner) -> Runner:
+    """A runner compiling the region with equation `where` (an index, or the first equation of a
+    primitive name) bound with params `change(params)`."""
+
+    def run(region: Region, args):
+        i = _position(region, where)
+        if i is not None:
+            eqn = region.jaxpr.eqns[i]
+            region = region.with_eqn(i, eqn.replace(params=change(dict(eqn.params))))
+        return runner(region, args)
+
+    return run
+
+
+def reversed_ppermute(where="ppermute") -> Runner:
+    """XLA runs ppermute `where` with every (source, target) pair reversed."""
+    return rewrite(where, lambda p: {**p, "perm": tuple((t, s) for s, t in p["perm"])})
+
+
+def regrouped_psum(where="psum", groups=None) -> Runner:
+    """XLA runs psum `where` with `axis_index_groups=groups` (default: each group's members rotated
+    by one across groups, so every group changes)."""
+
+    def change(p):
+        g = groups
+        if g is None:
+            old = p["axis_index_groups"]
+            if not old or len(old) < 2:
+                raise ValueError("regrouped_psum needs groups= for a psum without at least two axis_index_groups.")
+            g = tuple(tuple(old[(k + (j == 0)) % len(old)][j] for j in range(len(old[k]))) for k in range(len(old)))
+        return {**p, "axis_index_groups": tuple(tuple(x) for x in g)}
+
+    return rewrite(where, change)
+
+
+reverse_first_ppermute = reversed_ppermute("ppermute")

@@ -1,0 +1,246 @@
+"""The program a bisection searches: one traced region, run by refsim and by an XLA runner.
+
+A `Region` is the equation list the debugger bisects: the body of the program's
+`shard_map` (values are per-device blocks) or of its `jit` (global values). A prefix of
+it (the first k equations, returning chosen variables) is again a Region, which a
+runner compiles and runs. `xla_runner` is the default runner: it re-binds the region's
+equations, unchanged, inside `jax.jit(jax.shard_map(...))` or `jax.jit(...)` on the
+mesh's real devices (through `xla_backend`), so the prefix is compiled as the program
+itself is.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from refsim import _compat
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+
+KINDS = ("shard_map", "jit")
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """Equations to compile: `jaxpr` (open; its eqns and outvars) over `mesh`.
+
+    kind "shard_map": `in_layouts` are the body's in_specs (refsim PartitionSpecs, one per
+    flat argument) and every value is a device-local block. kind "jit": `in_layouts` are
+    NamedShardings (or None) and values are global.
+    """
+
+    kind: str
+    jaxpr: Any
+    consts: tuple
+    mesh: Mesh
+    in_layouts: tuple
+    check_vma: bool = True
+
+    def prefix(self, stop: int, outvars: Sequence) -> "Region":
+        """The first `stop` equations, returning `outvars` (variables they define or inputs)."""
+        jaxpr = self.jaxpr.replace(eqns=list(self.jaxpr.eqns[:stop]), outvars=list(outvars))
+        return dataclasses.replace(self, jaxpr=jaxpr)
+
+    def with_eqn(self, index: int, eqn) -> "Region":
+        """This region with equation `index` replaced (for planting faults in tests)."""
+        eqns = list(self.jaxpr.eqns)
+        eqns[index] = eqn
+        return dataclasses.replace(self, jaxpr=self.jaxpr.replace(eqns=eqns))
+
+
+Runner = Callable[[Region, Sequence[np.ndarray]], list]
+
+
+def _canonical(x) -> np.ndarray:
+    import jax
+
+    arr = np.asarray(x)
+    return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
+
+
+def _jax_spec(spec):
+    return spec.to_jax() if isinstance(spec, PartitionSpec) else spec
+
+
+def _refsim_spec(spec) -> PartitionSpec:
+    return spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_jax(spec)
+
+
+def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, check_vma: bool = True,
+          in_shardings=None, out_shardings=None) -> tuple[Region, list[np.ndarray]]:
+    """Trace `fn` as `jax.shard_map` (when `in_specs` is given) or `jax.jit`; returns the Region
+    and the flat canonical arguments.
+
+    The program must trace to a single shard_map (or jit) equation, as
+    `jax.make_jaxpr(jax.shard_map(f, ...))` does; the region is that equation's body.
+    """
+    import jax
+
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}; build one "
+                        "with refsim.Mesh(shape, names, device_ids=...) or xla_backend.mesh(shape, names).")
+    flat, tree = jax.tree_util.tree_flatten(tuple(args))
+    flat = [_canonical(x) for x in flat]
+    abstract = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat])
+    import xla_backend
+
+    # Traced over the mesh's real devices: each equation records the context mesh it was traced
+    # under, and re-binding it (the XLA side) must see the same one.
+    jmesh = xla_backend.jax_mesh(mesh)
+    is_spec = lambda x: x is None or isinstance(x, (PartitionSpec, jax.sharding.PartitionSpec))  # noqa: E731
+    if in_specs is not None:
+        if out_specs is None:
+            raise ValueError("bisect: in_specs given without out_specs; pass out_specs as for jax.shard_map.")
+        conv = lambda t: jax.tree_util.tree_map(_jax_spec, t, is_leaf=is_spec)  # noqa: E731
+        traced = jax.shard_map(fn, mesh=jmesh, in_specs=conv(in_specs), out_specs=conv(out_specs),
+                               check_vma=check_vma)
+        closed = jax.make_jaxpr(traced)(*abstract)
+        eqn = _single_eqn(closed, "shard_map")
+        body = eqn.params["jaxpr"]
+        specs = tuple(_refsim_spec(s) for s in eqn.params["in_specs"])
+        return Region("shard_map", body, (), mesh, specs, bool(check_vma)), flat
+
+    def to_jax(s):
+        return jax.sharding.NamedSharding(jmesh, s.spec.to_jax()) if isinstance(s, NamedSharding) else s
+
+    conv = lambda t: jax.tree_util.tree_map(  # noqa: E731
+        to_jax, t, is_leaf=lambda x: x is None or isinstance(x, NamedSharding))
+    kw = {}
+    if in_shardings is not None:
+        kw["in_shardings"] = conv(in_shardings)
+    if out_shardings is not None:
+        kw["out_shardings"] = conv(out_shardings)
+    with jax.set_mesh(jmesh):
+        closed = jax.make_jaxpr(jax.jit(fn, **kw))(*abstract)
+    eqn = _single_eqn(closed, "jit", "pjit")
+    body = eqn.params["jaxpr"]
+    layouts = tuple(_flat_shardings(in_shardings, tuple(args), mesh))
+    return Region("jit", body.jaxpr, tuple(body.consts), mesh, layouts, True), flat
+
+
+def _flat_shardings(in_shardings, args: tuple, mesh: Mesh) -> list:
+    import jax
+
+    n = len(jax.tree_util.tree_leaves(args))
+    if in_shardings is None:
+        return [None] * n
+    if isinstance(in_shardings, NamedSharding):
+        return [in_shardings] * n
+    out: list = []
+    jax.tree_util.tree_map(lambda s, sub: out.extend([s] * len(jax.tree_util.tree_leaves(sub))),
+                           tuple(in_shardings), args, is_leaf=lambda x: x is None or isinstance(x, NamedSharding))
+    return out
+
+
+def _single_eqn(closed, *names):
+    eqns = closed.jaxpr.eqns
+    if len(eqns) != 1 or eqns[0].primitive.name not in names or list(eqns[0].outvars) != list(closed.jaxpr.outvars):
+        got = [e.primitive.name for e in eqns]
+        raise ValueError(
+            f"bisect needs a program that traces to one {names[0]} equation, got equations {got}; "
+            f"pass the function that {names[0]} wraps (not an already wrapped one) and its arguments.")
+    return eqns[0]
+
+
+# -- refsim side -------------------------------------------------------------------------------------
+
+def refsim_values(region: Region, args: Sequence[np.ndarray]) -> dict:
+    """Every variable of the region's body evaluated by refsim: {var: value}.
+
+    shard_map regions hold stacked per-device values (mesh dims first, size 1 where
+    invariant), split from the global args by the in_specs; jit regions hold global values.
+    Recorded through the interpreter's probe hook.
+    """
+    from refsim.interpreter import core
+    from refsim.interpreter.registry import Context, load_rules
+    from refsim.interpreter.rules.sharding import split_by_spec
+
+    load_rules()
+    jaxpr = region.jaxpr
+    own = {id(e) for e in jaxpr.eqns}
+    env: dict = {}
+
+    def probe(eqn, invals, outvals):
+        if id(eqn) in own:
+            for v, val in zip(eqn.outvars, outvals):
+                env[v] = val
+
+    extra = {"fallback": False, "strict": False, "replication": [], "probe": probe}
+    if region.kind == "shard_map":
+        mesh = region.mesh
+        nm = mesh.ndim
+        vals = [split_by_spec(a.reshape((1,) * nm + a.shape), mesh, s) for a, s in zip(args, region.in_layouts)]
+        ctx = Context(nm=nm, mesh=mesh, extra=extra)
+    else:
+        nm, vals = 0, list(args)
+        ctx = Context(extra=extra)
+    consts = [core.lift(c, nm) for c in region.consts]
+    for v, c in zip(jaxpr.constvars, consts):
+        env[v] = c
+    for v, a in zip(jaxpr.invars, vals):
+        env[v] = a
+    core.eval_jaxpr(jaxpr, consts, *vals, ctx=ctx)
+    return env
+
+
+def as_global(region: Region, value: np.ndarray, aval) -> np.ndarray:
+    """A refsim value in the coordinates of `xla_runner`'s result: stacked blocks broadcast to the
+    full mesh shape (shard_map), or the global value itself (jit)."""
+    if region.kind == "shard_map":
+        return np.broadcast_to(value, tuple(region.mesh.axis_sizes) + tuple(aval.shape))
+    return np.asarray(value)
+
+
+# -- XLA side ----------------------------------------------------------------------------------------
+
+def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
+    """Compile and run `region` on XLA; one refsim.Array per outvar, shards copied off the devices.
+
+    shard_map regions return each value with the mesh dims in front, laid out
+    `P(*mesh.axis_names)`, so device d's shard is exactly its own block; jit regions return
+    the values with the shardings XLA chose for them.
+    """
+    import jax
+
+    import xla_backend
+
+    jaxpr, consts = region.jaxpr, list(region.consts)
+    if region.kind == "shard_map":
+        nm = region.mesh.ndim
+
+        def body(*a):
+            outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
+            return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
+
+        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
+        run = xla_backend.shard_map(body, mesh=region.mesh, in_specs=tuple(region.in_layouts),
+                                    out_specs=out_specs, check_vma=region.check_vma)
+        return list(run(*args))
+
+    def prog(*a):
+        return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
+
+    run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts))
+    try:
+        return list(run(*args))
+    except TypeError:
+        # XLA chose an output sharding refsim cannot name: read it back replicated instead.
+        rep = NamedSharding(region.mesh, PartitionSpec())
+        run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts),
+                              out_shardings=tuple(rep for _ in jaxpr.outvars))
+        return list(run(*args))
+
+
+def is_probeable(var) -> bool:
+    """Values a runner can return: arrays of ordinary dtypes (not PRNG keys, tokens or float0)."""
+    aval = var.aval
+    if not hasattr(aval, "shape") or not hasattr(aval, "dtype"):
+        return False
+    import jax
+
+    if _compat.prng_impl_of(aval.dtype) is not None:
+        return False
+    return aval.dtype != jax.dtypes.float0
