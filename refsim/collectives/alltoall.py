@@ -5,6 +5,10 @@ along `split_axis` and sends block i to position i; every member concatenates th
 blocks it receives along `concat_axis` in ascending sender position. At the
 primitive level this is always "tiled" (JAX's untiled `all_to_all` adds and
 squeezes a size-1 dimension around the primitive).
+
+The data movement is one axis swap of the stacked value, materialised by
+`transpose_copy`, a cache-blocked copy: at 4096 devices with one element per block
+a plain strided copy reads every element from a different cache line.
 """
 from __future__ import annotations
 
@@ -12,6 +16,128 @@ import numpy as np
 
 from refsim.collectives.gather import check_dimension
 from refsim.collectives.groups import GroupLayout, device_groups, member_index
+
+# A tile of the swapped axes is staged through one buffer that stays in L2. Runs of
+# more than `_WIDE_RUN` contiguous bytes on both sides already stream well, and
+# arrays under `_SMALL` fit in cache: both are copied by NumPy directly.
+_TILE_BYTES = 1 << 18
+_WIDE_RUN = 128
+_SMALL = 1 << 20
+_PAD_BYTES = 64  # one cache line of padding per buffer row breaks power-of-two aliasing
+
+
+def _coalesce(v: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and strides of `v` with size-1 dims dropped and adjacent dims merged
+    wherever `v` is contiguous across them (a C-order copy is unchanged by this)."""
+    shape, strides = [], []
+    for n, s in zip(v.shape, v.strides):
+        if n == 1:
+            continue
+        if shape and strides[-1] == s * n:
+            shape[-1] *= n
+            strides[-1] = s
+        else:
+            shape.append(n)
+            strides.append(s)
+    return tuple(shape), tuple(strides)
+
+
+def _buffer(shape, order, item: int) -> np.ndarray:
+    """An empty buffer for a tile of logical `shape`, its axes laid out in memory order
+    `order` (outermost first) and its rows padded by at least `_PAD_BYTES`, so that
+    rows a power of two apart do not collide in a set-associative cache."""
+    laid = [shape[i] for i in order]
+    laid[-1] += -(-_PAD_BYTES // item)
+    return laid
+
+
+def _view(base, shape, order):
+    idx = tuple(slice(0, shape[i]) for i in order)
+    return base[idx].transpose(np.argsort(order))
+
+
+def _tiled_copy(dst: np.ndarray, src: np.ndarray, p: int, q: int, tp: int, tq: int):
+    """dst[...] = src, tile by tile over axes p and q (q is dst's contiguous axis).
+
+    Each tile is read in the source's memory order into a padded buffer, then
+    written in the destination's order, so both big arrays are walked in runs.
+    """
+    ndim = src.ndim
+    full = list(src.shape)
+    full[p], full[q] = min(tp, full[p]), min(tq, full[q])
+    order = sorted(range(ndim), key=lambda i: (-abs(src.strides[i]), i))
+    base = np.empty(_buffer(full, order, src.itemsize), src.dtype)
+    idx = [slice(None)] * ndim
+    for p0 in range(0, src.shape[p], tp):
+        idx[p] = slice(p0, p0 + tp)
+        for q0 in range(0, src.shape[q], tq):
+            idx[q] = slice(q0, q0 + tq)
+            tile = src[tuple(idx)]
+            stage = _view(base, tile.shape, order)
+            np.copyto(stage, tile)
+            np.copyto(dst[tuple(idx)], stage)
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << max(0, int(n).bit_length() - 1)
+
+
+def _as_wide(a: np.ndarray, shape, nbytes: int) -> np.ndarray:
+    """`a` (coalesced to `shape`) with its contiguous last axis of `nbytes` bytes read
+    as one element: an unsigned int of that width, else raw bytes (void)."""
+    wide = np.dtype(f"u{nbytes}") if nbytes in (1, 2, 4, 8) else np.dtype(f"V{nbytes}")
+    return a.reshape(shape).view(wide)[..., 0]
+
+
+def transpose_copy(v: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of the (possibly strided) array `v`, equal to `np.array(v)`.
+
+    When the result's contiguous runs are short and lie far apart in `v` (an axis
+    swap), the copy goes through cache-sized tiles of the axis innermost in `v` and
+    the axis innermost in the result. Short runs contiguous on both sides are first
+    read as single wide elements (bit-exact: nothing is converted), because NumPy's
+    copy loops cost about the same per run as per element.
+    """
+    out = np.empty(v.shape, v.dtype)
+    shape, strides = _coalesce(v)
+    if v.size == 0 or len(shape) < 2 or v.nbytes < _SMALL or v.dtype.hasobject:
+        np.copyto(out, v)
+        return out
+    src, dst = v.reshape(shape), out.reshape(shape)  # views: only contiguous dims merged
+    run = shape[-1] * v.itemsize
+    if strides[-1] == v.itemsize:
+        if run > _WIDE_RUN:  # long runs: NumPy's strided copy streams them already
+            np.copyto(dst, src)
+            return out
+        src, dst = _as_wide(src, shape, run), _as_wide(dst, shape, run)
+        shape, strides = src.shape, src.strides
+        if len(shape) < 2:
+            np.copyto(dst, src)
+            return out
+    q = len(shape) - 1
+    p = min(range(len(shape)), key=lambda i: (abs(strides[i]) or np.inf, -i))
+    area = _TILE_BYTES // (src.nbytes // (shape[p] * shape[q]))
+    if p == q or strides[p] == 0 or area < 16 * 16:
+        np.copyto(dst, src)
+        return out
+    # near-square tiles, each side a power of two, trimmed to the axis lengths
+    tp = min(shape[p], _pow2_at_most(int(area ** 0.5)))
+    tq = min(shape[q], _pow2_at_most(max(1, area // tp)))
+    tp = min(shape[p], _pow2_at_most(max(1, area // tq)))
+    _tiled_copy(dst, src, p, q, tp, tq)
+    return out
+
+
+def _grid(groups: np.ndarray, k: int) -> str | None:
+    """'blocks' when group g holds g*gs .. g*gs+gs-1, 'strided' when it holds
+    g, g+ng, g+2*ng, ...; None for any other partition."""
+    ng, gs = groups.shape
+    ar = np.arange(k, dtype=np.int64)
+    if np.array_equal(groups, ar.reshape(ng, gs)):
+        return "blocks"
+    if np.array_equal(groups, ar.reshape(gs, ng).T):
+        return "strided"
+    return None
 
 
 def all_to_all(x, *, mesh, axis_name, split_axis, concat_axis, axis_index_groups=None,
@@ -38,17 +164,26 @@ def all_to_all(x, *, mesh, axis_name, split_axis, concat_axis, axis_index_groups
         )
     nrest = len(lay.others)
     xk = lay.to_k(x)
-    xs = xk[None] if (ng == 1 and axis_index_groups is None) else xk[groups]  # (ng, S, ...)
+    grid = _grid(groups, lay.k)
+    # (ng, S, *rest, *local): a view of xk for grid-shaped groups, else one row gather
+    if grid == "blocks":
+        xs = xk.reshape((ng, gs) + xk.shape[1:])
+    elif grid == "strided":
+        xs = xk.reshape((gs, ng) + xk.shape[1:]).swapaxes(0, 1)
+    else:
+        xs = np.take(xk, groups, axis=0)
     base = 2 + nrest
     shape = xs.shape
     xs = xs.reshape(shape[: base + s] + (gs, n // gs) + shape[base + s + 1:])
     xs = np.moveaxis(xs, base + s, 1)  # (ng, D, S, *rest, *local with block at s)
     xs = np.moveaxis(xs, 2, 2 + nrest + c)  # sender position right before concat dim
-    shape = xs.shape
+    if grid == "strided":
+        xs = xs.swapaxes(0, 1)  # receiver (g, d) has linear index d * ng + g
+    out = transpose_copy(xs)  # the only full copy of the data
     p = 2 + nrest + c
-    xs = xs.reshape(shape[:p] + (shape[p] * shape[p + 1],) + shape[p + 2:])
-    flat = xs.reshape((ng * gs,) + xs.shape[2:])
-    if ng == 1 and axis_index_groups is None:
-        return lay.from_k(flat)
-    gidx, jidx = member_index(groups, lay.k)
-    return lay.from_k(flat[gidx * gs + jidx])
+    shape = out.shape
+    out = out.reshape((lay.k,) + shape[2:p] + (shape[p] * shape[p + 1],) + shape[p + 2:])
+    if grid is None:
+        gidx, jidx = member_index(groups, lay.k)
+        out = np.take(out, gidx * gs + jidx, axis=0)
+    return lay.from_k(out)

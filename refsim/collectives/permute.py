@@ -7,6 +7,7 @@ zeros. Indices are linear indices over `axis_name` in the given order (as
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 import numpy as np
@@ -14,20 +15,15 @@ import numpy as np
 from refsim.collectives.groups import GroupLayout
 
 
-def normalize_perm(perm, k: int, api: str = "ppermute") -> tuple[np.ndarray, np.ndarray]:
-    """(sources, targets) as int arrays in [0, k); negative indices count from the end.
-
-    Raises IndexError for an index outside [-k, k) and ValueError for a repeated source
-    or target (JAX's "sources and destinations must be unique").
-    """
+def _normalize(pairs: tuple, k: int, api: str) -> tuple[np.ndarray, np.ndarray]:
     try:
-        pairs = [tuple(operator.index(i) for i in p) for p in perm]
+        pairs = [tuple(operator.index(i) for i in p) for p in pairs]
     except TypeError:
         raise TypeError(
-            f"{api}: perm={perm!r} must be an iterable of (source, destination) int pairs."
+            f"{api}: perm={pairs!r} must be an iterable of (source, destination) int pairs."
         ) from None
     if any(len(p) != 2 for p in pairs):
-        raise ValueError(f"{api}: every entry of perm={perm!r} must be a (source, destination) pair.")
+        raise ValueError(f"{api}: every entry of perm={tuple(pairs)!r} must be a (source, destination) pair.")
     for p in pairs:
         for i in p:
             if not -k <= i < k:
@@ -37,27 +33,100 @@ def normalize_perm(perm, k: int, api: str = "ppermute") -> tuple[np.ndarray, np.
                 )
     src = np.array([p[0] % k for p in pairs], dtype=np.int64)
     dst = np.array([p[1] % k for p in pairs], dtype=np.int64)
-    if len(set(src.tolist())) != len(src) or len(set(dst.tolist())) != len(dst):
+    if len(np.unique(src)) != len(src) or len(np.unique(dst)) != len(dst):
         raise ValueError(
             f"{api} sources and destinations must be unique, got {tuple(pairs)!r}; each device "
             "may send once and receive once."
         )
+    src.flags.writeable = False
+    dst.flags.writeable = False
     return src, dst
 
 
+# perm arrives as a tuple of pairs (JAX binds it that way); one program applies the
+# same few perms again and again, so their checked form and copy plan are cached
+_normalize_cached = functools.lru_cache(maxsize=256)(_normalize)
+
+
+def normalize_perm(perm, k: int, api: str = "ppermute") -> tuple[np.ndarray, np.ndarray]:
+    """(sources, targets) as read-only int arrays in [0, k); negative indices count from
+    the end.
+
+    Raises IndexError for an index outside [-k, k) and ValueError for a repeated source
+    or target (JAX's "sources and destinations must be unique").
+    """
+    try:
+        perm = tuple(perm)  # once: perm may be a one-shot iterator
+    except TypeError:
+        raise TypeError(
+            f"{api}: perm={perm!r} must be an iterable of (source, destination) int pairs."
+        ) from None
+    try:
+        pairs = tuple(tuple(p) for p in perm)
+        hash(pairs)
+    except TypeError:
+        return _normalize(perm, k, api)
+    return _normalize_cached(pairs, k, api)
+
+
+@functools.lru_cache(maxsize=256)
+def _runs(src_bytes: bytes, dst_bytes: bytes, k: int) -> tuple[np.ndarray, tuple]:
+    """For each target position, its source (-1: receives zeros), and the same map as
+    maximal runs (t0, t1, s0): targets t0..t1-1 receive sources s0.. (s0 = -1: zeros)."""
+    src = np.frombuffer(src_bytes, dtype=np.int64)
+    dst = np.frombuffer(dst_bytes, dtype=np.int64)
+    take = np.full(k, -1, dtype=np.int64)
+    take[dst] = src
+    got = take >= 0
+    same = np.zeros(k, dtype=bool)
+    same[1:] = (got[1:] & got[:-1] & (take[1:] == take[:-1] + 1)) | (~got[1:] & ~got[:-1])
+    starts = np.flatnonzero(~same)
+    ends = np.append(starts[1:], k)
+    take.flags.writeable = False
+    return take, tuple(zip(starts.tolist(), ends.tolist(), take[starts].tolist()))
+
+
+# up to this many runs the permutation is copied slice by slice (one memcpy-like call
+# per run); beyond it one np.take does the gather
+_MAX_RUNS = 64
+
+
+def _permute_axis(x: np.ndarray, axis: int, take: np.ndarray, runs: tuple) -> np.ndarray:
+    """out with out[..., t, ...] = x[..., take[t], ...] along `axis` (zeros where
+    take[t] < 0), written in one pass."""
+    out = np.empty(x.shape, x.dtype)
+    lead = (slice(None),) * axis
+    if len(runs) <= _MAX_RUNS:
+        for t0, t1, s0 in runs:
+            if s0 < 0:
+                out[lead + (slice(t0, t1),)] = 0
+            else:
+                np.copyto(out[lead + (slice(t0, t1),)], x[lead + (slice(s0, s0 + t1 - t0),)])
+        return out
+    got = take >= 0
+    np.take(x, np.where(got, take, 0), axis=axis, out=out, mode="clip")
+    if not got.all():
+        out[lead + (~got,)] = 0
+    return out
+
+
 def ppermute(x, *, mesh, axis_name, perm, api: str = "ppermute"):
-    """`ppermute_p`: target t receives source s's value for (s, t) in `perm`; others get 0."""
+    """`ppermute_p`: target t receives source s's value for (s, t) in `perm`; others get 0.
+
+    Follows StableHLO `collective_permute`. Consecutive targets fed by consecutive
+    sources (a shift, a swap of halves) are copied as whole slices.
+    """
     lay = GroupLayout(mesh, axis_name, api)
     x = lay.check(x, api)
     src, dst = normalize_perm(perm, lay.k, api)
-    xk = lay.to_k(x)
-    if len(dst) == lay.k:
-        take = np.empty(lay.k, dtype=np.int64)
-        take[dst] = src
-        return lay.from_k(xk[take])
-    out = np.zeros(xk.shape, x.dtype)
-    out[dst] = xk[src]
-    return lay.from_k(out)
+    take, runs = _runs(src.tobytes(), dst.tobytes(), lay.k)
+    if len(lay.pos) == 1:
+        # one mesh axis: permute along it in place, so the result keeps x's layout
+        axis = lay.pos[0]
+        if x.shape[axis] != lay.k:
+            x = np.broadcast_to(x, x.shape[:axis] + (lay.k,) + x.shape[axis + 1:])
+        return _permute_axis(x, axis, take, runs)
+    return lay.from_k(_permute_axis(lay.to_k(x), 0, take, runs))
 
 
 def _check_source(source, k: int, api: str) -> int:
