@@ -186,3 +186,60 @@ def eqn_source_line(eqn) -> str:
         return source_info_util.summarize(info)
     except Exception:  # a hand-built equation may carry no traceback
         return ""
+
+
+# --- xla_backend.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
+
+def lowering_tables():
+    """(default table, per-platform tables, entry class) of `jax._src.interpreters.mlir`.
+
+    jax 0.10 … 0.12 keep `_lowerings: {Primitive: LoweringRuleEntry(rule, inline)}` and
+    `_platform_specific_lowerings: {platform: {Primitive: LoweringRuleEntry}}`.
+    """
+    from jax._src.interpreters import mlir
+
+    return mlir._lowerings, mlir._platform_specific_lowerings, mlir.LoweringRuleEntry
+
+
+def primitive_by_name(name: str):
+    """The JAX Primitive object for a collective / shard_map primitive name (None if absent)."""
+    from jax._src import shard_map as _sm
+    from jax._src.lax import parallel as _par
+
+    if name == "shard_map":
+        return _sm.shard_map_p
+    return getattr(_par, f"{name}_p", None)
+
+
+def lowering_axis_env(ctx) -> dict:
+    """{axis name: size}, in mesh order, of the mesh a lowering rule's collective runs over."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    if mesh is not None:
+        return dict(zip(mesh.axis_names, mesh.axis_sizes))
+    env = axis_ctx.axis_env
+    return dict(zip(env.names, env.sizes))
+
+
+def reshard_dispatch_module():
+    """The module whose `_cached_logical_device_ids` maps a reshard onto a permuted device
+    order (`jax._src.dispatch._different_device_order_reshard`, 0.10 … 0.12)."""
+    from jax._src import dispatch
+
+    return dispatch
+
+
+def lower_fun(fn, multiple_results: bool = False):
+    """`jax._src.interpreters.mlir.lower_fun`: lower a traceable function inside a lowering rule."""
+    from jax._src.interpreters import mlir
+
+    return mlir.lower_fun(fn, multiple_results=multiple_results)
+
+
+def ppermute_axes_must_follow_mesh_order() -> bool:
+    """True where JAX rejects ppermute / pshuffle / pbroadcast over a tuple of axes out of mesh
+    order: 0.12's lowering raises RuntimeError unless ``jax_raise_on_ppermute_sort_diff`` is
+    off (its default is on); 0.10 has no such flag and accepts any order."""
+    import jax
+
+    return bool(getattr(jax.config, "jax_raise_on_ppermute_sort_diff", False))

@@ -67,7 +67,8 @@ def _as_sharding(sharding):
 
 def _stackable(sharding) -> bool:
     """Whether the vectorised mesh-major path applies (a NamedSharding over concrete device ids)."""
-    return isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)
+    return (isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)
+            and sharding.logical_device_ids is None)  # permuted placement: the generic path
 
 
 class Array:

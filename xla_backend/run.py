@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from refsim import device_assignment
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from xla_backend import cache, convert, meshes, placement, provenance
@@ -42,6 +43,9 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=..., e
     def call(*args):
         leaf_specs = placement.broadcast_prefix(in_specs, args, placement.is_spec, "in_specs")
         leaves, treedef = jax.tree_util.tree_flatten(args)
+        # A committed argument on other devices is an error under jax.jit(shard_map), not a move.
+        device_assignment.check_call(f, args, leaves, uses=[
+            device_assignment.Use("inside", device_assignment.assignment(mesh), eqn="shard_map")])
         jleaves = [placement.to_device(x, placement.named(mesh, s)) for x, s in zip(leaves, leaf_specs)]
         jargs = jax.tree_util.tree_unflatten(treedef, jleaves)
         # Under set_mesh, as a JAX user would run it, so the body may read the context mesh.

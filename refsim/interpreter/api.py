@@ -16,7 +16,8 @@ import numpy as np
 
 from refsim import _compat
 from refsim.array import Array, device_put
-from refsim.interpreter import core
+from refsim import device_assignment as DA
+from refsim.interpreter import core, trace_cache
 from refsim.interpreter.registry import Context, load_rules
 from refsim.interpreter.rules import sharding as S
 from refsim.layouts.mesh import AbstractMesh, AxisType, Mesh
@@ -91,6 +92,8 @@ def _info(extra: dict) -> dict:
         info["fallback"] = fb
     if extra.get("replication"):
         info["replication"] = list(extra["replication"])
+    if extra.get("intermediates"):
+        info["intermediates"] = extra["intermediates"]
     return info
 
 
@@ -98,6 +101,16 @@ def _new_extra(fallback: bool, strict: bool, probe=None) -> dict:
     extra = {"fallback": bool(fallback), "strict": bool(strict), "replication": []}
     if probe is not None:
         extra["probe"] = probe
+    return extra
+
+
+def _with_intermediates(extra: dict, intermediates, mesh) -> dict:
+    """Install a `refsim.intermediates.Recorder` as the probe when `intermediates=` asks for one."""
+    from refsim.intermediates import recorder_for
+
+    rec = recorder_for(intermediates, mesh)
+    if rec is not None:
+        extra["probe"], extra["intermediates"] = rec, rec.directory
     return extra
 
 
@@ -160,7 +173,7 @@ def _is_top_shard_map(jaxpr) -> bool:
 
 
 def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True, axis_names=None,
-              strict: bool = False, fallback: bool = False) -> Callable:
+              strict: bool = False, fallback: bool = False, intermediates=None) -> Callable:
     """`jax.shard_map` run by refsim: the same arguments, results as `refsim.Array` pytrees.
 
     Arguments are NumPy arrays (global values, split by in_specs) or refsim.Arrays. Each
@@ -168,7 +181,8 @@ def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True,
     out_specs claims hold replicas are checked, and a disagreement raises ReplicationError
     when `strict=True` (otherwise it is recorded in `result.info["replication"]` and raised
     by `np.asarray(result)`). `fallback=True` evaluates primitives without a refsim rule with
-    JAX on CPU and marks the result `info["independent"] = False`.
+    JAX on CPU and marks the result `info["independent"] = False`. `intermediates=True` (or a
+    directory) dumps every equation's value as .npz (`refsim.intermediates`), path in `info`.
     """
     import jax
 
@@ -182,9 +196,15 @@ def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True,
         if axis_names is not None:
             kw["axis_names"] = set(axis_names)
         traced = jax.shard_map(f, **kw)
-        abstract = jax.tree_util.tree_unflatten(tree, [_abstract(x) for x in flat])
-        closed, out_shape = jax.make_jaxpr(traced, return_shape=True)(*abstract)
-        extra = _new_extra(fallback, strict)
+        avals = [_abstract(x) for x in flat]
+        abstract = jax.tree_util.tree_unflatten(tree, avals)
+        DA.check_call(f, args, flat, uses=[DA.Use("inside", DA.assignment(rmesh), eqn="shard_map")])
+        key = trace_cache.program_key(
+            "shard_map", f, rmesh.abstract_mesh, tree, trace_cache.avals_key(avals),
+            trace_cache.tree_key(in_specs, _is_spec), trace_cache.tree_key(out_specs, _is_spec),
+            check_vma, None if axis_names is None else frozenset(axis_names))
+        closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
+        extra = _with_intermediates(_new_extra(fallback, strict), intermediates, rmesh)
         outs = _evaluate_outputs(closed, flat, rmesh, extra)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
 
@@ -312,7 +332,23 @@ def _find_mesh(in_shardings, out_shardings, flat_args) -> Mesh | None:
     for a in flat_args:
         if isinstance(a, Array) and isinstance(a.sharding, NamedSharding):
             return a.sharding.mesh
-    return None
+    import jax
+
+    ctx = jax.sharding.get_mesh()  # the user's `jax.set_mesh`, as jax.jit reads it
+    return None if getattr(ctx, "empty", True) else Mesh.from_jax(ctx)
+
+
+def _is_desc(x) -> bool:
+    return x is None or _is_sharding(x) or (isinstance(x, tuple) and x[:1] == ("named",))
+
+
+def _trace_desc(tree):
+    """What tracing reads of a sharding tree: each NamedSharding's spec (no device ids)."""
+    import jax
+
+    return jax.tree_util.tree_map(
+        lambda s: ("named", s.spec) if isinstance(s, NamedSharding) else s, tree,
+        is_leaf=lambda x: x is None or _is_sharding(x))
 
 
 def _sharding_to_jax(s, jmesh):
@@ -328,12 +364,14 @@ def _sharding_to_jax(s, jmesh):
     )
 
 
-def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = False) -> Callable:
+def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = False,
+        intermediates=None) -> Callable:
     """`jax.jit` run by refsim: global-view evaluation, outputs laid out by their shardings.
 
     Output placement follows `out_shardings`, else the shardings the traced program states
     (the jit equation's out_shardings, or the avals' explicit-sharding types), else fully
     replicated over the program's mesh (or device 0 when no mesh is involved).
+    `intermediates=` dumps every equation's value as in `refsim.shard_map`.
     """
     import jax
 
@@ -362,11 +400,23 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
             kw["out_shardings"] = conv(out_shardings)
         # Sharding-in-types needs the mesh as context; an Auto mesh is left out of the context so
         # that programs building their own meshes (pmap inside jit) trace as they do under JAX.
-        scope = _compat.use_abstract_mesh(jmesh) if explicit else contextlib.nullcontext()
-        with scope:
-            closed, out_shape = jax.make_jaxpr(jax.jit(f, **kw), return_shape=True)(
-                *jax.tree_util.tree_unflatten(tree, abstract))
-        extra = _new_extra(fallback, False)
+        # A context the user set (jax.set_mesh / use_abstract_mesh) is kept as it is.
+        user_ctx = not jax.sharding.get_abstract_mesh().empty
+        scope = _compat.use_abstract_mesh(jmesh) if explicit and not user_ctx else contextlib.nullcontext()
+
+        def trace():
+            with scope:
+                return jax.make_jaxpr(jax.jit(f, **kw), return_shape=True)(
+                    *jax.tree_util.tree_unflatten(tree, abstract))
+
+        key = trace_cache.program_key(
+            "jit", f, None if mesh is None else mesh.abstract_mesh, tree, trace_cache.avals_key(abstract),
+            trace_cache.tree_key(_trace_desc(in_shardings), _is_desc),
+            trace_cache.tree_key(_trace_desc(out_shardings), _is_desc))
+        closed, out_shape = trace_cache.lookup(key, trace)
+        out_uses = [DA.Use("out_sharding", DA.assignment(s)) for s in _sharding_leaves(out_shardings)]
+        DA.check_call(f, args, flat, in_shardings=in_flat_sh, uses=out_uses + DA.inside_uses(closed))
+        extra = _with_intermediates(_new_extra(fallback, False), intermediates, mesh)
         outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat], ctx=Context(extra=extra))
         placements = _out_placements(closed, out_shardings, out_shape, mesh)
         info = _info(extra)

@@ -128,6 +128,12 @@ class PartitionSpec(tuple):
         """This spec with trailing `None`s up to `ndim` entries."""
         return PartitionSpec(*self, *([None] * (ndim - len(self))), unreduced=self.unreduced, reduced=self.reduced)
 
+    def update(self, partitions=None, unreduced=None, reduced=None) -> "PartitionSpec":
+        """A copy with the given parts replaced (`None` keeps them), as `jax.P.update`."""
+        return PartitionSpec(*(self if partitions is None else partitions),
+                             unreduced=self.unreduced if unreduced is None else unreduced,
+                             reduced=self.reduced if reduced is None else reduced)
+
     @classmethod
     def from_jax(cls, jax_spec) -> "PartitionSpec":
         # `.partitions`, not iteration: a JAX spec with unreduced/reduced axes refuses `iter`.
