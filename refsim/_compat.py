@@ -243,3 +243,14 @@ def ppermute_axes_must_follow_mesh_order() -> bool:
     import jax
 
     return bool(getattr(jax.config, "jax_raise_on_ppermute_sort_diff", False))
+
+
+def is_jax_partition_spec(x) -> bool:
+    """True for a `jax.sharding.PartitionSpec` (its class is named `P` in jax 0.10, so no name test).
+
+    Never imports JAX: if JAX is not loaded, `x` cannot be one of its specs.
+    """
+    import sys
+
+    jax_sharding = sys.modules.get("jax.sharding")
+    return jax_sharding is not None and isinstance(x, jax_sharding.PartitionSpec)

@@ -31,7 +31,7 @@ _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"  # the name jax.pmap gives an un
 # --- small conversions ---------------------------------------------------------------------
 
 def _is_spec(x) -> bool:
-    return x is None or isinstance(x, PartitionSpec) or type(x).__name__ == "PartitionSpec"
+    return x is None or isinstance(x, PartitionSpec) or _compat.is_jax_partition_spec(x)
 
 
 def _specs_to_jax(tree):

@@ -18,6 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
+from refsim import _compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -308,7 +309,7 @@ def _check_pspec(pspec) -> PartitionSpec:
         )
     if isinstance(pspec, PartitionSpec):
         return pspec
-    if type(pspec).__name__ == "PartitionSpec":
+    if _compat.is_jax_partition_spec(pspec):
         return PartitionSpec.from_jax(pspec)
     return PartitionSpec(*pspec)
 

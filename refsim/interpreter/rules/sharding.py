@@ -29,7 +29,7 @@ def as_refsim_spec(spec) -> PartitionSpec:
     """A refsim PartitionSpec from a JAX or refsim spec (or a plain tuple)."""
     if isinstance(spec, PartitionSpec):
         return spec
-    if type(spec).__name__ == "PartitionSpec":
+    if _compat.is_jax_partition_spec(spec):
         return PartitionSpec.from_jax(spec)
     return PartitionSpec(*tuple(spec))
 
