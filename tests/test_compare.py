@@ -1,0 +1,198 @@
+"""conformance.compare: hand-computed cases of the comparison policy (DESIGN.md)."""
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from conformance.cases import Program
+from conformance.compare import EXACT, Exact, SumBound, compare, gamma, unit_roundoff
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.partition_spec import PartitionSpec as P
+
+U32 = 2.0 ** -24
+
+
+@dataclasses.dataclass
+class Sh:
+    device_id: int
+    index: tuple
+    data: np.ndarray
+
+
+@dataclasses.dataclass
+class Arr:
+    """The refsim.Array surface compare() reads: shape, dtype, shards."""
+    shape: tuple
+    dtype: np.dtype
+    shards: list
+
+
+def one(values, dtype=np.float32, device=0, index=None):
+    a = np.asarray(values, dtype=dtype)
+    return Arr(a.shape, a.dtype, [Sh(device, index or tuple(slice(None) for _ in a.shape), a)])
+
+
+def two_devices(v0, v1, dtype=np.int32, ids=(0, 1)):
+    a0, a1 = np.asarray(v0, dtype), np.asarray(v1, dtype)
+    n = a0.shape[0]
+    return Arr((2 * n,), a0.dtype, [Sh(ids[0], (slice(0, n),), a0), Sh(ids[1], (slice(n, 2 * n),), a1)])
+
+
+def test_unit_roundoff_and_gamma_by_hand():
+    assert unit_roundoff(np.float32) == 2.0 ** -24
+    assert unit_roundoff(np.float16) == 2.0 ** -11
+    assert unit_roundoff(ml_dtypes.bfloat16) == 2.0 ** -8
+    assert unit_roundoff(np.complex64) == 2.0 ** -24
+    assert gamma(3, 0.5 ** 4) == pytest.approx(3 / 16 / (1 - 3 / 16))
+    with pytest.raises(ValueError, match="k\\*u must be < 1"):
+        gamma(300, 2.0 ** -8)
+
+
+def _psum_bound(terms):
+    """Device 0 sums `terms` (n of them) in float32."""
+    return SumBound.from_terms({0: np.asarray(terms, np.float32).reshape(len(terms), 1)})
+
+
+def test_sum_bound_from_terms_by_hand():
+    b = _psum_bound([1.0, -2.0, 0.5])
+    ex, bound = b.reference_and_bound(0, np.float32)
+    assert ex[0] == -0.5
+    # gamma(2) * (1 + 2 + 0.5) with u = 2**-24, plus float64's own gamma(2) and the underflow term
+    expected = (2 * U32 / (1 - 2 * U32) + 2 * 2.0 ** -53 / (1 - 2 * 2.0 ** -53)) * 3.5
+    assert bound[0] == pytest.approx(expected, rel=1e-9)
+
+
+def test_one_rounding_inside_the_bound_passes_and_one_ulp_more_fails():
+    # exact sum 1 + 3u; summing left to right in float32 gives 1.0 (each 1 + u ties to even),
+    # an error of 3u, inside gamma(3) * (1 + 3u) ~= 3u (1 + 6u). 1 - u (one ulp below 1) is 4u off.
+    tol = _psum_bound([1.0, U32, U32, U32])
+    refsim = one([1.0 + 2 * U32 * 2])   # 1 + 2**-22: the correctly rounded exact sum
+    assert compare(refsim, one([1.0]), tolerances=tol).ok
+    r = compare(refsim, one([np.nextafter(np.float32(1), np.float32(0))]), tolerances=tol)
+    assert not r.ok
+    (m,) = r.mismatches
+    assert m.kind == "bound" and m.side == "xla" and m.device_id == 0
+    assert "outside sum of n=4" in m.message
+
+
+def test_sum_bound_also_checks_refsim_side():
+    tol = _psum_bound([1.0, 1.0])
+    r = compare(one([2.5]), one([2.0]), tolerances=tol)
+    assert [m.side for m in r.mismatches] == ["refsim"]
+
+
+def test_mean_bound_by_hand():
+    # pmean over 3 devices of 1, 1, 2: exact 4/3; float32(4/3) is one rounding away, passes;
+    # a result one ulp further off fails (bound ~ (2u*4 + u*4) / 3 = 4u, ulp(4/3) = 2**-23 = 2u).
+    tol = SumBound.from_terms({0: np.array([[1.0], [1.0], [2.0]], np.float32)}, mean=True)
+    good = np.float32(4) / np.float32(3)
+    assert compare(one([good]), one([good]), tolerances=tol).ok
+    bad = np.nextafter(np.nextafter(np.nextafter(good, np.float32(2)), np.float32(2)), np.float32(2))
+    assert not compare(one([good]), one([bad]), tolerances=tol).ok
+
+
+def test_integer_mean_bound_only_allows_the_final_division():
+    tol = SumBound.from_terms({0: np.array([[1], [1], [2]], np.int32)}, mean=True)
+    good = np.float32(4) / np.float32(3)
+    assert compare(one([good]), one([good]), tolerances=tol).ok
+    assert not compare(one([good]), one([np.nextafter(good, np.float32(2))]), tolerances=tol).ok
+
+
+def test_integer_mean_over_one_device_allows_the_conversion_rounding():
+    # pmean over a size-1 axis of int32 2**24 + 1: float32 cannot hold it; 2**24 is one rounding off.
+    tol = SumBound.from_terms({0: np.array([[2 ** 24 + 1]], np.int32)}, mean=True)
+    assert compare(one([2.0 ** 24]), one([2.0 ** 24]), tolerances=tol).ok
+    r = compare(one([2.0 ** 24]), one([2.0 ** 24 + 4]), tolerances=tol)
+    assert not r.ok and "exact 16777217.0, xla 16777220.0" in r.report()
+
+
+def test_nan_equals_nan_and_not_a_number():
+    assert compare(one([np.nan, 1.0]), one([np.nan, 1.0])).ok
+    r = compare(one([np.nan, 1.0]), one([1.0, 1.0]))
+    assert not r.ok and r.mismatches[0].elements[0][0] == (0,)
+
+
+def test_nan_in_a_sum_must_stay_nan():
+    tol = _psum_bound([np.nan, 1.0])
+    assert compare(one([np.nan]), one([np.nan]), tolerances=tol).ok
+    assert not compare(one([np.nan]), one([1.0]), tolerances=tol).ok
+
+
+def test_signed_zero_rules():
+    assert not compare(one([0.0]), one([-0.0])).ok                       # data movement: sign is data
+    assert compare(one([0.0]), one([-0.0]), tolerances=Exact(signed_zero=False)).ok  # min/max
+    assert compare(one([0.0]), one([-0.0]), tolerances=_psum_bound([0.0, -0.0])).ok  # sums: numeric
+
+
+def test_integer_off_by_one_fails_and_names_the_element():
+    r = compare(two_devices([1, 2], [3, 4]), two_devices([1, 2], [3, 5]))
+    assert not r.ok
+    (m,) = r.mismatches
+    assert (m.kind, m.device_id, m.count, m.size) == ("values", 1, 1, 2)
+    assert m.elements[0][:4] == ((1,), (3,), 4, 5)       # local (1,), global (3,), refsim 4, xla 5
+
+
+def test_wrong_device_id_fails():
+    r = compare(two_devices([1], [2], ids=(0, 1)), two_devices([1], [2], ids=(0, 2)))
+    assert [m.kind for m in r.mismatches] == ["devices"]
+    assert "missing on xla: [1], extra on xla: [2]" in r.mismatches[0].message
+
+
+def test_wrong_index_fails():
+    a = two_devices([1], [2])
+    b = two_devices([1], [2])
+    b.shards[0], b.shards[1] = Sh(0, (slice(1, 2),), b.shards[0].data), Sh(1, (slice(0, 1),), b.shards[1].data)
+    kinds = [m.kind for m in compare(a, b).mismatches]
+    assert kinds == ["index", "index"]
+
+
+def test_slice_none_equals_full_slice():
+    a = one([1.0, 2.0], index=(slice(None),))
+    b = one([1.0, 2.0], index=(slice(0, 2),))
+    assert compare(a, b).ok
+
+
+def test_dtype_and_shape_mismatches_fail():
+    assert [m.kind for m in compare(one([1, 2], np.int32), one([1, 2], np.int64)).mismatches] == ["dtype"]
+    assert [m.kind for m in compare(one([1, 2]), one([1, 2, 3])).mismatches] == ["shape"]
+    a = one([1.0, 2.0])
+    b = one([1.0, 2.0])
+    b.shards[0] = Sh(0, (slice(None),), np.array([1.0, 2.0], np.float64))
+    assert [m.kind for m in compare(a, b).mismatches] == ["shard dtype"]
+
+
+def test_output_count_mismatch():
+    r = compare([one([1.0]), one([2.0])], [one([1.0])])
+    assert r.mismatches[0].kind == "outputs"
+
+
+def test_bfloat16_and_complex_exact():
+    x = np.array([1.5, -2.0], ml_dtypes.bfloat16)
+    assert compare(one(x, ml_dtypes.bfloat16), one(x, ml_dtypes.bfloat16)).ok
+    y = x.copy()
+    y[1] = -2.5
+    assert not compare(one(x, ml_dtypes.bfloat16), one(y, ml_dtypes.bfloat16)).ok
+    assert not compare(one([1 + 2j], np.complex64), one([1 + 3j], np.complex64)).ok
+
+
+def test_tolerance_count_must_match_outputs():
+    with pytest.raises(ValueError, match="one per output"):
+        compare([one([1.0])], [one([1.0])], tolerances=[EXACT, EXACT])
+
+
+def test_report_names_program_mesh_order_specs_dtype_device_index_and_elements():
+    mesh = Mesh((2,), ("x",), device_ids=np.array([1, 0]))
+    case = Program(family="psum", source="def f(a):\n    return jax.lax.psum(a, 'x')\n", entry="shard_map",
+                   mesh=mesh, args=(np.arange(4, dtype=np.int32),), in_specs=(P("x"),), out_specs=P("x"),
+                   labels=(("axes", "'x'"),))
+    r = compare(two_devices([1, 2], [3, 4], ids=(1, 0)), two_devices([1, 2], [3, 9], ids=(1, 0)), case=case)
+    text = r.report()
+    assert text.splitlines()[0] == "MISMATCH (1 found): psum[axes='x',dtype=int32,mesh=2:reversed]"
+    for needle in ("device order reversed, ids [1, 0]", "in_specs:     (P('x',),)", "out_specs:    P('x',)",
+                   "arg 0:        int32[4]", "output 0, device 0, index [2:4]: values differ in 1 of 2 elements",
+                   "element (1,) (global (3,)): refsim 4, xla 9", "jax.lax.psum(a, 'x')"):
+        assert needle in text, (needle, text)
+    assert "MATCH: psum" in compare(two_devices([1], [2]), two_devices([1], [2]), case=case).report()
+    with pytest.raises(AssertionError, match="refsim 4, xla 9"):
+        r.raise_if_mismatch()
