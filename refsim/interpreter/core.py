@@ -81,12 +81,35 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
         raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}.")
     for var, val in zip(jaxpr.invars, args):
         env[var] = val
-    for eqn in jaxpr.eqns:
+    dead_after = _dead_after(jaxpr)
+    for i, eqn in enumerate(jaxpr.eqns):
         outs = apply_eqn(ctx, eqn, [read(v) for v in eqn.invars])
         for var, val in zip(eqn.outvars, outs):
             if not isinstance(var, DropVar):
                 env[var] = val
+        for var in dead_after[i]:
+            del env[var]
     return [read(v) for v in jaxpr.outvars]
+
+
+def _dead_after(jaxpr) -> list:
+    """For each equation, the variables it reads for the last time (not jaxpr outputs).
+
+    Dropping them from the environment frees a stacked intermediate as soon as nothing
+    needs it, so peak memory follows the live values rather than the whole program.
+    """
+    last: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, Literal):
+                last[v] = i
+    for v in jaxpr.outvars:
+        if not isinstance(v, Literal):
+            last.pop(v, None)
+    dead: list = [[] for _ in jaxpr.eqns]
+    for v, i in last.items():
+        dead[i].append(v)
+    return dead
 
 
 def eval_closed_jaxpr(closed_jaxpr, *args: Any, ctx: Context) -> list:

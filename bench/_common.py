@@ -1,0 +1,166 @@
+"""Shared benchmark plumbing: timing (best of N), peak RSS, machine facts, output.
+
+Every figure is one dict with a ``"bench"`` key; `emit` prints it as one JSON line
+(and appends it to a file when asked), `table` prints a group of them with rich.
+Times are the minimum over repeats: on a shared machine other processes only ever
+add time, so the minimum is the best estimate of the program's own cost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform as _platform
+import resource
+import sys
+import time
+from typing import Callable, Iterable, Sequence
+
+_JSON_SINK: list = []  # open file objects that also receive every JSON line
+
+
+def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
+    """The minimum wall time of `repeat` calls of `fn` (seconds)."""
+    if repeat < 1:
+        raise ValueError(f"repeat={repeat} must be >= 1; pass how many timed calls to take the minimum of.")
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss() -> int:
+    """This process's peak resident set size in bytes (VmHWM, else ru_maxrss)."""
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+
+def current_rss() -> int:
+    """This process's resident set size now, in bytes (VmRSS; peak RSS where /proc is absent)."""
+    kib = _status_kib("VmRSS")
+    return kib * 1024 if kib is not None else peak_rss()
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS (Linux /proc/self/clear_refs "5").
+
+    Returns False where that is not possible; `peak_rss` then keeps the process-lifetime peak.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def children_peak_rss() -> int:
+    """The largest peak RSS of any waited-for child process (bytes), from RUSAGE_CHILDREN."""
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
+
+
+def machine() -> dict:
+    """Facts that make a figure comparable: CPU, cores, memory, Python, NumPy, JAX versions."""
+    import numpy as np
+
+    cpu = _platform.processor() or _platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        from importlib.metadata import version
+
+        jax_version = version("jax")
+    except Exception:  # pragma: no cover - jax is a project dependency
+        jax_version = "unknown"
+    return {
+        "bench": "machine", "cpu": cpu, "cores": os.cpu_count(),
+        "memory_gib": round(mem / 2**30, 1) if mem else None,
+        "python": _platform.python_version(), "numpy": np.__version__, "jax": jax_version,
+    }
+
+
+def open_json(path: str | None) -> None:
+    """Also append every JSON line to `path` (None: stdout only)."""
+    if path:
+        _JSON_SINK.append(open(path, "a"))
+
+
+def close_json() -> None:
+    while _JSON_SINK:
+        _JSON_SINK.pop().close()
+
+
+def _jsonable(v):
+    if isinstance(v, float):
+        return round(v, 6)
+    if hasattr(v, "item"):  # NumPy scalars
+        return v.item()
+    return v
+
+
+def emit(record: dict) -> None:
+    """Print one figure as one JSON line (and to the --json file)."""
+    line = json.dumps({k: _jsonable(v) for k, v in record.items()})
+    print(line, flush=True)
+    for f in _JSON_SINK:
+        f.write(line + "\n")
+        f.flush()
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_bytes(b: float | None) -> str:
+    if b is None:
+        return "-"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+def fmt_ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.1f}x"
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """Print a table with rich (plain text when stdout is not a terminal)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table()
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*("-" if v is None else str(v) for v in r))
+    console = Console(width=max(120, 16 * len(columns)), highlight=False)
+    console.print(f"\n[bold]{escape(title)}[/bold]", soft_wrap=True)
+    console.print(t)

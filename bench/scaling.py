@@ -1,0 +1,255 @@
+"""Scaling: the five-collective program from 8 to 16384 virtual devices, refsim against XLA:CPU.
+
+The program (ring ppermute, tiled all_to_all, tiled psum_scatter, tiled all_gather, psum)
+runs over a 2-D mesh ('x', 'y') on one float32 array of 4 or 64 MiB laid out P('x', 'y');
+every intermediate holds at most the array's bytes over all devices. Each
+(engine, devices, size) runs in its own process, so its peak RSS is its own, and XLA gets
+``--xla_force_host_platform_device_count=devices`` and a timeout (XLA:CPU refuses more
+than 2048 devices in one process and can hang on large all_to_all).
+
+refsim's time is a whole call (JAX tracing + interpretation, NumPy in, refsim.Array out);
+XLA's is a steady run of the compiled executable on device-resident data. Peak RSS is
+counted above the process's RSS just before the first call (imports, backend, input).
+
+    python -m bench.scaling [--quick] [--devices 8 64 ...] [--mib 4 64] [--timeout 300]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from bench import _common as C
+
+DEVICES = (8, 64, 256, 1024, 4096, 16384)
+XLA_DEVICES = (8, 64, 256, 1024, 4096)  # XLA:CPU's refusal above 2048 is reported as its own error
+SIZES_MIB = (4, 64)
+QUICK = dict(devices=(8, 64), mib=(1,), repeat=2, timeout=120)
+
+
+def layout(devices: int, mib: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(mesh shape (X, Y), global array shape) for `devices` and `mib` MiB of float32.
+
+    Y is the largest power of two <= sqrt(devices) that each device's block can be split
+    into (all_to_all and psum_scatter run over 'y'); the local block is (r, c) with r a
+    multiple of Y, so every tiled collective divides evenly.
+    """
+    if devices < 1 or devices & (devices - 1):
+        raise ValueError(f"devices={devices} must be a power of two (the mesh is X x Y, powers of two).")
+    elements = int(mib * 2**20) // 4
+    local = elements // devices
+    if local < 1 or local & (local - 1) or local * devices != elements:
+        raise ValueError(f"mib={mib} gives {elements} float32 elements, not a power-of-two multiple of "
+                         f"devices={devices}; pass a power-of-two size of at least {devices * 4} bytes.")
+    y = 2 ** (int(math.log2(devices)) // 2)
+    while y > local:
+        y //= 2
+    x = devices // y
+    r = max(y, 2 ** (int(math.log2(local)) // 2))
+    return (x, y), (x * r, y * (local // r))
+
+
+def program(x_size: int):
+    """The benchmarked function, for a mesh whose 'x' axis has `x_size` devices."""
+    from jax import lax
+
+    ring = [(j, (j + 1) % x_size) for j in range(x_size)]
+
+    def five_collectives(a):
+        b = lax.ppermute(a, "x", ring)                                 # (r, c)
+        t = lax.all_to_all(b, "y", 0, 1, tiled=True)                   # (r/Y, c*Y)
+        s = lax.psum_scatter(t, "y", scatter_dimension=1, tiled=True)  # (r/Y, c)
+        g = lax.all_gather(s, "y", axis=0, tiled=True)                 # (r, c)
+        return lax.psum(g, "x")                                        # (r, c), invariant over x
+
+    return five_collectives
+
+
+def make_input(shape) -> np.ndarray:
+    """Small integers (0..6): every sum is exact in float32 in any order."""
+    a = np.empty(shape, np.float32)
+    a.reshape(-1)[:] = np.arange(a.size, dtype=np.int32) % 7
+    return a
+
+
+def expected(a: np.ndarray, mesh_shape) -> np.ndarray:
+    """The program's global output (out_specs P(None, 'y')), computed directly with NumPy.
+
+    Device (i, j) holds block A[i, j] (r x c). The ring ppermute moves blocks along x, which
+    the final psum over x undoes. all_to_all over y gives device k row-chunk k of every
+    block of its x row, side by side; psum_scatter + all_gather over y then leave every
+    device with rows [sum_k chunk k of block (., j')] for j' = 0..Y-1, summed over x.
+    Every device holds that (r, c) value, so the global output tiles it Y times.
+    """
+    x, y = mesh_shape
+    r, c = a.shape[0] // x, a.shape[1] // y
+    per_col = a.reshape(x, r, y, c).sum(axis=0, dtype=np.float64)       # (r, j', c), over x
+    chunks = per_col.reshape(y, r // y, y, c).sum(axis=0)               # (r/Y, j', c), over k
+    value = chunks.transpose(1, 0, 2).reshape(r, c)                     # row block j' = chunk sum of j'
+    return np.tile(value, (1, y)).astype(np.float32)
+
+
+# -- child processes: one (engine, devices, size) each ----------------------------------------
+
+def _child_refsim(devices: int, mib: float, repeat: int) -> dict:
+    from xla_backend import platform
+
+    platform.configure("cpu", 1)
+    import refsim
+    from refsim import Mesh, P
+
+    mesh_shape, shape = layout(devices, mib)
+    a = make_input(shape)
+    fn = refsim.shard_map(program(mesh_shape[0]), mesh=Mesh(mesh_shape, ("x", "y")),
+                          in_specs=P("x", "y"), out_specs=P(None, "y"))
+    base = C.current_rss()
+    C.reset_peak_rss()
+    t0 = time.perf_counter()
+    out = fn(a)
+    first = time.perf_counter() - t0
+    del out
+    steady = C.best_of(lambda: fn(a), repeat)
+    peak = C.peak_rss() - base
+    ok = bool(np.array_equal(np.asarray(fn(a)), expected(a, mesh_shape)))
+    return dict(first_s=first, seconds=steady, rss_above_baseline=peak, baseline_rss=base, correct=ok)
+
+
+def _child_xla(devices: int, mib: float, repeat: int) -> dict:
+    from xla_backend import platform
+
+    platform.configure("cpu", devices)
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh_shape, shape = layout(devices, mib)
+    a = make_input(shape)
+    mesh = Mesh(np.asarray(platform.require(devices)[:devices]).reshape(mesh_shape), ("x", "y"))
+    f = jax.jit(jax.shard_map(program(mesh_shape[0]), mesh=mesh, in_specs=P("x", "y"),
+                              out_specs=P(None, "y")))
+    base = C.current_rss()
+    C.reset_peak_rss()
+    t0 = time.perf_counter()
+    arg = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
+    exe = f.lower(arg).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(exe(arg))
+    first = time.perf_counter() - t0
+    steady = C.best_of(lambda: jax.block_until_ready(exe(arg)), repeat)
+    peak = C.peak_rss() - base
+    ok = bool(np.array_equal(np.asarray(out), expected(a, mesh_shape)))
+    return dict(compile_s=compile_s, first_s=first, seconds=steady, rss_above_baseline=peak,
+                baseline_rss=base, correct=ok)
+
+
+def _reason(text: str) -> str:
+    """The line of a crashed child's output that says why: an exception, or XLA's fatal log
+    line (without its glog prefix and the long device lists)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for pattern in (re.compile(r"^\w+(\.\w+)*(Error|Exception): "), re.compile(r"^F\d{4} |Check failed|FATAL")):
+        found = [ln for ln in lines if pattern.search(ln)]
+        if found:
+            line = re.sub(r"^[FE]\d{4} [\d:.]+\s+\d+ \S+\] (\[id=\d+\] )?", "", found[-1])
+            return re.sub(r"\{[^{}]*\}", "{...}", line)[:200]
+    return lines[-1][:200] if lines else "no output"
+
+
+def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: float) -> dict:
+    """Run one measurement in a fresh interpreter; a timeout or crash becomes `status`."""
+    cmd = [sys.executable, "-m", "bench.scaling", "--child", engine, "--devices", str(devices),
+           "--mib", str(mib), "--repeat", str(repeat)]
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # the child configures its own device count
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    rec = dict(bench="scaling", engine=engine, devices=devices, mib=mib,
+               mesh=list(layout(devices, mib)[0]))
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
+    except subprocess.TimeoutExpired:
+        return dict(rec, status="timeout", reason=f"no result within {timeout:g} s (killed)")
+    rec["process_s"] = time.perf_counter() - t0
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return dict(rec, status="failed", reason=f"exit {p.returncode}: {_reason(p.stderr or p.stdout)}")
+    return dict(rec, status="ok", **json.loads(lines[-1]))
+
+
+def run(quick: bool = False, devices=None, mibs=None, repeat: int | None = None,
+        timeout: float | None = None) -> list[dict]:
+    """Measure every (size, devices) on refsim and, up to XLA_DEVICES, on XLA; one record each."""
+    devices = tuple(devices or (QUICK["devices"] if quick else DEVICES))
+    mibs = tuple(mibs or (QUICK["mib"] if quick else SIZES_MIB))
+    repeat = repeat or (QUICK["repeat"] if quick else 3)
+    timeout = timeout or (QUICK["timeout"] if quick else 300)
+    out = []
+    for mib in mibs:
+        for n in devices:
+            rs = _run_child("refsim", n, mib, repeat, timeout)
+            C.emit(rs)
+            out.append(rs)
+            if n <= max(XLA_DEVICES):
+                xs = _run_child("xla", n, mib, repeat, timeout)
+                if rs.get("status") == "ok" and xs.get("status") == "ok":
+                    xs["ratio_xla_over_refsim"] = xs["seconds"] / rs["seconds"]
+                C.emit(xs)
+                out.append(xs)
+    return out
+
+
+def show(records: list[dict]) -> None:
+    by = {(r["mib"], r["devices"], r["engine"]): r for r in records}
+    rows, notes = [], []
+    for mib, n in dict.fromkeys((r["mib"], r["devices"]) for r in records):
+        rs, xs = by.get((mib, n, "refsim"), {}), by.get((mib, n, "xla"), {})
+
+        def cell(r, key, f):
+            if not r:
+                return "not run"
+            if r["status"] == "ok":
+                return f(r[key])
+            text = f"{r['engine']} at {r['devices']} devices, {r['mib']} MiB: {r['status']}, {r['reason']}"
+            if text not in notes:
+                notes.append(text)
+            return f"{r['status']} [{notes.index(text) + 1}]"
+
+        rows.append((f"{mib} MiB", n, "x".join(map(str, rs.get("mesh", xs.get("mesh", [])))),
+                     cell(rs, "seconds", C.fmt_seconds), cell(rs, "rss_above_baseline", C.fmt_bytes),
+                     cell(xs, "seconds", C.fmt_seconds), cell(xs, "rss_above_baseline", C.fmt_bytes),
+                     C.fmt_ratio(xs.get("ratio_xla_over_refsim"))))
+    C.table("scaling: ppermute + all_to_all + psum_scatter + all_gather + psum",
+            ["size", "devices", "mesh", "refsim time", "refsim peak RSS", "XLA time", "XLA peak RSS",
+             "XLA/refsim"], rows)
+    for i, text in enumerate(notes, 1):
+        print(f"[{i}] {text}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 and 64 devices on 1 MiB")
+    ap.add_argument("--devices", type=int, nargs="+")
+    ap.add_argument("--mib", type=float, nargs="+")
+    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--timeout", type=float, help="seconds per child process (default 300)")
+    ap.add_argument("--child", choices=("refsim", "xla"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        fn = _child_refsim if args.child == "refsim" else _child_xla
+        res = fn(args.devices[0], args.mib[0], args.repeat or 3)
+        print(json.dumps(res))
+        return res
+    records = run(args.quick, args.devices, args.mib, args.repeat, args.timeout)
+    show(records)
+    return records
+
+
+if __name__ == "__main__":
+    main()

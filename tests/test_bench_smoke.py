@@ -1,0 +1,243 @@
+"""Smoke tests of bench/: every part runs in a tiny configuration, so the code cannot rot.
+
+No timed assertions: figures depend on the machine. What is checked is the shape of the
+records, the benchmark program's correctness against an independent device loop, and the
+command line's contract (JSON lines, part selection, errors).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import __main__ as bench_main
+from bench import _common as C
+from bench import bandwidth, conformance_rate, scaling, throughput
+
+
+# -- the scaling program: layout and expected value ------------------------------------------
+
+@pytest.mark.parametrize("devices, mib, mesh, shape", [
+    (8, 64, (4, 2), (4096, 4096)),        # local 2^21 elements: r = 2^10, c = 2^11
+    (4096, 64, (64, 64), (4096, 4096)),   # local 4096 = 64 x 64
+    (16384, 4, (256, 64), (16384, 64)),   # local 64 < sqrt(16384): Y shrinks to 64, blocks 64 x 1
+    (64, 1, (8, 8), (512, 512)),          # local 4096 = 64 x 64
+])
+def test_layout_hand_values(devices, mib, mesh, shape):
+    assert scaling.layout(devices, mib) == (mesh, shape)
+
+
+def test_layout_rejects_bad_sizes():
+    with pytest.raises(ValueError, match=r"devices=6 must be a power of two"):
+        scaling.layout(6, 1)
+    with pytest.raises(ValueError, match=r"mib=3 .* not a power-of-two multiple of devices=8"):
+        scaling.layout(8, 3)
+
+
+def _naive_five_collectives(a: np.ndarray, mesh_shape) -> dict:
+    """Each device's output, by Python loops over devices (independent of refsim and bench)."""
+    X, Y = mesh_shape
+    r, c = a.shape[0] // X, a.shape[1] // Y
+    blk = {(i, j): a[i * r:(i + 1) * r, j * c:(j + 1) * c].astype(np.float64) for i in range(X) for j in range(Y)}
+    b = {(i, j): blk[(i - 1) % X, j] for i in range(X) for j in range(Y)}               # ring ppermute on x
+    q = r // Y
+    t = {(i, k): np.concatenate([b[i, j][k * q:(k + 1) * q] for j in range(Y)], axis=1)  # all_to_all(0 -> 1)
+         for i in range(X) for k in range(Y)}
+    s = {(i, j): sum(t[i, k] for k in range(Y))[:, j * c:(j + 1) * c]                    # psum_scatter dim 1
+         for i in range(X) for j in range(Y)}
+    g = {(i, j): np.concatenate([s[i, k] for k in range(Y)], axis=0) for i in range(X) for j in range(Y)}
+    return {(i, j): sum(g[k, j] for k in range(X)) for i in range(X) for j in range(Y)}  # psum over x
+
+
+@pytest.mark.parametrize("mesh_shape, shape", [((4, 2), (16, 6)), ((2, 4), (16, 8)), ((2, 2), (4, 2))])
+def test_expected_equals_naive_device_loop(mesh_shape, shape):
+    a = np.random.default_rng(1).integers(0, 7, shape).astype(np.float32)
+    per_device = _naive_five_collectives(a, mesh_shape)
+    X, Y = mesh_shape
+    first = per_device[0, 0]
+    assert all(np.array_equal(v, first) for v in per_device.values())  # psum/all_gather: all equal
+    np.testing.assert_array_equal(scaling.expected(a, mesh_shape), np.tile(first, (1, Y)).astype(np.float32))
+
+
+def test_make_input_is_small_integers():
+    a = scaling.make_input((4, 5))
+    np.testing.assert_array_equal(a.ravel(), np.arange(20) % 7)
+    assert a.dtype == np.float32
+
+
+# -- every part in a tiny configuration -------------------------------------------------------
+
+def test_scaling_runs_both_engines_in_child_processes():
+    recs = scaling.run(devices=(8,), mibs=(0.25,), repeat=1, timeout=240)
+    by = {r["engine"]: r for r in recs}
+    assert set(by) == {"refsim", "xla"}
+    for r in recs:
+        assert r["status"] == "ok", r
+        assert r["correct"] is True and r["mesh"] == [4, 2]
+        assert r["seconds"] > 0 and r["rss_above_baseline"] >= 0
+    assert "compile_s" in by["xla"] and by["xla"]["ratio_xla_over_refsim"] > 0
+    scaling.show(recs)
+
+
+def test_scaling_reports_a_timed_out_child():
+    rec = scaling._run_child("refsim", 8, 0.25, 1, timeout=0.01)
+    assert rec["status"] == "timeout" and rec["reason"] == "no result within 0.01 s (killed)"
+    assert rec["engine"] == "refsim" and rec["mesh"] == [4, 2]
+    scaling.show([rec])  # a failed cell names its reason in a note below the table
+
+
+def test_scaling_names_why_a_child_crashed():
+    tb = "Traceback (most recent call last):\n  ...\njax.errors.JaxRuntimeError: INVALID_ARGUMENT: no\n"
+    assert scaling._reason(tb) == "jax.errors.JaxRuntimeError: INVALID_ARGUMENT: no"
+    abort = "F0101 12:00:00.1 1 hlo.cc:9] Check failed: n < 64\n*** Check failure stack trace: ***\n    @ 0x7f (unknown)\n"
+    assert scaling._reason(abort) == "Check failed: n < 64"
+    hang = ("F1122 13:34:06.711367    4453 rendezvous.cc:161] [id=1] Termination timeout for `all to all "
+            "RendezvousKey{run_id=RunId: 1, global_devices=[0, 1]}` of 40 seconds exceeded.")
+    assert scaling._reason(hang) == "Termination timeout for `all to all RendezvousKey{...}` of 40 seconds exceeded."
+    assert scaling._reason("") == "no output"
+
+
+def test_throughput_corpus_is_deterministic_and_distinct():
+    a = [p.case_id for p in throughput.draw_corpus(5)]
+    b = [p.case_id for p in throughput.draw_corpus(5)]
+    assert a == b and len(set(a)) == 5
+
+
+def test_throughput_quick():
+    recs = throughput.run(count=3, repeat=1)
+    by = {r["engine"]: r for r in recs}
+    assert set(by) == {"refsim", "xla", "ratio"}
+    n = by["ratio"]["programs"]
+    assert 1 <= n <= 3 and by["ratio"]["drawn"] == 3 and 0 <= by["ratio"]["agree"] <= n
+    assert by["refsim"]["programs_per_s"] > 0 and by["xla"]["programs_per_s"] > 0
+    assert 0 < by["xla"]["compile_share"] <= 1
+    throughput.show(recs)
+
+
+def test_conformance_rate_loop_quick():
+    (rec,) = conformance_rate.run(examples=4, source="loop")
+    assert rec["examples"] == 4 and rec["source"].startswith("collective_calls loop (")
+    assert rec["pass"] + rec["fail"] + rec["error"] + rec["unsupported"] == 4
+    assert rec["xla_compiles"] + rec["xla_cache_hits"] >= 1 and 0 <= rec["compile_share"] <= 1
+    assert rec["runner_available"] == conformance_rate.runner_available()
+    conformance_rate.show([rec])
+
+
+@pytest.mark.skipif(not conformance_rate.runner_available(), reason="conformance.runner is not in this checkout")
+def test_conformance_rate_runner_quick():
+    (rec,) = conformance_rate.run(quick=True, source="runner")
+    assert rec["source"] == "conformance.runner.run(suite='collectives', examples=1)"
+    assert rec["examples"] >= rec["distinct_cases"] >= 1 and rec["examples_per_s"] > 0
+    # examples of one case differ only in data: they reuse its compiled executable
+    assert rec["xla_cache_hits"] >= 1
+    conformance_rate.show([rec])
+
+
+def test_conformance_rate_rejects_unknown_source():
+    with pytest.raises(ValueError, match=r"source='fast'; choose 'auto', 'runner' or 'loop'"):
+        conformance_rate.run(source="fast")
+
+
+def test_bandwidth_quick():
+    recs = bandwidth.run(mib=0.25, devices=(8,), repeat=1)
+    assert [r["op"] for r in recs] == ["psum", "all_gather", "all_to_all", "ppermute", "psum_scatter"]
+    for r in recs:
+        assert r["bytes_moved"] == 2**18  # every op reads or writes the whole 0.25 MiB stack
+        assert r["ratio_to_copyto"] > 0
+    bandwidth.show(recs)
+
+
+def test_bandwidth_rejects_indivisible_size():
+    with pytest.raises(ValueError, match=r"devices=64 gives 16 elements per device, not a multiple of 64"):
+        bandwidth.run(mib=2**12 / 2**20, devices=(64,), repeat=1)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+def test_cli_writes_one_json_line_per_figure(tmp_path, capsys):
+    path = tmp_path / "figures.jsonl"
+    assert bench_main.main(["--quick", "--parts", "bandwidth", "--json", str(path)]) == 0
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    kinds = [ln["bench"] for ln in lines]
+    assert kinds[0] == "machine" and kinds.count("bandwidth") == 5 and kinds[-1] == "target"
+    assert lines[-1]["quick"] is True
+    out = capsys.readouterr().out
+    assert "bandwidth: refsim collective time" in out and "targets" in out
+    assert sum(1 for ln in out.splitlines() if ln.startswith("{")) == len(lines)
+
+
+def test_cli_rejects_unknown_part(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_main.main(["--parts", "throughput,speed"])
+    assert e.value.code == 2
+    assert "unknown part(s) ['speed']; choose from throughput,conformance,scaling,bandwidth" in capsys.readouterr().err
+
+
+def test_targets_table_judges_each_target():
+    results = {
+        "throughput": [dict(engine="ratio", ratio_refsim_over_xla=12.5)],
+        "scaling": [dict(engine="refsim", devices=4096, mib=64, status="ok", seconds=1.5,
+                         rss_above_baseline=2 * 64 * 2**20),
+                    dict(engine="refsim", devices=16384, mib=4, status="ok", correct=True)],
+        "bandwidth": [dict(op="psum", devices=8, mib=64, ratio_to_copyto=0.5),
+                      dict(op="all_to_all", devices=512, mib=64, ratio_to_copyto=3.5)],
+    }
+    rows = bench_main.targets(results)
+    assert [ok for _, _, ok in rows] == [True, False, True, True, False]
+    assert rows[-1][1] == "worst all_to_all @ 512: 3.5x"
+
+
+def test_common_helpers():
+    assert C.best_of(lambda: None, 3) >= 0
+    with pytest.raises(ValueError, match="repeat=0 must be >= 1"):
+        C.best_of(lambda: None, 0)
+    assert C.peak_rss() >= C.current_rss() > 0
+    assert C.fmt_seconds(0.0123) == "12.3 ms" and C.fmt_seconds(2.5) == "2.50 s"
+    assert C.fmt_bytes(3 * 2**30) == "3.00 GiB" and C.fmt_bytes(5 * 2**20) == "5 MiB"
+    m = C.machine()
+    assert m["bench"] == "machine" and m["cores"] >= 1
+
+
+# -- the interpreter's liveness release (a change made for the scaling memory target) --------
+
+def test_interpreter_frees_an_intermediate_after_its_last_use():
+    import gc
+    import weakref
+
+    import jax
+    import jax.numpy as jnp
+
+    import refsim
+
+    closed = jax.make_jaxpr(lambda x: jnp.exp(jnp.cos(jnp.sin(x))))(np.zeros(4, np.float32))
+    assert [e.primitive.name for e in closed.jaxpr.eqns] == ["sin", "cos", "exp"]
+    refs, alive_at_exp = [], []
+
+    def probe(eqn, invals, outvals):
+        refs.append(weakref.ref(outvals[0]))
+        if eqn.primitive.name == "exp":
+            gc.collect()
+            alive_at_exp.extend(r() is not None for r in refs[:2])
+
+    x = np.linspace(0, 1, 4, dtype=np.float32)
+    (out,) = refsim.eval_jaxpr(closed, x, probe=probe)
+    # sin's result is read last by cos, so it is gone when exp runs; cos's is exp's input
+    assert alive_at_exp == [False, True]
+    np.testing.assert_allclose(out, np.exp(np.cos(np.sin(x.astype(np.float64)))), rtol=1e-6)
+
+
+def test_interpreter_keeps_an_intermediate_that_is_also_an_output():
+    import jax
+    import jax.numpy as jnp
+
+    import refsim
+
+    def f(x):
+        s = jnp.sin(x)
+        return s, jnp.cos(s) * 2
+
+    x = np.linspace(0, 1, 5, dtype=np.float32)
+    s, c = refsim.eval_jaxpr(jax.make_jaxpr(f)(x), x)
+    np.testing.assert_allclose(s, np.sin(x.astype(np.float64)), rtol=1e-6)
+    np.testing.assert_allclose(c, 2 * np.cos(np.sin(x.astype(np.float64))), rtol=1e-6)
