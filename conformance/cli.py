@@ -1,0 +1,105 @@
+"""`python -m conformance`: run the suites, or dispatch to the bisector and the mutation tool.
+
+    python -m conformance run [--platform P] [--devices N] [--examples N]
+        [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
+        [--processes K] [--resume] [--xfails FILE] [--no-progress] [--shrink-seconds T]
+    python -m conformance bisect ...     (conformance.debug.cli)
+    python -m conformance mutate ...     (conformance.mutate)
+
+`run` exits 0 when every case agrees (or is an expected failure or unsupported on the
+platform), 1 on any disagreement or error, 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from conformance.suites import SUITES
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def _suite(text: str) -> str:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in SUITES + ("all",)]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(SUITES + ('all',))} (comma-separated)")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
+
+    ap = argparse.ArgumentParser(prog="python -m conformance",
+                                 description="Check refsim against XLA on the local platform.")
+    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate}")
+    run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
+    run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
+    run.add_argument("--devices", type=_positive, default=8, help="device count (virtual devices on CPU; default 8)")
+    run.add_argument("--examples", type=_positive, default=DEFAULT_EXAMPLES,
+                     help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
+    run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
+    run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
+    run.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    run.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1)")
+    run.add_argument("--resume", action="store_true", help="skip the cases already in DIR/results.jsonl")
+    run.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
+    run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
+                     help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
+    sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
+                   add_help=False)
+    sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
+    return ap
+
+
+def run_command(args, console=None) -> int:
+    from conformance import runner
+    from conformance.report import print_table
+
+    if args.resume and not args.report:
+        raise SystemExit("error: --resume needs --report DIR (the folder whose results.jsonl lists finished cases)")
+    result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
+                        devices=args.devices, report_dir=args.report, progress=not args.no_progress,
+                        resume=args.resume, xfails=args.xfails, processes=args.processes,
+                        shrink_seconds=args.shrink_seconds, console=console)
+    print_table(result.summary, console, results=result.results)
+    out = console.print if console is not None else print
+    for text in result.summary.get("unused_xfails", ()):
+        out(f"note: xfails entry {text} matched no case in this run (stale, or not drawn with this seed)")
+    repros = [r for r in result.results if r.repro_path]
+    for r in repros:
+        out(f"reproducer for {r.case_id}: python {r.repro_path}")
+    if args.report:
+        out(f"report: {args.report}/report.html, {args.report}/junit.xml, {args.report}/results.jsonl")
+    return 0 if result.ok else 1
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "bisect":
+        from conformance.debug import cli as debug_cli
+
+        return int(debug_cli.main(argv[1:]) or 0)
+    if argv and argv[0] == "mutate":
+        from conformance import mutate
+
+        return int(mutate.main(argv[1:]) or 0)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.command != "run":
+        ap.print_help()
+        return 2
+    try:
+        return run_command(args)
+    except ValueError as e:  # bad arguments found after parsing (xfails file, report folder, ...)
+        print(f"error: {e}", file=sys.stderr)
+        return 2

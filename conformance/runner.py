@@ -1,0 +1,356 @@
+"""Run the conformance suites: refsim against XLA, case by case, into reporters.
+
+`run()` draws every suite's tasks (deterministic in `seed`), runs each case's examples on
+refsim and on the XLA side (`xla`, default `xla_backend`), compares them by the policy of
+`conformance.compare`, applies the platform's xfails file, and hands one `CaseResult` per
+case to every reporter as it finishes. A disagreeing case is shrunk with hypothesis within
+its family and dtype (smallest mesh, smallest shape) and written as a standalone
+reproducer (`conformance.cases.Program.repro`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+
+from conformance import xfails as xfails_mod
+from conformance.results import CaseResult, summarize
+from conformance.suites import base, selected
+from conformance.suites import module as suite_module
+
+__all__ = ["DEFAULT_EXAMPLES", "RunResult", "plan_tasks", "run", "run_task"]
+
+# Draws per collective / program family / layout type / error kind; each collective or
+# program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
+DEFAULT_EXAMPLES = 20
+SHRINK_SECONDS = 60.0
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Every case's result, and the summary (`conformance.results.summarize` plus xfail notes)."""
+
+    results: list
+    summary: dict
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.summary["ok"])
+
+
+def _compile_seconds() -> float:
+    from xla_backend import cache
+
+    return cache.stats()["compile_seconds"]
+
+
+def unsupported_reason(exc: BaseException) -> str | None:
+    """The reason when `exc` says the platform has no lowering or runtime for an op, else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    for pat in (r"MLIR translation rule for primitive '[^']+' not found for platform \w+",
+                r"UNIMPLEMENTED[^\n]*", r"[^\n]*not (?:supported|implemented) on (?:this platform|CPU)[^\n]*"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(0)
+    return None
+
+
+def _slug(case_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", case_id).strip("_")[:120]
+
+
+# -- one task -------------------------------------------------------------------------------------
+def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir: str | None = None,
+             devices: int = 8, shrink_seconds: float = SHRINK_SECONDS, seed: int = 0) -> CaseResult:
+    """Run one task (all its examples) and return its CaseResult with the xfails `entry` applied."""
+    if xla is None:
+        import xla_backend as xla
+    if entry is not None and entry.crash:
+        # a fatal CHECK in XLA would abort this process and every case after it
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="xfail", examples=0, message=f"not run: {entry.reason}")
+    t0, c0 = time.perf_counter(), _compile_seconds()
+    if isinstance(task, base.ProgramTask):
+        out, failing = _run_program(task, xla)
+    else:
+        failing = None
+        try:
+            out = task.check(xla)
+        except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
+            reason = unsupported_reason(e)
+            out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
+                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__})
+    status, message = _apply_xfail(out, entry)
+    repro = None
+    if status == "fail" and failing is not None:
+        repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
+        message = f"{message}\n{note}" if note else message
+        out.details["shrunk"] = note
+    return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
+                      examples=out.examples, seconds=time.perf_counter() - t0,
+                      compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,
+                      details=out.details)
+
+
+def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
+    """The status after the xfails entry: xfail / xpass / unsupported, or unchanged without one."""
+    if entry is None:
+        if out.status == "unsupported":
+            return "error", (f"{out.message}\nThe platform cannot run this case; if that is expected, list it in "
+                             "xfails/<platform>.txt as 'CASE_ID_PATTERN unsupported: REASON'.")
+        return out.status, out.message
+    if out.status == "pass" and entry.sometimes:
+        return "pass", f"agreed (listed as {entry.reason!r}: some data or parameters differ)"
+    if out.status == "pass":
+        return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.reason}"
+    if entry.unsupported and out.status == "unsupported":
+        return "unsupported", f"{entry.reason}\n{out.message}"
+    if entry.unsupported:
+        # listed as impossible to run, yet it ran: the entry is wrong, the result stands
+        return out.status, f"{out.message}\n(listed as {entry.reason!r}, but the platform ran it)"
+    return "xfail", f"expected failure: {entry.reason}\n{out.message}"
+
+
+def _run_program(task, xla):
+    """(Outcome, failing (case, expected, comparison) or None) over a ProgramTask's examples."""
+    import refsim
+    from conformance.compare import compare
+    from conformance.report import case_details
+
+    examples = 0
+    for case in task.variants:
+        try:
+            with user_context(case):
+                want = case.run(refsim)
+        except Exception as e:  # noqa: BLE001
+            return _crash("refsim", case, e, examples), None
+        try:
+            with user_context(case):
+                got = case.run(xla)
+        except Exception as e:  # noqa: BLE001
+            reason = unsupported_reason(e)
+            if reason:
+                return base.Outcome("unsupported", reason, examples, case_details(case, expected=want)), None
+            return _crash("xla", case, e, examples), None
+        examples += 1
+        res = compare(want, got, case=case)
+        if not res.ok:
+            details = case_details(case, res, expected=want)
+            return base.Outcome("fail", res.report(), examples, details), (case, want, res)
+    return base.Outcome("pass", "", examples), None
+
+
+def user_context(case):
+    """What a JAX user wraps a global-view program in: ``jax.set_mesh(mesh)`` for a jit case (so
+    `with_sharding_constraint(x, P(...))` finds its mesh), as the reproducer does; else nothing."""
+    import contextlib
+
+    if case.entry != "jit":
+        return contextlib.nullcontext()
+    import jax
+
+    from xla_backend import meshes
+
+    return jax.set_mesh(meshes.jax_mesh(case.mesh))
+
+
+def _run_case(case, api):
+    with user_context(case):
+        return case.run(api)
+
+
+def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
+    from conformance.report import case_details
+
+    details = case_details(case)
+    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__)
+    return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
+                        max(examples, 1), details)
+
+
+def _size(case) -> tuple:
+    import numpy as np
+
+    return (case.mesh.size, sum(int(np.asarray(a).size) for a in case.args))
+
+
+def shrink(task, failing_case, xla, *, devices: int = 8, seconds: float = SHRINK_SECONDS, seed: int = 0):
+    """The smallest failing case hypothesis finds in `task`'s family and dtype within `seconds`
+    (smallest mesh first, then smallest shape); `failing_case` when nothing smaller fails."""
+    import random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+
+    import refsim
+    from conformance.compare import compare
+
+    if task.shrink is None:
+        return failing_case
+    suite, family, dtype = task.shrink
+    strategy = suite_module(suite).strategy(family, dtype, devices)
+    best = [failing_case]
+    stop = time.monotonic() + seconds
+
+    def fails(case) -> bool:
+        if time.monotonic() > stop:
+            return False
+        try:
+            bad = not compare(_run_case(case, refsim), _run_case(case, xla), case=case).ok
+        except Exception:  # noqa: BLE001 - a crash is another bug, not this failure
+            return False
+        if bad and _size(case) <= _size(best[0]):
+            best[0] = case
+        return bad
+
+    cfg = settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                   phases=[Phase.generate, Phase.shrink])
+    try:
+        find(strategy, fails, settings=cfg, random=random.Random(seed))
+    except Exception:  # noqa: BLE001 - NoSuchExample, or a time-out mid-shrink: keep the best seen
+        pass
+    return best[0]
+
+
+def _shrink_and_write(task, failing, xla, repro_dir, devices, seconds, seed) -> tuple[str | None, str]:
+    import refsim
+
+    case, want, _ = failing
+    small = shrink(task, case, xla, devices=devices, seconds=seconds, seed=seed) if seconds > 0 else case
+    try:
+        expected = want if small is case else _run_case(small, refsim)
+        text = small.repro(expected=expected)
+    except Exception as e:  # noqa: BLE001 - the failure is reported even if no reproducer can be built
+        return None, f"no reproducer: {type(e).__name__}: {e}"
+    repro_dir = repro_dir or os.path.join(tempfile.gettempdir(), "conformance-repros")
+    os.makedirs(repro_dir, exist_ok=True)
+    path = os.path.join(repro_dir, _slug(task.case_id) + ".py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    note = "" if small is case else f"shrunk to {small.case_id} ({_shape_text(small)})"
+    return path, note
+
+
+def _shape_text(case) -> str:
+    import numpy as np
+
+    return ", ".join(f"arg {i}: {np.asarray(a).dtype}{list(np.shape(a))}" for i, a in enumerate(case.args))
+
+
+# -- the whole run --------------------------------------------------------------------------------
+def plan_tasks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, devices: int = 8) -> list:
+    """Every task of the selected suites, deterministic in (examples, seed, devices)."""
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"examples={examples!r}; pass a positive int (draws per family).")
+    out = []
+    for name in selected(suite):
+        out += suite_module(name).tasks(examples=examples, seed=seed, devices=devices)
+    return out
+
+
+def _versions() -> dict:
+    import jax
+    import numpy as np
+
+    return {"jax": jax.__version__, "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
+            "numpy": np.__version__, "python": sys.version.split()[0]}
+
+
+def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
+        report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes: int = 1,
+        shrink_seconds: float = SHRINK_SECONDS, console=None) -> RunResult:
+    """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
+
+    suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
+    examples: draws per family (collectives and program draws run with 3 data sets each).
+    xla: the XLA-side engine (an object with shard_map / pmap / jit / device_put like
+    `xla_backend`), e.g. a test double; default xla_backend. xfails: a file path, an
+    `XfailList`, or None for ``xfails/<platform>.txt``. resume: skip the cases already in
+    ``report_dir/results.jsonl``. processes: run cases in that many worker processes.
+    """
+    from xla_backend import platform as xplat
+
+    if resume and report_dir is None:
+        raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
+    if not isinstance(processes, int) or processes < 1:
+        raise ValueError(f"processes={processes!r}; pass a positive int.")
+    if processes > 1 and xla is not None:
+        raise ValueError("processes > 1 runs xla_backend in worker processes; an injected xla= runs in this "
+                         "process only, so pass processes=1 with it.")
+    xplat.configure(platform, devices)
+    xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
+    t0 = time.perf_counter()  # the wall time includes drawing the cases
+    tasks = plan_tasks(suite, examples=examples, seed=seed, devices=devices)
+    finished: dict = {}
+    reporters: list = []
+    repro_dir = None
+    if report_dir is not None:
+        from conformance.report import JSONL_NAME, load_finished, open_report_dir
+
+        if resume:
+            finished = load_finished(os.path.join(os.fspath(report_dir), JSONL_NAME))
+        os.makedirs(report_dir, exist_ok=True)
+        reporters = open_report_dir(report_dir, resume=resume)
+        repro_dir = os.path.join(os.fspath(report_dir), "repros")
+    if progress:
+        from conformance.report import ProgressReporter
+
+        reporters.append(ProgressReporter(total=len(tasks), console=console))
+    plan = dict(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
+                processes=processes, xfails=xf.source, cases=len(tasks), resumed=bool(resume), **_versions())
+    for r in reporters:
+        r.start(plan)
+    results: list = []
+    c_total = 0.0
+    todo = []
+    for task in tasks:
+        done = finished.get(task.case_id)
+        entry = xf.lookup(task.case_id)
+        if done is not None:
+            results.append(done)
+            for r in reporters:
+                r.case_finished(done)
+        else:
+            todo.append((task, entry))
+    opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
+    try:
+        for res in _execute(todo, xla, opts, processes, platform, devices):
+            results.append(res)
+            c_total += res.compile_seconds
+            for r in reporters:
+                r.case_finished(res)
+    finally:
+        wall = time.perf_counter() - t0
+        summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
+        summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
+        summary["unused_xfails"] = [f"{e.pattern} ({xf.source}:{e.line})" for e in xf.unused()]
+        summary["plan"] = plan
+        for r in reporters:
+            r.finish(summary)
+    return RunResult(results, summary)
+
+
+def _execute(todo, xla, opts, processes, platform, devices):
+    """Yield CaseResults as tasks finish, in this process or in `processes` workers."""
+    if processes == 1:
+        for task, entry in todo:
+            yield run_task(task, xla, entry, **opts)
+        return
+    import concurrent.futures as cf
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_worker,
+                                initargs=(platform, devices)) as pool:
+        futures = [pool.submit(run_task, task, None, entry, **opts) for task, entry in todo]
+        for fut in cf.as_completed(futures):
+            yield fut.result()
+
+
+def _init_worker(platform: str, devices: int) -> None:
+    from xla_backend import platform as xplat
+
+    xplat.configure(platform, devices)

@@ -1,0 +1,32 @@
+"""The conformance suites: collectives, layouts, programs, errors, mpmd.
+
+Each suite module has ``tasks(*, examples, seed, devices) -> list`` of
+`conformance.suites.base.ProgramTask` / `CheckTask`; suites whose failures shrink also
+have ``strategy(family, dtype, devices)``, the hypothesis strategy a failing case is
+shrunk within.
+"""
+from __future__ import annotations
+
+import importlib
+
+SUITES = ("collectives", "layouts", "programs", "errors", "mpmd")
+
+
+def module(name: str):
+    """The suite module `name` (one of SUITES)."""
+    if name not in SUITES:
+        raise ValueError(f"suite={name!r}; choose one of {SUITES} or 'all'.")
+    return importlib.import_module(f"conformance.suites.{name}")
+
+
+def selected(suite) -> tuple:
+    """The suite names `suite` selects: a name, 'all', or a comma-separated list / sequence of names."""
+    if isinstance(suite, str):
+        names = SUITES if suite == "all" else tuple(s.strip() for s in suite.split(",") if s.strip())
+    else:
+        names = tuple(suite)
+    for n in names:
+        module(n)
+    if not names:
+        raise ValueError(f"suite={suite!r} selects nothing; choose one of {SUITES} or 'all'.")
+    return names

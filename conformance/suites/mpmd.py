@@ -1,0 +1,28 @@
+"""The mpmd suite: SPMD -> MPMD -> SPMD round trips (`conformance.mpmd_checks.check_mpmd`),
+refsim's stated properties plus XLA agreeing device by device, one task per drawn case."""
+from __future__ import annotations
+
+import functools
+
+from conformance.suites.base import CheckTask, Outcome
+
+NAME = "mpmd"
+
+
+def check_case(case_json: str, xla) -> Outcome:
+    from conformance.mpmd_checks import MpmdCase, check_mpmd
+
+    (r,) = check_mpmd(cases=[MpmdCase.from_json(case_json)])
+    return Outcome("pass" if r.passed else "fail", "" if r.passed else r.message)
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    from conformance.mpmd_checks import draw_cases
+
+    out = []
+    for case in draw_cases(max(1, examples), seed, max_devices=devices):
+        dtypes = sorted({leaf.dtype for leaf in case.leaves})
+        out.append(CheckTask(case.case_id, NAME, f"round_trip[{case.tree},{case.threshold_kind}]",
+                             dtypes[0] if len(dtypes) == 1 else "mixed",
+                             functools.partial(check_case, case.to_json())))
+    return out

@@ -1,0 +1,113 @@
+"""The programs suite: whole programs, from the strategies' 17 families and the 69-program corpus.
+
+Strategy families (`conformance.strategies.programs.FAMILIES`) compose collectives with
+elementwise / structural ops, scan / while / cond / switch, grad, vmap, nested shard_map,
+jit with shardings, sharding constraints and resharding between device orders; each is
+drawn `examples` times. Every corpus program (`conformance.corpus.PROGRAMS`) runs with
+two input seeds; one XLA:CPU cannot run is checked against its NumPy `reference` and
+reported unsupported on this platform.
+"""
+from __future__ import annotations
+
+import functools
+import zlib
+
+import numpy as np
+
+from conformance.suites.base import CheckTask, Outcome, draw, group_tasks
+
+NAME = "programs"
+CORPUS_SEEDS = (0, 1)
+
+
+def strategy(family: str, dtype: str | None, devices: int):
+    """Programs of one family (and dtype) over meshes that family can run on."""
+    from conformance.strategies import meshes
+    from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
+
+    if family == "pmap_grouped":
+        mesh_s = meshes(max_axes=1, max_devices=devices)
+    else:
+        mesh_s = meshes(min_axes=FAMILIES[family][1], max_devices=devices)
+    dts = (dtype,) if dtype else PROGRAM_DTYPES
+    if family in ("grad_psum", "grad_scan_ppermute") and not dtype:
+        dts = ("float32", "bfloat16")
+    return programs(mesh_s, families=(family,), dtypes=dts)
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    from conformance.corpus import PROGRAMS
+    from conformance.strategies.programs import FAMILIES
+
+    out = []
+    for fam in FAMILIES:
+        s = seed ^ zlib.crc32(fam.encode())
+        cases = draw(strategy(fam, None, devices), examples, s)
+        out += group_tasks(NAME, cases, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype))
+    for prog in PROGRAMS:
+        if int(np.prod(prog.mesh_shape)) > devices:
+            continue
+        dtype = str(np.asarray(prog.inputs(0)[0]).dtype) if prog.inputs(0) else "none"
+        out.append(CheckTask(f"corpus:{prog.name}[mesh={'x'.join(map(str, prog.mesh_shape))}]", NAME,
+                             f"corpus.{prog.family}", dtype, functools.partial(check_corpus, prog.name)))
+    return out
+
+
+def _close(e, a, tol) -> str:
+    """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`."""
+    from conformance.compare import compare
+
+    if not tol:
+        res = compare(e, a)
+        return "" if res.ok else res.report()
+    ea = {s.device_id: s for s in e.shards}
+    aa = {s.device_id: s for s in a.shards}
+    if set(ea) != set(aa):
+        return f"devices differ: refsim {sorted(ea)}, xla {sorted(aa)}"
+    for d in sorted(ea):
+        x, y = np.asarray(ea[d].data), np.asarray(aa[d].data)
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"device {d}: refsim {x.dtype}{list(x.shape)}, xla {y.dtype}{list(y.shape)}"
+        if not np.allclose(x.astype(np.float64), y.astype(np.float64), rtol=tol, atol=tol, equal_nan=True):
+            i = tuple(int(v) for v in np.argwhere(~np.isclose(x, y, rtol=tol, atol=tol, equal_nan=True))[0])
+            return f"device {d} element {i}: refsim {x[i]!r}, xla {y[i]!r} (stated tolerance {tol})"
+    return ""
+
+
+def check_corpus(name: str, xla) -> Outcome:
+    """Corpus program `name` on refsim and on `xla` (or its NumPy reference where XLA cannot run it)."""
+    import jax
+
+    import refsim
+    from conformance.corpus import _entry, by_name
+
+    prog = by_name(name)
+    mesh = prog.refsim_mesh()
+    leaves = lambda out: jax.tree_util.tree_leaves(out, is_leaf=lambda x: hasattr(x, "shards"))  # noqa: E731
+    ref_fn = _entry(prog, refsim, mesh)
+    # xla_note records what XLA:CPU cannot run; other platforms are asked to run it.
+    cpu = jax.devices()[0].platform == "cpu"
+    xla_fn = None if cpu and not prog.xla_runs else _entry(prog, xla, mesh)
+    for seed in CORPUS_SEEDS:
+        inputs = prog.inputs(seed)
+        want = leaves(ref_fn(*inputs))
+        if xla_fn is None:
+            expect = prog.reference(*inputs)
+            expect = expect if isinstance(expect, (tuple, list)) else (expect,)
+            for k, (w, r) in enumerate(zip(want, expect)):
+                if not np.allclose(np.asarray(w).astype(np.float64), np.asarray(r).astype(np.float64),
+                                   rtol=prog.tol, atol=prog.tol):
+                    return Outcome("fail", f"{name}: refsim output {k} differs from the NumPy reference "
+                                           f"(seed {seed})", examples=len(CORPUS_SEEDS))
+            continue
+        got = leaves(xla_fn(*inputs))
+        if len(want) != len(got):
+            return Outcome("fail", f"{name}: refsim gave {len(want)} outputs, xla {len(got)}")
+        for k, (e, a) in enumerate(zip(want, got)):
+            msg = _close(e, a, prog.tol)
+            if msg:
+                return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS))
+    if xla_fn is None:
+        return Outcome("unsupported", f"{prog.xla_note}; refsim agrees with the NumPy reference",
+                       examples=len(CORPUS_SEEDS))
+    return Outcome("pass", examples=len(CORPUS_SEEDS))

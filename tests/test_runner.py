@@ -1,0 +1,207 @@
+"""The conformance runner: xfails files, status rules, reports, resume, compile reuse, processes."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import refsim
+import xla_backend
+from conformance import runner, xfails
+from conformance.cases import CollectiveCall
+from conformance.suites import base, selected
+from refsim import Mesh, PartitionSpec as P
+
+
+# -- xfails files ------------------------------------------------------------------------------
+def test_xfails_patterns_match_literally_except_star():
+    (e,) = xfails.parse("psum[axes='x',*,mesh=2:default] XLA differs here")
+    assert e.matches("psum[axes='x',groups=none,dtype=int32,mesh=2:default]")
+    assert not e.matches("psum[axes='y',groups=none,dtype=int32,mesh=2:default]")
+    # brackets are literal, not a character class as in fnmatch
+    assert not xfails.parse("p[ab] r")[0].matches("pa")
+    assert xfails.parse("p[ab] r")[0].matches("p[ab]")
+
+
+def test_xfails_reason_kinds_regex_and_versions():
+    text = """
+    # comment
+    pbroadcast[* unsupported: no CPU lowering
+    re:^ppermute\\[axes=\\('y','x' jax<0.11 sometimes: mesh order
+    pmean[* jax>=0.11 plain reason
+    """
+    es = xfails.parse(text)
+    assert [(e.unsupported, e.sometimes, e.version) for e in es] == [
+        (True, False, None), (False, True, ("<", (0, 11))), (False, False, (">=", (0, 11)))]
+    assert es[1].matches("ppermute[axes=('y','x'),perm=cycles]")
+    old = xfails.XfailList(es, jax_version="0.10.2")
+    new = xfails.XfailList(es, jax_version="0.12.0")
+    assert [e.line for e in old.entries] == [3, 4]
+    assert [e.line for e in new.entries] == [3, 5]
+    assert old.lookup("pmean[x]") is None and new.lookup("pmean[x]").reason == "plain reason"
+    assert [e.line for e in new.unused()] == [3]
+
+
+def test_xfails_errors_name_the_line_and_fix():
+    with pytest.raises(ValueError, match=r"f.txt:2: entry 'psum\[\*' has no reason; write 'CASE_ID_PATTERN REASON'"):
+        xfails.parse("# c\npsum[*\n", source="f.txt")
+    with pytest.raises(ValueError, match=r"f.txt:1: pattern 're:\(' is not a valid regular expression"):
+        xfails.parse("re:( reason", source="f.txt")
+    with pytest.raises(ValueError, match="xfails file 'nope.txt' does not exist"):
+        xfails.load("nope.txt")
+
+
+def test_cpu_xfails_file_parses_and_lists_unsupported_ops():
+    xl = xfails.load(None, platform="cpu")
+    assert xl.lookup("pbroadcast[axes='x',source=0,dtype=int32,mesh=2:default]").unsupported
+    assert xl.lookup("corpus:ragged_all_to_all_moe_dispatch[mesh=4]").unsupported
+    assert xl.lookup("psum[axes='x',groups=none,dtype=float32,mesh=2:default]") is None
+
+
+# -- status rules --------------------------------------------------------------------------------
+@pytest.mark.parametrize("status,reason,want", [
+    ("pass", None, "pass"), ("fail", None, "fail"), ("error", None, "error"),
+    ("unsupported", None, "error"),                  # not listed: the platform must say so in its file
+    ("unsupported", "unsupported: no lowering", "unsupported"),
+    ("pass", "unsupported: no lowering", "xpass"),   # it ran: the entry is stale
+    ("fail", "known bug", "xfail"), ("error", "known bug", "xfail"), ("pass", "known bug", "xpass"),
+    ("pass", "sometimes: data dependent", "pass"), ("fail", "sometimes: data dependent", "xfail"),
+])
+def test_xfail_entry_decides_the_status(status, reason, want):
+    entry = None if reason is None else xfails.parse(f"x {reason}")[0]
+    got, message = runner._apply_xfail(base.Outcome(status, "msg"), entry)
+    assert got == want
+    if want == "error" and status == "unsupported":
+        assert "unsupported: REASON" in message
+
+
+def test_crash_entries_are_not_run():
+    entry = xfails.parse("psum[* crash: XLA aborts on this")[0]
+    assert entry.crash
+    double = Counting()
+    res = runner.run_task(base.group_tasks("collectives", [_psum_call()], seed=0)[0], double, entry)
+    assert (res.status, res.examples, double.calls) == ("xfail", 0, 0)
+    assert res.message == "not run: crash: XLA aborts on this"
+
+
+def test_unsupported_reason_reads_jax_lowering_errors():
+    e = NotImplementedError("MLIR translation rule for primitive 'pbroadcast' not found for platform cpu")
+    assert runner.unsupported_reason(e) == "MLIR translation rule for primitive 'pbroadcast' not found for platform cpu"
+    assert runner.unsupported_reason(ValueError("bad perm")) is None
+
+
+# -- one task ----------------------------------------------------------------------------------------
+def _psum_call(mesh=Mesh((4,), ("x",)), x=None):
+    x = np.arange(8, dtype=np.float32).reshape(4, 2) if x is None else x
+    return CollectiveCall(family="psum", source="def f(a):\n    return jax.lax.psum(a, 'x')\n", entry="shard_map",
+                          mesh=mesh, args=(x,), in_specs=(P("x"),), out_specs=P(), labels=(("axes", "'x'"),),
+                          outputs=("sum",), name="psum", params={"axis_name": "x"})
+
+
+def test_examples_differing_only_in_data_reuse_one_executable():
+    call = _psum_call()
+    task = base.group_tasks("collectives", [call], seed=3, variants=4)[0]
+    assert len(task.variants) == 4
+    assert len({v.fn for v in task.variants}) == 1                      # one function object
+    assert not np.array_equal(task.variants[0].args[0], task.variants[1].args[0])
+    xla_backend.clear_cache()
+    before = xla_backend.stats()
+    res = runner.run_task(task)
+    after = xla_backend.stats()
+    assert res.status == "pass" and res.examples == 4
+    assert after["compiles"] - before["compiles"] == 1
+    assert after["cache_hits"] - before["cache_hits"] == 3
+    assert res.compile_seconds > 0
+
+
+def test_exact_friendly_refill_keeps_sums_exact():
+    rng = np.random.default_rng(0)
+    for dt in (np.float32, np.float16, np.int8, np.uint32, np.bool_, np.complex64):
+        v = base.exact_friendly(rng, np.zeros((64,), dt))
+        assert v.dtype == dt and v.shape == (64,)
+    f = base.exact_friendly(rng, np.zeros((1000,), np.float32))
+    assert np.all(f * 4 == np.round(f * 4)) and np.abs(f).max() <= 16
+
+
+def test_unsupported_case_without_entry_is_an_error_naming_the_fix():
+    src = "def f(a):\n    return jax.lax.pbroadcast(a, 'x', source=1)\n"
+    call = CollectiveCall(family="pbroadcast", source=src, entry="shard_map", mesh=Mesh((2,), ("x",)),
+                          args=(np.arange(4.0, dtype=np.float32),), in_specs=(P("x"),), out_specs=P("x"),
+                          labels=(("axes", "'x'"),), name="pbroadcast", params={"axis_name": "x", "source": 1})
+    task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
+    res = runner.run_task(task)
+    assert res.status == "error"
+    assert "not found for platform cpu" in res.message and "unsupported: REASON" in res.message
+    entry = xfails.parse("pbroadcast[* unsupported: XLA:CPU has no pbroadcast lowering")[0]
+    res = runner.run_task(task, None, entry)
+    assert res.status == "unsupported" and res.message.startswith("unsupported: XLA:CPU has no pbroadcast lowering")
+
+
+# -- whole runs -----------------------------------------------------------------------------------------
+class Counting:
+    """An xla= double that counts calls and otherwise is xla_backend."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, name):
+        fn = getattr(xla_backend, name)
+
+        def wrapped(*a, **k):
+            self.calls += 1
+            return fn(*a, **k)
+        return wrapped
+
+
+def test_run_writes_reports_and_resume_skips_finished_cases(tmp_path):
+    rep = tmp_path / "rep"
+    first = runner.run(suite="errors", examples=2, report_dir=rep, progress=False)
+    assert first.ok and first.results
+    assert {r.suite for r in first.results} == {"errors"}
+    ids = [r.case_id for r in first.results]
+    assert len(ids) == len(set(ids))
+    assert {"results.jsonl", "junit.xml", "report.html"} <= set(os.listdir(rep))
+    lines = [json.loads(l) for l in (rep / "results.jsonl").read_text().splitlines()]
+    assert sum(l["type"] == "case" for l in lines) == len(ids)
+    s = first.summary
+    assert s["examples"] == sum(r.examples for r in first.results) and s["examples_per_second"] > 0
+    assert 0 <= s["compile_share"] <= 1 and s["plan"]["suite"] == "errors"
+
+    double = Counting()
+    again = runner.run(suite="errors", examples=2, report_dir=rep, progress=False, resume=True, xla=double)
+    assert double.calls == 0
+    assert [r.case_id for r in again.results] == ids and again.ok
+
+
+def test_run_argument_errors():
+    with pytest.raises(ValueError, match="resume=True needs report_dir"):
+        runner.run(suite="errors", resume=True, progress=False)
+    with pytest.raises(ValueError, match="examples=0; pass a positive int"):
+        runner.run(suite="errors", examples=0, progress=False)
+    with pytest.raises(ValueError, match="pass processes=1 with it"):
+        runner.run(suite="errors", processes=2, xla=xla_backend, progress=False)
+    with pytest.raises(ValueError, match="suite='nope'; choose one of"):
+        selected("nope")
+
+
+def test_plan_is_deterministic_in_the_seed():
+    a = [t.case_id for t in runner.plan_tasks("collectives", examples=2, seed=5)]
+    b = [t.case_id for t in runner.plan_tasks("collectives", examples=2, seed=5)]
+    assert a == b and len(a) >= 12
+
+
+def test_layouts_and_mpmd_suites_pass():
+    res = runner.run(suite="layouts,mpmd", examples=2, progress=False)
+    assert res.ok, [r.message for r in res.results if r.status != "pass"]
+    fams = {r.family for r in res.results}
+    assert {"NamedSharding", "PmapSharding", "SingleDeviceSharding"} <= fams
+    assert any(r.suite == "mpmd" for r in res.results)
+
+
+@pytest.mark.slow
+def test_processes_give_the_same_results(tmp_path):
+    one = runner.run(suite="layouts", examples=1, progress=False)
+    two = runner.run(suite="layouts", examples=1, progress=False, processes=2)
+    assert sorted((r.case_id, r.status) for r in one.results) == sorted((r.case_id, r.status) for r in two.results)
