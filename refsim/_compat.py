@@ -31,6 +31,22 @@ def make_abstract_mesh(axis_sizes, axis_names, axis_types=None):
     return AbstractMesh(tuple(axis_sizes), tuple(axis_names), **kw)
 
 
+def context_abstract_mesh(axis_sizes, axis_names, axis_types=None):
+    """The abstract mesh `jax.set_mesh` puts in context for a mesh over the default platform.
+
+    It carries the default device's `AbstractDevice` (kind, platform), as `Mesh.abstract_mesh`
+    does in jax 0.10 … 0.12, so a `shard_map` / `pmap` the program builds over concrete devices
+    passes shard_map's "context mesh should match the mesh passed" check.
+    """
+    import jax
+    import numpy as np
+
+    probe = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("_",)).abstract_mesh
+    types = make_abstract_mesh(axis_sizes, axis_names, axis_types).axis_types
+    return jax.sharding.AbstractMesh(tuple(axis_sizes), tuple(axis_names), axis_types=types,
+                                     abstract_device=probe.abstract_device)
+
+
 def make_jax_mesh(devices, axis_names, axis_types=None):
     """A `jax.sharding.Mesh` over an ndarray of JAX devices."""
     from jax.sharding import Mesh
