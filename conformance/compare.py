@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -294,6 +294,12 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int]:
         nel += dx.size
         if isinstance(tol, SumBound) and _is_float(dx.dtype):
             ref, bound = tol.reference_and_bound(dev, dx.dtype)
+            if ref.shape != dx.shape:
+                # Broadcasting would hide a policy built for another layout (e.g. pmap's shards
+                # keep the mapped axis), so refuse it rather than compare the wrong elements.
+                raise ValueError(f"tolerances[{k}] gives device {dev} an exact value of shape {ref.shape}, "
+                                 f"but its shard has shape {dx.shape}; build the SumBound from terms "
+                                 f"of shape (n, *shard_shape).")
             for side, data in (("xla", dy), ("refsim", dx)):
                 bad = ~_within(data, ref, bound)
                 if bad.any():

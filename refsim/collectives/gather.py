@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim.collectives.groups import GroupLayout, device_groups, member_index
+from refsim.collectives.groups import GroupLayout, member_index, sized_groups
 
 
 def check_dimension(dim, ndim: int, api: str, name: str) -> int:
@@ -34,13 +34,8 @@ def all_gather(x, *, mesh, axis_name, all_gather_dimension, axis_size, axis_inde
     """
     lay = GroupLayout(mesh, axis_name, api)
     x = lay.check(x, api)
-    groups = device_groups(mesh, lay.names, axis_index_groups, equal_sizes=True, api=api)
+    groups = sized_groups(mesh, lay.names, axis_index_groups, axis_size, api)
     ng, gs = groups.shape
-    if axis_size != gs:
-        raise ValueError(
-            f"{api}: axis_size={axis_size} but the group size over axis_name={lay.names!r} "
-            f"is {gs}; pass axis_size={gs}."
-        )
     local_ndim = x.ndim - lay.nm
     d = check_dimension(all_gather_dimension, local_ndim if tiled else local_ndim + 1, api,
                         "all_gather_dimension")

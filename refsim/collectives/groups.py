@@ -8,7 +8,6 @@ stacked value's named mesh axes to one leading "linear index" axis and back.
 from __future__ import annotations
 
 import operator
-from typing import Sequence
 
 import numpy as np
 
@@ -93,6 +92,18 @@ def device_groups(mesh, axis_name, axis_index_groups=None, *, equal_sizes: bool 
             "this collective needs equally sized groups."
         )
     return [np.asarray(g, dtype=np.int64) for g in groups]
+
+
+def sized_groups(mesh, names: tuple, axis_index_groups, axis_size: int, api: str) -> np.ndarray:
+    """Equal-sized groups whose size must equal the `axis_size` param JAX bound (gather/scatter)."""
+    groups = device_groups(mesh, names, axis_index_groups, equal_sizes=True, api=api)
+    gs = groups.shape[1]
+    if axis_size != gs:
+        raise ValueError(
+            f"{api}: axis_size={axis_size} but the group size over axis_name={names!r} "
+            f"is {gs}; pass axis_size={gs}."
+        )
+    return groups
 
 
 def replica_groups(mesh, axis_name, axis_index_groups=None) -> list[list[int]]:

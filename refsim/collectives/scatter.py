@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from refsim.collectives.gather import check_dimension
-from refsim.collectives.groups import GroupLayout, device_groups, member_index
+from refsim.collectives.groups import GroupLayout, member_index, sized_groups
 from refsim.collectives.reductions import ordered_reduce
 
 
@@ -19,13 +19,8 @@ def reduce_scatter(x, *, mesh, axis_name, scatter_dimension, axis_size, axis_ind
     """`reduce_scatter_p`: sum within each group and give position j the j-th block."""
     lay = GroupLayout(mesh, axis_name, api)
     x = lay.check(x, api)
-    groups = device_groups(mesh, lay.names, axis_index_groups, equal_sizes=True, api=api)
+    groups = sized_groups(mesh, lay.names, axis_index_groups, axis_size, api)
     ng, gs = groups.shape
-    if axis_size != gs:
-        raise ValueError(
-            f"{api}: axis_size={axis_size} but the group size over axis_name={lay.names!r} "
-            f"is {gs}; pass axis_size={gs}."
-        )
     local_ndim = x.ndim - lay.nm
     d = check_dimension(scatter_dimension, local_ndim, api, "scatter_dimension")
     n = x.shape[lay.nm + d]

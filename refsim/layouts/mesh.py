@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 

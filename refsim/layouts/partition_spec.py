@@ -8,7 +8,6 @@ JAX's `P(..., unreduced={...}, reduced={...})`.
 """
 from __future__ import annotations
 
-from typing import Iterable
 
 
 class _Unconstrained:

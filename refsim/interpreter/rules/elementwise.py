@@ -19,21 +19,9 @@ def _operands(ctx, invals):
     return U.bcast_local_rank(ctx.nm, [np.asarray(v) for v in invals])
 
 
-def _float_kernel(fn):
-    """A float/complex kernel computed in f32 for narrow floats, result in the input dtype."""
-
-    def kernel(*xs):
-        dtype = xs[0].dtype
-        cd = U.compute_dtype(dtype)
-        with np.errstate(all="ignore"):
-            out = fn(*(U.as_dtype(x, cd) for x in xs))
-        return U.as_dtype(np.asarray(out), dtype)
-
-    return kernel
-
-
-def _same_dtype(fn):
-    """An integer/float kernel whose NumPy result is cast back to the first operand's dtype."""
+def _in_dtype_kernel(fn):
+    """A kernel computed in the operand's compute dtype (f32 for narrow floats) and cast back
+    to the first operand's dtype: the float/complex families and the integer/float ones alike."""
 
     def kernel(*xs):
         dtype = xs[0].dtype
@@ -264,8 +252,8 @@ def _make_rule(name, kernel):
 
 def _register_table():
     tables = [
-        (_FLOAT_UNARY, _float_kernel), (_FLOAT_BINARY, _float_kernel),
-        (_SAME_UNARY, _same_dtype), (_SAME_BINARY, _same_dtype),
+        (_FLOAT_UNARY, _in_dtype_kernel), (_FLOAT_BINARY, _in_dtype_kernel),
+        (_SAME_UNARY, _in_dtype_kernel), (_SAME_BINARY, _in_dtype_kernel),
         (_COMPARE, _bool_out), (_LOGICAL, lambda f: f), (_NATIVE_BINARY, lambda f: f),
     ]
     for table, wrap in tables:
@@ -290,13 +278,13 @@ def abs_rule(ctx, x):
 def pow_rule(ctx, x, y):
     """x ** y (StableHLO power); the exponent may be an integer array with a float base."""
     x, y = _operands(ctx, [x, y])
-    return _same_dtype(_pow)(x, y)
+    return _in_dtype_kernel(_pow)(x, y)
 
 
 @register("round")
 def round_rule(ctx, x, *, rounding_method):
     """lax.round: rounding_method 0 rounds half away from zero, 1 half to even."""
-    return _float_kernel(lambda v: _round(v, rounding_method))(x)
+    return _in_dtype_kernel(lambda v: _round(v, rounding_method))(x)
 
 
 @register("is_finite")
@@ -377,7 +365,7 @@ def complex_rule(ctx, x, y):
 @register("polygamma")
 def polygamma_rule(ctx, m, x):
     m, x = _operands(ctx, [m, x])
-    return _float_kernel(lambda a, b: sp.polygamma(np.round(a), b))(m, x)
+    return _in_dtype_kernel(lambda a, b: sp.polygamma(np.round(a), b))(m, x)
 
 
 @register("mulhi")
