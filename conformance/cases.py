@@ -308,6 +308,9 @@ def sum_bound_for(call: "CollectiveCall"):
             terms = np.take_along_axis(pieces, rank.reshape((-1,) + (1,) * (pieces.ndim - 1)), axis=2 + d).squeeze(2 + d)
         else:
             terms = np.take_along_axis(terms, rank.reshape((-1,) + (1,) * (terms.ndim - 1)), axis=2 + d).squeeze(2 + d)
+    if call.entry == "pmap":
+        # A pmap output's shard keeps the mapped axis with size 1, as jax.pmap's shards do.
+        terms = terms[:, :, None]
     ids = np.asarray(call.mesh.device_ids).ravel()
     return SumBound.from_terms({int(i): terms[j] for j, i in enumerate(ids)}, mean=call.name == "pmean")
 

@@ -196,3 +196,11 @@ def test_report_names_program_mesh_order_specs_dtype_device_index_and_elements()
     assert "MATCH: psum" in compare(two_devices([1], [2]), two_devices([1], [2]), case=case).report()
     with pytest.raises(AssertionError, match="refsim 4, xla 9"):
         r.raise_if_mismatch()
+
+
+def test_sum_bound_of_another_shard_shape_is_refused():
+    # terms of shape (n, 3) give an exact value of shape (3,); a (1, 3) shard (a pmap output
+    # keeps its mapped axis) must not be compared by broadcasting against it.
+    tol = SumBound.from_terms({0: np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], np.float32)})
+    with pytest.raises(ValueError, match=r"exact value of shape \(3,\), but its shard has shape \(1, 3\)"):
+        compare(one([[2.0, 3.0, 4.0]]), one([[2.0, 3.0, 4.0]]), tolerances=tol)
