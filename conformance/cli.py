@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
     run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
     run.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    run.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1)")
+    run.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1); a case that crashes its worker (a fatal "
+                     "XLA CHECK) is an error and a fresh worker runs the rest")
     run.add_argument("--resume", action="store_true", help="skip the cases already in DIR/results.jsonl")
     run.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")

@@ -124,13 +124,11 @@ def _run_program(task, xla):
     examples = 0
     for case in task.variants:
         try:
-            with user_context(case):
-                want = case.run(refsim)
+            want = case.run(refsim)
         except Exception as e:  # noqa: BLE001
             return _crash("refsim", case, e, examples), None
         try:
-            with user_context(case):
-                got = case.run(xla)
+            got = case.run(xla)
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
@@ -142,25 +140,6 @@ def _run_program(task, xla):
             details = case_details(case, res, expected=want)
             return base.Outcome("fail", res.report(), examples, details), (case, want, res)
     return base.Outcome("pass", "", examples), None
-
-
-def user_context(case):
-    """What a JAX user wraps a global-view program in: ``jax.set_mesh(mesh)`` for a jit case (so
-    `with_sharding_constraint(x, P(...))` finds its mesh), as the reproducer does; else nothing."""
-    import contextlib
-
-    if case.entry != "jit":
-        return contextlib.nullcontext()
-    import jax
-
-    from xla_backend import meshes
-
-    return jax.set_mesh(meshes.jax_mesh(case.mesh))
-
-
-def _run_case(case, api):
-    with user_context(case):
-        return case.run(api)
 
 
 def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
@@ -199,7 +178,7 @@ def shrink(task, failing_case, xla, *, devices: int = 8, seconds: float = SHRINK
         if time.monotonic() > stop:
             return False
         try:
-            bad = not compare(_run_case(case, refsim), _run_case(case, xla), case=case).ok
+            bad = not compare(case.run(refsim), case.run(xla), case=case).ok
         except Exception:  # noqa: BLE001 - a crash is another bug, not this failure
             return False
         if bad and _size(case) <= _size(best[0]):
@@ -221,7 +200,7 @@ def _shrink_and_write(task, failing, xla, repro_dir, devices, seconds, seed) -> 
     case, want, _ = failing
     small = shrink(task, case, xla, devices=devices, seconds=seconds, seed=seed) if seconds > 0 else case
     try:
-        expected = want if small is case else _run_case(small, refsim)
+        expected = want if small is case else small.run(refsim)
         text = small.repro(expected=expected)
     except Exception as e:  # noqa: BLE001 - the failure is reported even if no reproducer can be built
         return None, f"no reproducer: {type(e).__name__}: {e}"
@@ -260,7 +239,7 @@ def _versions() -> dict:
 
 
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
-        report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes: int = 1,
+        report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
@@ -269,17 +248,20 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     xla: the XLA-side engine (an object with shard_map / pmap / jit / device_put like
     `xla_backend`), e.g. a test double; default xla_backend. xfails: a file path, an
     `XfailList`, or None for ``xfails/<platform>.txt``. resume: skip the cases already in
-    ``report_dir/results.jsonl``. processes: run cases in that many worker processes.
+    ``report_dir/results.jsonl``. processes: None runs the cases in this process (where
+    `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
+    that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
+    the next case (`conformance.workers`; `python -m conformance run` uses one worker by default).
     """
     from xla_backend import platform as xplat
 
     if resume and report_dir is None:
         raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
-    if not isinstance(processes, int) or processes < 1:
-        raise ValueError(f"processes={processes!r}; pass a positive int.")
-    if processes > 1 and xla is not None:
-        raise ValueError("processes > 1 runs xla_backend in worker processes; an injected xla= runs in this "
-                         "process only, so pass processes=1 with it.")
+    if processes is not None and (not isinstance(processes, int) or isinstance(processes, bool) or processes < 1):
+        raise ValueError(f"processes={processes!r}; pass a positive int (worker processes), or None to run "
+                         "the cases in this process.")
+    if processes is not None and xla is not None:
+        _check_picklable(xla)
     xplat.configure(platform, devices)
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
     t0 = time.perf_counter()  # the wall time includes drawing the cases
@@ -333,24 +315,24 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     return RunResult(results, summary)
 
 
+def _check_picklable(xla) -> None:
+    import pickle
+
+    try:
+        pickle.dumps(xla)
+    except Exception as e:  # noqa: BLE001 - modules, closures, locks: anything pickle refuses
+        raise ValueError(f"xla={xla!r} cannot be sent to worker processes ({type(e).__name__}: {e}); pass an "
+                         "instance of a module-level class, or processes=None to run it in this process.") from None
+
+
 def _execute(todo, xla, opts, processes, platform, devices):
-    """Yield CaseResults as tasks finish, in this process or in `processes` workers."""
-    if processes == 1:
+    """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
+    workers that survive a crashing case (`conformance.workers`)."""
+    if processes is None:
         for task, entry in todo:
             yield run_task(task, xla, entry, **opts)
         return
-    import concurrent.futures as cf
-    import multiprocessing
+    from conformance import workers
 
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(processes, mp_context=ctx, initializer=_init_worker,
-                                initargs=(platform, devices)) as pool:
-        futures = [pool.submit(run_task, task, None, entry, **opts) for task, entry in todo]
-        for fut in cf.as_completed(futures):
-            yield fut.result()
-
-
-def _init_worker(platform: str, devices: int) -> None:
-    from xla_backend import platform as xplat
-
-    xplat.configure(platform, devices)
+    yield from workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices,
+                                      xla=xla, opts=opts)

@@ -180,7 +180,7 @@ def test_run_argument_errors():
         runner.run(suite="errors", resume=True, progress=False)
     with pytest.raises(ValueError, match="examples=0; pass a positive int"):
         runner.run(suite="errors", examples=0, progress=False)
-    with pytest.raises(ValueError, match="pass processes=1 with it"):
+    with pytest.raises(ValueError, match="or processes=None to run it in this process"):
         runner.run(suite="errors", processes=2, xla=xla_backend, progress=False)
     with pytest.raises(ValueError, match="suite='nope'; choose one of"):
         selected("nope")

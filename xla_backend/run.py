@@ -22,7 +22,9 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=..., e
 
     Arguments are global values (NumPy, refsim.Array, jax.Array) laid out by
     ``NamedSharding(mesh, in_spec)``; `axis_names` (default: every mesh axis) are the
-    manual axes, as in `jax.shard_map`. `hlo=True` records the compiled HLO in ``info``.
+    manual axes, as in `jax.shard_map`. Under jit, outputs are pinned to
+    ``NamedSharding(mesh, out_spec)`` (replicated over axes outside a partial `axis_names`,
+    as refsim lays them out). `hlo=True` records the compiled HLO in ``info``.
     """
     import jax
 
@@ -36,6 +38,11 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=..., e
     j_in = jax.tree_util.tree_map(placement.spec_to_jax, in_specs, is_leaf=placement.is_spec)
     j_out = jax.tree_util.tree_map(placement.spec_to_jax, out_specs, is_leaf=placement.is_spec)
     smapped = jax.shard_map(f, mesh=jmesh, in_specs=j_in, out_specs=j_out, check_vma=check_vma, **kw)
+    # Pinned so that the layout over axes outside `axis_names` is NamedSharding(mesh, out_spec),
+    # as refsim places it, not whatever XLA's partitioner picks for a partially manual region.
+    pinned = jax.tree_util.tree_map(
+        lambda s: None if s is None else jax.sharding.NamedSharding(jmesh, s), j_out,
+        is_leaf=placement.is_spec)
     static = ("shard_map", f, mesh, placement.tree_key(in_specs, placement.is_spec),
               placement.tree_key(out_specs, placement.is_spec), check_vma, kw.get("axis_names"))
 
@@ -55,7 +62,8 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=..., e
                 info = provenance.info(hlo=hlo, mode="eager_shard_map")
             else:
                 key = static + (placement.avals_key(jleaves),)
-                exe, hit = cache.compiled(key, lambda: jax.jit(smapped).lower(*jargs).compile())
+                exe, hit = cache.compiled(
+                    key, lambda: jax.jit(smapped, out_shardings=pinned).lower(*jargs).compile())
                 outs = cache.timed_run(exe, *jargs)
                 info = provenance.info(compiled=exe, hlo=hlo, mode="jit_shard_map", cache_hit=hit)
         return placement.results(outs, info)

@@ -1,7 +1,7 @@
 """`python -m conformance bisect FILE.py[:NAME]`: find where XLA and refsim diverge on a reproducer.
 
 Prints the bisect report (equation, source line, inputs' layouts, per-device grid, the
-differing index ranges) and optionally writes HTML/SVG/PNG pictures and refsim's
+differing index ranges; a device_put case, which has no equations, is compared device by device) and optionally writes HTML/SVG/PNG pictures and refsim's
 intermediate values. Exit status: 0 when both sides agree, 1 on a divergence, 2 when the
 file cannot be used.
 """
@@ -26,7 +26,9 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
     p.add_argument("--png", metavar="PATH", help="write the device grid as PNG (needs matplotlib)")
     p.add_argument("--runner", metavar="MODULE:NAME",
                    help="the XLA-side runner (default conformance.debug.region:xla_runner); e.g. "
-                        "conformance.debug.planted:reverse_first_ppermute plants a miscompile")
+                        "conformance.debug.planted:reverse_first_ppermute plants a miscompile. For a "
+                        "device_put case it is called as runner(x, source, target) (default "
+                        "conformance.debug.movement:xla_device_put)")
     p.add_argument("--intermediates", metavar="DIR",
                    help="also dump refsim's value of every equation as .npz files into DIR")
     return p
@@ -54,12 +56,17 @@ def main(argv=None) -> int:
         print(f"note: the reproducer compares with the {case.tolerance!r} policy; bisect compares bit-exactly. "
               "If it stops at a legitimate rounding difference, pass --max-ulp N.")
     print(result.report())
-    if args.intermediates:
+    if args.intermediates and case.kind == "device_put":
+        print("no intermediates: a device_put case is one data movement with no equations")
+    elif args.intermediates:
         _dump_intermediates(case, args.intermediates)
         print(f"refsim intermediates written to {args.intermediates}")
     if not result.ok:
-        out = next(r for r in result.divergence.outputs if not r.matched)
-        mesh = result.region.mesh
+        if case.kind == "device_put":
+            out, mesh = result.output, result.mesh
+        else:
+            out = next(r for r in result.divergence.outputs if not r.matched)
+            mesh = result.region.mesh
         if args.svg:
             _write(args.svg, picture.render(mesh, out, metric=args.metric, format="svg"))
         if args.html:

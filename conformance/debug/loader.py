@@ -2,9 +2,11 @@
 
 A reproducer defines, at module level or in a named dict (or a function returning one):
 MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND ("shard_map",
-"jit" or "pmap"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA; IN_SHARDINGS/
-OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OUT_AXES), `program`,
-`inputs()`, and optionally EXPECTED and TOLERANCE. `FILE.py:NAME` selects case NAME.
+"jit", "pmap" or "device_put"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA;
+IN_SHARDINGS/OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OUT_AXES; for
+"device_put" IN_SHARDINGS[0] places inputs()[0] on DEVICE_IDS and OUT_SHARDINGS reshards it
+onto OUT_DEVICE_IDS, default the same devices), `program`, `inputs()`, and optionally
+EXPECTED and TOLERANCE. `FILE.py:NAME` selects case NAME.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 
-KINDS = ("shard_map", "jit", "pmap")
+KINDS = ("shard_map", "jit", "pmap", "device_put")
 _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"
 
 
@@ -47,6 +49,9 @@ class Reproducer:
 
     def bisect_kwargs(self) -> dict:
         """Keyword arguments of `conformance.debug.bisect` for this case (pmap as its shard_map)."""
+        if self.kind == "device_put":
+            raise ValueError(f"{self.target} is a device_put case: one data movement with no equations, so "
+                             "there is no program to bisect; call .bisect(), which compares it device by device.")
         if self.kind == "shard_map":
             return dict(mesh=self.mesh, in_specs=self.in_specs, out_specs=self.out_specs, check_vma=self.check_vma)
         if self.kind == "jit":
@@ -56,8 +61,15 @@ class Reproducer:
         return dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, _fn=fn)
 
     def bisect(self, *, runner=None, max_ulp: float = 0):
-        """Run `conformance.debug.bisect` on this case."""
+        """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
+        is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
         from conformance.debug.bisect import bisect
+
+        if self.kind == "device_put":
+            from conformance.debug.movement import compare_device_put
+
+            return compare_device_put(self.inputs[0], self.in_shardings[0], self.out_shardings, runner=runner,
+                                      max_ulp=max_ulp)
 
         kw = self.bisect_kwargs()
         fn = kw.pop("_fn", self.program)
@@ -142,16 +154,36 @@ def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
                           out_specs=_spec(_get(fields, "OUT_SPECS", target)),
                           check_vma=bool(fields.get("CHECK_VMA", True)), **common)
 
-    def named(tree):
+    def named(tree, on=mesh):
         if tree is None:
             return None
         spec = _spec(tree)
         if isinstance(spec, tuple) and not isinstance(spec, PartitionSpec):
-            return tuple(None if s is None else NamedSharding(mesh, s) for s in spec)
-        return NamedSharding(mesh, spec)
+            return tuple(None if s is None else NamedSharding(on, s) for s in spec)
+        return NamedSharding(on, spec)
 
+    if kind == "device_put":
+        return _device_put(fields, target, mesh, named, common)
     return Reproducer(mesh=mesh, in_shardings=named(fields.get("IN_SHARDINGS")),
                       out_shardings=named(fields.get("OUT_SHARDINGS")), **common)
+
+
+def _device_put(fields: dict, target: str, mesh: Mesh, named, common: dict) -> Reproducer:
+    """A "device_put" case: inputs()[0] laid out by IN_SHARDINGS[0] on the mesh, resharded to
+    OUT_SHARDINGS on the devices OUT_DEVICE_IDS names (a mesh of the same shape and axis names)."""
+    src = named(_get(fields, "IN_SHARDINGS", target))
+    src = src[0] if isinstance(src, tuple) else src
+    out_ids = fields.get("OUT_DEVICE_IDS")
+    out_mesh = mesh if out_ids is None else Mesh(mesh.axis_sizes, mesh.axis_names,
+                                                 device_ids=np.asarray(out_ids).reshape(mesh.axis_sizes))
+    dst = named(_get(fields, "OUT_SHARDINGS", target), out_mesh)
+    if isinstance(dst, tuple) or src is None or dst is None:
+        raise ValueError(f"reproducer {target}: a device_put case takes one IN_SHARDINGS spec and one "
+                         f"OUT_SHARDINGS spec, got {fields.get('IN_SHARDINGS')!r} and {fields.get('OUT_SHARDINGS')!r}.")
+    if len(common["inputs"]) != 1:
+        raise ValueError(f"reproducer {target}: a device_put case moves one array; inputs() returned "
+                         f"{len(common['inputs'])}.")
+    return Reproducer(mesh=mesh, in_shardings=(src,), out_shardings=dst, device_ids=out_ids, **common)
 
 
 def pmap_as_shard_map(fn, inputs, axis_name, in_axes, out_axes, device_ids):

@@ -273,6 +273,8 @@ def collective_calls(mesh, *, collectives=COLLECTIVES, dtypes=DEFAULT_DTYPES, mo
             in_spec = draw(partition_specs(m, rank, required_axes=need, excluded_axes=avoid))
             counts = [math.prod(m.axis_size(a) for a in in_spec.axes_of(d)) for d in range(rank)]
             x = draw(arrays(dt, tuple(l * c for l, c in zip(args_local, counts)), mode=mode))
+        if name == "pmean" and dt.kind in "iu":
+            x = _no_wrap(x, total)
         out_rank = call["out_rank"]
         reduced = set(axes_t) if name in _REDUCTIONS and groups is None else set()
         if entry == "pmap":
@@ -289,6 +291,17 @@ def collective_calls(mesh, *, collectives=COLLECTIVES, dtypes=DEFAULT_DTYPES, mo
             name=name, params=params)
 
     return draw_call()
+
+
+def _no_wrap(x: np.ndarray, n: int) -> np.ndarray:
+    """`x` divided by `n`, rounded towards zero, so a sum of `n` such values cannot wrap.
+
+    Integer pmean is psum (which wraps on overflow, as XLA's add does) then a division; its
+    "mean" comparison policy bounds the distance to the exact mean, which a wrapped sum is
+    not. mode="random" draws integers over the dtype's whole range, so they are scaled.
+    """
+    wide = x.astype(np.int64)
+    return np.where(wide < 0, -((-wide) // n), wide // n).astype(x.dtype)
 
 
 def _kw(params: dict, keys) -> str:

@@ -338,6 +338,14 @@ def _find_mesh(in_shardings, out_shardings, flat_args) -> Mesh | None:
     return None if getattr(ctx, "empty", True) else Mesh.from_jax(ctx)
 
 
+def _context_mesh(in_shardings, out_shardings) -> Mesh | None:
+    """The one concrete mesh the NamedShardings name (None if none or several): the mesh
+    `xla_backend.jit` runs the program under with `jax.set_mesh`."""
+    found = {s.mesh for s in _sharding_leaves(in_shardings) + _sharding_leaves(out_shardings)
+             if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh)}
+    return found.pop() if len(found) == 1 else None
+
+
 def _is_desc(x) -> bool:
     return x is None or _is_sharding(x) or (isinstance(x, tuple) and x[:1] == ("named",))
 
@@ -379,7 +387,9 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         load_rules()
         flat, tree = jax.tree_util.tree_flatten(args)
         mesh = _find_mesh(in_shardings, out_shardings, flat)
-        jmesh = _tracing_mesh(mesh, mesh.axis_types) if mesh is not None else None
+        # The mesh as `jax.set_mesh` of it on this platform's devices states it (see below).
+        jmesh = (_compat.context_abstract_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+                 if mesh is not None else None)
         explicit = mesh is not None and AxisType.Explicit in mesh.axis_types
         conv = lambda tree_: jax.tree_util.tree_map(  # noqa: E731
             lambda s: _sharding_to_jax(s, jmesh), tree_, is_leaf=lambda x: x is None or _is_sharding(x))
@@ -398,11 +408,13 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
             kw["in_shardings"] = conv(in_shardings)
         if out_shardings is not None:
             kw["out_shardings"] = conv(out_shardings)
-        # Sharding-in-types needs the mesh as context; an Auto mesh is left out of the context so
-        # that programs building their own meshes (pmap inside jit) trace as they do under JAX.
+        # As xla_backend.jit runs under `jax.set_mesh` of the one mesh its shardings name, refsim
+        # traces under that mesh as the abstract-mesh context, so `with_sharding_constraint(x,
+        # P(...))` and `reshard` find it; sharding-in-types needs it for any Explicit mesh too.
         # A context the user set (jax.set_mesh / use_abstract_mesh) is kept as it is.
         user_ctx = not jax.sharding.get_abstract_mesh().empty
-        scope = _compat.use_abstract_mesh(jmesh) if explicit and not user_ctx else contextlib.nullcontext()
+        scoped = not user_ctx and (explicit or _context_mesh(in_shardings, out_shardings) is not None)
+        scope = _compat.use_abstract_mesh(jmesh) if scoped else contextlib.nullcontext()
 
         def trace():
             with scope:
@@ -412,7 +424,7 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         key = trace_cache.program_key(
             "jit", f, None if mesh is None else mesh.abstract_mesh, tree, trace_cache.avals_key(abstract),
             trace_cache.tree_key(_trace_desc(in_shardings), _is_desc),
-            trace_cache.tree_key(_trace_desc(out_shardings), _is_desc))
+            trace_cache.tree_key(_trace_desc(out_shardings), _is_desc), scoped)
         closed, out_shape = trace_cache.lookup(key, trace)
         out_uses = [DA.Use("out_sharding", DA.assignment(s)) for s in _sharding_leaves(out_shardings)]
         DA.check_call(f, args, flat, in_shardings=in_flat_sh, uses=out_uses + DA.inside_uses(closed))

@@ -1,0 +1,183 @@
+"""Conformance tasks in worker processes that may die: a crash is one case's result, not the run's end.
+
+A fatal CHECK in XLA (or a segfault in a PJRT plugin) aborts the process it happens in. Each
+worker runs one task at a time and the parent knows which task every worker holds, so when a
+worker dies its task is recorded as status "error" with the reason (the signal or exit code and
+the last lines the worker wrote to stderr while running it) and a fresh worker takes the next
+task. Workers are started with "spawn" (no forked XLA state) and write their stderr to a log
+file, which keeps XLA's warnings off the progress bar and lets the parent read a crash's last words.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+import traceback
+from multiprocessing import connection
+
+from conformance.results import CaseResult
+
+__all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
+
+STDERR_TAIL_LINES = 20
+_READY = "ready"      # a worker's first message: it imported and configured the platform
+_PENDING = object()   # receive(): nothing finished yet
+
+
+def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=None, opts: dict):
+    """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
+    workers; a task whose worker dies yields an "error" result naming the signal or exit code.
+
+    `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(reversed(todo))  # pop() takes tasks in plan order
+    logs = tempfile.mkdtemp(prefix="conformance-workers-")
+    workers: list[_Worker] = []
+    started = 0
+    try:
+        while pending or any(w.job is not None for w in workers):
+            while pending and len(workers) < processes:
+                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla))
+                started += 1
+            for w in workers:
+                if w.job is None and pending:
+                    w.send(pending.pop(), opts)
+            busy = [w for w in workers if w.job is not None]
+            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            for w in busy:
+                if w.conn not in ready and w.proc.sentinel not in ready:
+                    continue
+                result = w.receive()
+                if result is _PENDING:
+                    continue
+                if result is None:  # the worker died with its task in flight
+                    if not w.ready:
+                        raise RuntimeError(w.startup_failure())
+                    result = w.death_result()
+                    w.close()
+                    workers.remove(w)
+                yield result
+    finally:
+        for w in workers:
+            w.stop()
+        for name in os.listdir(logs):
+            os.unlink(os.path.join(logs, name))
+        os.rmdir(logs)
+
+
+class _Worker:
+    """One spawned worker process, its pipe, its stderr log and the task it is running."""
+
+    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla):
+        self.conn, child = ctx.Pipe()
+        self.log_path = log_path
+        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla), daemon=True)
+        self.proc.start()
+        child.close()
+        self.job = None
+        self.ready = False
+        self.log_offset = 0
+        self.t0 = 0.0
+
+    def send(self, job, opts) -> None:
+        self.job, self.t0 = job, time.perf_counter()
+        self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        task, entry = job
+        self.conn.send((task, entry, opts))
+
+    def receive(self):
+        """The finished task's result; `_PENDING` when only the start-up message came; None
+        when the worker died before sending a result."""
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if msg == _READY:
+                    self.ready = True
+                    continue
+                self.job = None
+                return msg
+            if self.proc.is_alive():
+                return _PENDING
+        except (EOFError, OSError):
+            pass
+        self.proc.join(timeout=5)  # the pipe closed or the sentinel fired: the worker is gone
+        return None
+
+    def startup_failure(self) -> str:
+        tail = self._stderr_tail(0)
+        return (f"a conformance worker process failed to start (exit code {self.proc.exitcode}); no case was "
+                f"charged with it. Its stderr:\n{tail}\nA script that calls conformance.runner.run with "
+                "processes > 1 must guard its top level with `if __name__ == \"__main__\":` (workers are "
+                "spawned and import the main module).")
+
+    def death_result(self) -> CaseResult:
+        task, _entry = self.job
+        code = self.proc.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exit code {code}"
+        tail = self._stderr_tail(self.log_offset)
+        message = (f"the worker process running this case died ({how}); the run went on with a fresh worker.\n"
+                   + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
+                   + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
+                     "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
+                          details={"worker_exit": how, "exitcode": code, "stderr_tail": tail})
+
+    def _stderr_tail(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+            self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _worker_main(conn, log_path: str, platform: str, devices: int, xla) -> None:
+    """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
+    run (task, entry, opts) messages until None."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from conformance import runner
+    from xla_backend import platform as xplat
+
+    xplat.configure(platform, devices)
+    conn.send(_READY)
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        task, entry, opts = msg
+        try:
+            result = runner.run_task(task, xla, entry, **opts)
+        except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
+            result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                                status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",
+                                details={"traceback": traceback.format_exc()})
+        conn.send(result)

@@ -1,0 +1,85 @@
+"""The runner's worker processes: a case that kills its worker is one "error", the run goes on."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import pytest
+
+import xla_backend
+from conformance import runner
+
+
+def _claim(path: str) -> bool:
+    """True for exactly one caller across processes: whoever creates `path` first."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+class CrashingXla:
+    """xla_backend, except that the first call anywhere aborts its process (as a fatal XLA CHECK
+    does) and the second exits with status 3; the marker files make each happen exactly once."""
+
+    def __init__(self, folder: str):
+        self.abort_marker = os.path.join(folder, "aborted")
+        self.exit_marker = os.path.join(folder, "exited")
+
+    def _maybe_die(self, name: str) -> None:
+        if _claim(self.abort_marker):
+            sys.stderr.write(f"F0000 planted.cc:1] Check failed: planted abort in {name}\n")
+            sys.stderr.flush()
+            os.abort()
+        if _claim(self.exit_marker):
+            sys.stderr.write(f"planted exit in {name}\n")
+            sys.stderr.flush()
+            os._exit(3)
+
+    def shard_map(self, f, **kw):
+        self._maybe_die("shard_map")
+        return xla_backend.shard_map(f, **kw)
+
+    def pmap(self, f, *a, **kw):
+        self._maybe_die("pmap")
+        return xla_backend.pmap(f, *a, **kw)
+
+    def jit(self, f, *a, **kw):
+        self._maybe_die("jit")
+        return xla_backend.jit(f, *a, **kw)
+
+    def device_put(self, x, s):
+        self._maybe_die("device_put")
+        return xla_backend.device_put(x, s)
+
+
+def test_a_dead_worker_is_one_error_and_a_fresh_worker_runs_the_rest(tmp_path):
+    baseline = runner.run(suite="errors", examples=1, progress=False)
+    got = runner.run(suite="errors", examples=1, progress=False, processes=2, xla=CrashingXla(str(tmp_path)),
+                     shrink_seconds=0)
+    assert sorted(r.case_id for r in got.results) == sorted(r.case_id for r in baseline.results)
+    errors = {r.case_id: r for r in got.results if r.status == "error"}
+    assert len(errors) == 2 and not got.ok
+    by_exit = {r.details["worker_exit"]: r for r in errors.values()}
+    assert set(by_exit) == {"killed by SIGABRT", "exit code 3"}
+    aborted = by_exit["killed by SIGABRT"]
+    assert aborted.details["exitcode"] == -signal.SIGABRT and aborted.examples == 0
+    assert aborted.message.startswith("the worker process running this case died (killed by SIGABRT); the run "
+                                      "went on with a fresh worker.")
+    # the stderr tail is what the worker wrote while running this case, and says how to list a crash
+    assert aborted.details["stderr_tail"] == "F0000 planted.cc:1] Check failed: planted abort in shard_map"
+    assert "'CASE_ID_PATTERN crash: REASON'" in aborted.message
+    assert by_exit["exit code 3"].details["stderr_tail"] == "planted exit in shard_map"
+    # every other case ran in a (fresh) worker and agrees with the in-process run
+    want = {r.case_id: r.status for r in baseline.results}
+    assert all(r.status == want[r.case_id] for r in got.results if r.case_id not in errors)
+
+
+def test_processes_argument_and_unpicklable_doubles_are_rejected():
+    with pytest.raises(ValueError, match=r"processes=0; pass a positive int \(worker processes\), or None"):
+        runner.run(suite="errors", processes=0, progress=False)
+    with pytest.raises(ValueError, match=r"xla=<module 'xla_backend'.* cannot be sent to worker processes .*"
+                                         r"or processes=None to run it in this process"):
+        runner.run(suite="errors", processes=2, xla=xla_backend, progress=False)
