@@ -146,16 +146,7 @@ class BisectResult:
             lines.append(f"  output {r.name}: {r.aval} differs on {len(r.differing)} of {nd} devices "
                          f"{r.differing}; max ULP {r.max_ulp:g}, max abs error {r.max_abs:g}")
             lines.append(picture.render(mesh, r, metric="ulp", format="text").rstrip())
-            for dev in r.differing[:max_devices]:
-                dd = r.devices[dev]
-                lines.append(f"    device {dev} (mesh position {dd.position}): {dd.bad} of {dd.expected.size} "
-                             f"elements differ at {', '.join(dd.ranges(self.max_ulp))}")
-                for loc in np.argwhere(diff.ulp_error(dd.expected, dd.actual) > self.max_ulp)[:3]:
-                    loc = tuple(int(v) for v in loc)
-                    lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
-                                 f"xla {dd.actual[loc].item()!r}")
-            if len(r.differing) > max_devices:
-                lines.append(f"    ... {len(r.differing) - max_devices} more devices differ")
+            lines += diff.device_lines(r, self.max_ulp, max_devices)
         lines.append("  devices: " + ", ".join(f"{dev}:{'ok' if ok else 'DIFF'}"
                                                for dev, ok in sorted(d.devices.items())))
         lines.append("  search: " + ", ".join(

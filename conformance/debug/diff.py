@@ -133,3 +133,21 @@ def _boxes(mask: np.ndarray) -> list[tuple]:
         out += [((i, j),) + rest for rest in _boxes(mask[i])]
         i = j
     return out
+
+
+def device_lines(result, max_ulp: float, max_devices: int, *, positions: bool = True) -> list[str]:
+    """Text lines for the devices where an output differs: element counts, the differing index
+    ranges, and the first three differing elements (refsim vs XLA) of each device."""
+    lines = []
+    for dev in result.differing[:max_devices]:
+        dd = result.devices[dev]
+        where = f"device {dev} (mesh position {dd.position})" if positions else f"device {dev}"
+        lines.append(f"    {where}: {dd.bad} of {dd.expected.size} elements differ at "
+                     f"{', '.join(dd.ranges(max_ulp))}")
+        for loc in np.argwhere(ulp_error(dd.expected, dd.actual) > max_ulp)[:3]:
+            loc = tuple(int(v) for v in loc)
+            lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
+                         f"xla {dd.actual[loc].item()!r}")
+    if len(result.differing) > max_devices:
+        lines.append(f"    ... {len(result.differing) - max_devices} more devices differ")
+    return lines

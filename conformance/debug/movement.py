@@ -75,16 +75,7 @@ class MovementResult:
                          f"max ULP {r.max_ulp:g}, max abs error {r.max_abs:g} (each XLA block against the "
                          "global value at the block's own index)")
             lines.append(picture.render(self.mesh, r, metric="ulp", format="text").rstrip())
-            for dev in r.differing[:max_devices]:
-                dd = r.devices[dev]
-                lines.append(f"    device {dev}: {dd.bad} of {dd.expected.size} elements differ at "
-                             f"{', '.join(dd.ranges(self.max_ulp))}")
-                for loc in np.argwhere(diff.ulp_error(dd.expected, dd.actual) > self.max_ulp)[:3]:
-                    loc = tuple(int(v) for v in loc)
-                    lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
-                                 f"xla {dd.actual[loc].item()!r}")
-            if len(r.differing) > max_devices:
-                lines.append(f"    ... {len(r.differing) - max_devices} more devices differ")
+            lines += diff.device_lines(r, self.max_ulp, max_devices, positions=False)
         return "\n".join(lines)
 
     __str__ = report
