@@ -377,11 +377,12 @@ def main(argv=None) -> int:
     from xla_backend import faults as faults_mod
     from xla_backend import platform as platform_mod
 
-    if a.platform is not None:
-        try:
-            platform_mod.configure(a.platform, a.devices)
-        except RuntimeError as e:
-            p.error(f"--platform={a.platform} --devices={a.devices}: {e}")
+    # Always configure before JAX starts: without it XLA:CPU has one device and every
+    # multi-device case fails on the XLA side (and so could never count as a kill).
+    try:
+        platform_mod.configure(a.platform, a.devices)
+    except RuntimeError as e:
+        p.error(f"--platform={a.platform} --devices={a.devices}: {e}")
     if a.list:
         for f in faults_mod.FAULTS.values():
             print(f"{f.name:42s} {f.summary}")

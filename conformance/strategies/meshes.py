@@ -71,7 +71,11 @@ def meshes(*, min_axes: int = 1, max_axes: int = 4, max_devices: int = 8, sizes=
         for k in range(ndim):
             rest = ndim - k - 1
             fits = [s for s in sizes if s * sizes[0] ** rest <= budget]
-            s = draw(st.sampled_from(fits))
+            # Half the axes come from sizes > 1 that leave room for the remaining axes to be
+            # > 1 too: multi-axis bugs (axis order, strided groups) need two non-trivial axes,
+            # which uniform draws rarely give. Branch 0 (uniform, size 1 first) is what shrinks.
+            roomy = [s for s in fits if s > 1 and s * 2 ** rest <= budget]
+            s = draw(st.sampled_from(roomy if roomy and draw(st.booleans()) else fits))
             shape.append(s)
             budget //= s
         shape_t = tuple(shape)

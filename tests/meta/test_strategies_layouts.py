@@ -18,7 +18,7 @@ from refsim.layouts.partition_spec import UNCONSTRAINED, PartitionSpec
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 
 DEVICES = {d.id: d for d in jax.devices()}
-FAST = settings(database=None, phases=(Phase.generate,))  # find() without the shrink phase
+FAST = settings(max_examples=2000, database=None, phases=(Phase.generate,))  # find() without the shrink phase
 
 
 def jax_mesh(m: Mesh):

@@ -28,7 +28,7 @@ def test_programs_run_on_jax(data):
 def test_programs_reach_and_run_every_family(family):
     mesh = Mesh((4,), ("i",)) if family == "pmap_grouped" else Mesh((2, 2), ("x", "y"))
     p = find(programs(mesh, families=(family,)), lambda p: True,
-             settings=settings(database=None, phases=(Phase.generate,)))
+             settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     assert p.family == family and p.case_id.startswith(family + "[")
     out = run_on_jax(p)
     assert compare(out, out, case=p).ok
@@ -36,12 +36,12 @@ def test_programs_reach_and_run_every_family(family):
 
 def test_reshard_targets_another_device_order():
     p = find(programs(Mesh((2, 4), ("x", "y")), families=("reshard_device_order",)),
-             lambda p: dict(p.labels)["to"] == "transposed", settings=settings(database=None, phases=(Phase.generate,)))
+             lambda p: dict(p.labels)["to"] == "transposed", settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     assert p.entry == "device_put" and device_order(p.out_shardings.mesh) == "transposed"
 
 
 def test_programs_skip_families_the_mesh_cannot_run():
-    p = find(programs(Mesh((4,), ("i",)), families=("nested_shard_map", "pmap_grouped")), lambda p: True, settings=settings(database=None, phases=(Phase.generate,)))
+    p = find(programs(Mesh((4,), ("i",)), families=("nested_shard_map", "pmap_grouped")), lambda p: True, settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     assert p.family == "pmap_grouped"
     with pytest.raises(InvalidArgument, match="none of families=\\('nested_shard_map',\\) can run"):
         programs(Mesh((4,), ("i",)), families=("nested_shard_map",)).example()
@@ -50,6 +50,6 @@ def test_programs_skip_families_the_mesh_cannot_run():
 
 
 def test_jit_program_reproducer_runs(tmp_path):
-    p = find(programs(Mesh((2, 2), ("x", "y")), families=("jit_constraint",)), lambda p: True, settings=settings(database=None, phases=(Phase.generate,)))
+    p = find(programs(Mesh((2, 2), ("x", "y")), families=("jit_constraint",)), lambda p: True, settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     r = _run_script(tmp_path, p.repro(run_on_jax(p)))
     assert r.returncode == 0, r.stdout + r.stderr
