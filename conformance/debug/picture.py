@@ -64,7 +64,13 @@ def to_png(mesh, values, path, *, metric: str = "ulp", title: str | None = None)
     ids = np.asarray(mesh.device_ids).reshape(-1, sizes[-1])
     grid = np.vectorize(lambda d: errs.get(int(d), np.nan), otypes=[float])(ids)
     fig, ax = plt.subplots(figsize=(1.2 * ids.shape[1] + 1.5, 0.9 * ids.shape[0] + 1.2))
-    im = ax.imshow(grid, cmap="RdYlGn_r", vmin=0, vmax=max(np.nanmax(grid), 1e-30) if np.isfinite(grid).any() else 1)
+    finite = grid[np.isfinite(grid)]
+    positive = finite[finite > 0]
+    # Symmetric-log colours: 0 stays green while 4 ULP and 1e9 ULP are told apart (a linear
+    # scale paints every error far below the largest one as green too).
+    norm = matplotlib.colors.SymLogNorm(linthresh=float(positive.min()) if positive.size else 1.0,
+                                        vmin=0, vmax=float(finite.max()) if positive.size else 1.0)
+    im = ax.imshow(grid, cmap="RdYlGn_r", norm=norm)
     for (r, c), dev in np.ndenumerate(ids):
         v = grid[r, c]
         ax.text(c, r, f"dev {dev}\n{v:.3g}" if np.isfinite(v) else f"dev {dev}\n-", ha="center", va="center",

@@ -20,9 +20,15 @@ _STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "xfail":
 def _console(console):
     if console is not None:
         return console
+    import os
+
     import rich.console
 
-    return rich.console.Console()
+    c = rich.console.Console()
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        # Logs and CI capture get rich's 80-column default, which folds family names.
+        c = rich.console.Console(width=120)
+    return c
 
 
 class ProgressReporter:
