@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from refsim.errors import IndivisibleError
+from refsim.layouts.tiling import block_shape
 
 # XLA orders subgroup types MAXIMAL, TUPLE, OTHER, MANUAL, UNREDUCED, REPLICATED, UNKNOWN;
 # only these three can appear in `last_tile_dims`.
@@ -348,14 +348,7 @@ class HloSharding:
                 f"HloSharding {self} tiles {len(tiles)} dimensions but the shape {shape} has "
                 f"{len(shape)}; pass a shape of rank {len(tiles)}."
             )
-        for d, (n, t) in enumerate(zip(shape, tiles)):
-            if n % t:
-                raise IndivisibleError(
-                    f"HloSharding {self} implies that array axis {d} is partitioned {t} times, but "
-                    f"the dimension size is {n} (full shape: {shape}, per-dimension tiling factors: "
-                    f"{list(tiles)} should evenly divide the shape)"
-                )
-        return tuple(n // t for n, t in zip(shape, tiles))
+        return block_shape(f"HloSharding {self}", shape, tiles)
 
     def devices_indices_map(self, global_shape, device_assignment: Sequence[int] | None = None) -> dict[int, tuple]:
         """{device: tuple of slices}: the block of the global array each device holds.

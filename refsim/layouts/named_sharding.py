@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from refsim import _compat
-from refsim.errors import IndivisibleError
+from refsim.layouts.tiling import block_shape
 from refsim.layouts.mesh import AbstractMesh, Mesh
 from refsim.layouts.partition_spec import PartitionSpec, UNCONSTRAINED, validate_spec
 
@@ -242,15 +242,7 @@ class NamedSharding:
     def shard_shape(self, global_shape) -> tuple[int, ...]:
         """The shape of each device's block; IndivisibleError if a cut is uneven."""
         shape = self._check_rank(global_shape)
-        counts = self.num_shards(len(shape))
-        for d, (n, c) in enumerate(zip(shape, counts)):
-            if n % c:
-                raise IndivisibleError(
-                    f"Sharding {self!r} implies that array axis {d} is partitioned {c} times, but "
-                    f"the dimension size is {n} (full shape: {shape}, per-dimension tiling "
-                    f"factors: {list(counts)} should evenly divide the shape)"
-                )
-        return tuple(n // c for n, c in zip(shape, counts))
+        return block_shape(f"Sharding {self!r}", shape, self.num_shards(len(shape)))
 
     # -- vectorised placement -------------------------------------------------------
     def block_index_grid(self, ndim: int) -> np.ndarray:

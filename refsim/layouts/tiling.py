@@ -1,0 +1,17 @@
+"""The one divisibility rule every tiled layout shares (NamedSharding, HloSharding)."""
+from __future__ import annotations
+
+from refsim.errors import IndivisibleError
+
+
+def block_shape(what: str, shape: tuple[int, ...], counts: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` cut into `counts` equal blocks per dimension; IndivisibleError (JAX's wording)
+    naming `what` when a dimension does not divide evenly."""
+    for d, (n, c) in enumerate(zip(shape, counts)):
+        if n % c:
+            raise IndivisibleError(
+                f"{what} implies that array axis {d} is partitioned {c} times, but the dimension "
+                f"size is {n} (full shape: {shape}, per-dimension tiling factors: {list(counts)} "
+                "should evenly divide the shape)"
+            )
+    return tuple(n // c for n, c in zip(shape, counts))
