@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import datetime
 import html
-import os
 
 import numpy as np
 
-from conformance.report.junit import atomic_write
+from conformance.report._rewrite import RewritingReporter
 from conformance.results import STATUSES, CaseResult, summarize
 
 __all__ = ["HtmlReporter", "case_details", "device_errors", "layout_entry", "mesh_entry", "render_page"]
@@ -280,7 +279,7 @@ def render_page(results: list[CaseResult], plan: dict, summary: dict | None = No
             + f"\n<script>{_SCRIPT}</script>\n</body></html>\n")
 
 
-class HtmlReporter:
+class HtmlReporter(RewritingReporter):
     """Writes the page at `start` (empty), every `every` cases, and at `finish` (with the run's summary).
 
     A failure's section (and its reproducer, read from `repro_path`) is rendered once,
@@ -288,37 +287,18 @@ class HtmlReporter:
     """
 
     def __init__(self, path, *, every: int = 50):
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every={every!r}; pass how many cases to finish between rewrites, an int >= 1.")
-        self.path = os.fspath(path)
-        self.every = every
-        self.results: dict[str, CaseResult] = {}
-        self._plan: dict = {}
+        super().__init__(path, every=every)
         self._sections: dict[str, str] = {}
-        self._since = 0
 
-    def start(self, plan: dict) -> None:
-        parent = os.path.dirname(self.path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        self._plan = dict(plan)
-        self._plan.setdefault("started", datetime.datetime.now().replace(microsecond=0).isoformat())
-        self._write(None, finished=False)
+    def _prepare(self, plan: dict) -> None:
+        plan.setdefault("started", datetime.datetime.now().replace(microsecond=0).isoformat())
 
-    def case_finished(self, result: CaseResult) -> None:
+    def _record(self, result: CaseResult) -> None:
         old = self.results.get(result.case_id)
         if old is not None and old.status in ("fail", "error"):
             self._sections.clear()  # numbering of failures may change; re-render lazily
         self.results[result.case_id] = result
-        self._since += 1
-        if self._since >= self.every:
-            self._write(None, finished=False)
 
-    def finish(self, summary: dict) -> None:
-        self._write(summary, finished=True)
-
-    def _write(self, summary, *, finished: bool) -> None:
-        self._since = 0
-        page = render_page(list(self.results.values()), self._plan, summary, sections=self._sections,
-                           finished=finished)
-        atomic_write(self.path, page.encode("utf-8"))
+    def _render(self, summary, finished: bool) -> bytes:
+        return render_page(list(self.results.values()), self._plan, summary, sections=self._sections,
+                           finished=finished).encode("utf-8")

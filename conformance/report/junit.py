@@ -15,6 +15,7 @@ import re
 import socket
 import xml.etree.ElementTree as ET
 
+from conformance.report._rewrite import RewritingReporter
 from conformance.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
@@ -126,37 +127,15 @@ def atomic_write(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-class JUnitReporter:
+class JUnitReporter(RewritingReporter):
     """Keeps every result and writes the JUnit file at `start`, every `every` cases and at `finish`."""
 
     def __init__(self, path, *, every: int = 25):
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every={every!r}; pass how many cases to finish between rewrites, an int >= 1.")
-        self.path = os.fspath(path)
-        self.every = every
-        self.results: dict[str, CaseResult] = {}
-        self._plan: dict = {}
-        self._since = 0
+        super().__init__(path, every=every)
         self._timestamp: str | None = None
 
-    def start(self, plan: dict) -> None:
-        parent = os.path.dirname(self.path)
-        if parent:
-            os.makedirs(parent, exist_ok=True)
-        self._plan = dict(plan)
+    def _prepare(self, plan: dict) -> None:
         self._timestamp = datetime.datetime.now().replace(microsecond=0).isoformat()
-        self._write(complete=False)
 
-    def case_finished(self, result: CaseResult) -> None:
-        self.results[result.case_id] = result  # a re-run case replaces its earlier record
-        self._since += 1
-        if self._since >= self.every:
-            self._write(complete=False)
-
-    def finish(self, summary: dict) -> None:
-        self._write(complete=True)
-
-    def _write(self, *, complete: bool) -> None:
-        self._since = 0
-        atomic_write(self.path, to_xml(list(self.results.values()), self._plan, timestamp=self._timestamp,
-                                        complete=complete))
+    def _render(self, summary, finished: bool) -> bytes:
+        return to_xml(list(self.results.values()), self._plan, timestamp=self._timestamp, complete=finished)
