@@ -11,6 +11,7 @@ checking replicas are a few NumPy calls whatever the number of devices.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -134,19 +135,30 @@ class Array:
             ordered.append(Shard(dev, index, data, replica_ids[dev]))
         self._init(shape, dtype, sharding, ordered, info, None)
 
-    def _init(self, shape, dtype, sharding, shards, info, stacked):
+    def _init(self, shape, dtype, sharding, shards, info, stacked, replicas_agree=False):
         self._shape = shape
         self._dtype = dtype
         self._sharding = sharding
-        self._shards = shards
+        # None until first asked for: an Array made from a stacked value builds its Shard
+        # objects only when `.shards` is read, so a call costs the same at 8 or 65536 devices.
+        self._shard_list = shards
         self._stacked = stacked  # mesh-major ndarray the shard data are views of, or None
+        # True when whoever built the Array already checked that replicas agree (the
+        # interpreter checks out_specs' replication claims), so np.asarray need not again.
+        self._replicas_agree = replicas_agree
         self.info = dict(info) if info else {"backend": "refsim"}
 
     @classmethod
-    def _trusted(cls, shape, dtype, sharding, shards, info, stacked=None) -> "Array":
+    def _trusted(cls, shape, dtype, sharding, shards, info, stacked=None, replicas_agree=False) -> "Array":
         obj = cls.__new__(cls)
-        obj._init(shape, np.dtype(dtype), sharding, shards, info, stacked)
+        obj._init(shape, np.dtype(dtype), sharding, shards, info, stacked, replicas_agree)
         return obj
+
+    @property
+    def _shards(self) -> list[Shard]:
+        if self._shard_list is None:
+            self._shard_list = _shards_of_stacked(self._stacked, self._sharding, self._shape)
+        return self._shard_list
 
     # -- basic facts ----------------------------------------------------------
     shape = property(lambda self: self._shape)
@@ -168,6 +180,12 @@ class Array:
 
     def shard(self, device_id: int) -> Shard:
         """The Shard on `device_id`."""
+        if self._shard_list is None:  # one device's shard without building all of them
+            layout = _stacked_layout(self._sharding, self._shape)
+            k = layout.position.get(int(device_id))
+            if k is not None:
+                return Shard(layout.device_ids[k], layout.indices[k], self._stacked[layout.positions[k]],
+                             layout.replica_ids[k])
         for s in self._shards:
             if s.device_id == device_id:
                 return s
@@ -198,9 +216,10 @@ class Array:
     def _assemble_stacked(self) -> np.ndarray:
         mesh = self._sharding.mesh
         stacked = self.to_stacked(mesh)
-        bad = stacking.first_replica_mismatch(stacked, mesh, self._sharding.spec)
-        if bad is not None:
-            self._raise_replication(*bad)
+        if not self._replicas_agree:
+            bad = stacking.first_replica_mismatch(stacked, mesh, self._sharding.spec)
+            if bad is not None:
+                self._raise_replication(*bad)
         return stacking.stacked_to_global(stacked, mesh, self._sharding.spec)
 
     def _assemble_generic(self) -> np.ndarray:
@@ -235,14 +254,18 @@ class Array:
 
     # -- mesh-major stacked form ----------------------------------------------------
     @classmethod
-    def from_stacked(cls, stacked, mesh: Mesh, spec, *, info: dict | None = None) -> "Array":
+    def from_stacked(cls, stacked, mesh: Mesh, spec, *, info: dict | None = None,
+                     replicas_checked: bool = False) -> "Array":
         """The Array whose device at mesh position p holds `stacked[p]` (a view, no copy).
 
         `stacked` has shape `mesh.axis_sizes + local_shape`, with size-1 mesh
         dimensions allowed (the value is invariant there; read as broadcast
         views). The global array is `NamedSharding(mesh, spec)`'s tiling of the
         local blocks, as `jax.shard_map`'s out_specs; devices along axes `spec`
-        leaves unnamed are replicas, and each keeps its own data.
+        leaves unnamed are replicas, and each keeps its own data. `replicas_checked=True`
+        says the caller has verified that those replicas agree (np.asarray then skips the
+        check). Costs O(1) Python whatever the number of devices: Shards are built when
+        first read.
         """
         if not isinstance(mesh, Mesh):
             raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}: {mesh!r}.")
@@ -257,13 +280,13 @@ class Array:
             )
         counts = sharding.num_shards(len(local))
         shape = tuple(n * c for n, c in zip(local, counts))
-        return cls._trusted(shape, stacked.dtype, sharding, _shards_of_stacked(stacked, sharding, shape), info, stacked)
+        return cls._trusted(shape, stacked.dtype, sharding, None, info, stacked, bool(replicas_checked))
 
     def to_stacked(self, mesh: Mesh) -> np.ndarray:
         """`mesh.axis_sizes + shard_shape` ndarray of each device's own data (shard_map in_specs view)."""
         if not isinstance(mesh, Mesh):
             raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}: {mesh!r}.")
-        if self._stacked is not None and self._sharding.mesh == mesh:
+        if self._stacked is not None and (self._sharding.mesh is mesh or self._sharding.mesh == mesh):
             return self._stacked
         have = {s.device_id for s in self._shards}
         if set(mesh.device_set) != have:
@@ -288,15 +311,44 @@ def _global_index(index: tuple, local: tuple, shape: tuple) -> tuple:
     return tuple(out)
 
 
-def _shards_of_stacked(stacked: np.ndarray, sharding: NamedSharding, shape: tuple) -> list[Shard]:
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Per-device facts of one (NamedSharding, shape), in mesh row-major order."""
+
+    device_ids: list
+    indices: list
+    replica_ids: list
+    positions: list  # mesh coordinates (tuples), row-major
+    position: dict  # device id -> row-major mesh position
+
+
+@functools.lru_cache(maxsize=256)
+def _stacked_layout(sharding: NamedSharding, shape: tuple) -> _Layout:
+    """Device ids, indices and replica ids of `sharding` for `shape`, computed once with NumPy.
+
+    Every device's index is one of `num_shards[d]` slices per dimension, so the slices
+    are built per dimension and picked by the block-index grid.
+    """
     mesh = sharding.mesh
-    index_map = sharding.devices_indices_map(shape)
-    rid = sharding.replica_id_grid()
-    shards = []
-    for pos in np.ndindex(*mesh.axis_sizes):
-        dev = int(mesh.device_ids[pos])
-        shards.append(Shard(dev, index_map[dev], stacked[pos], int(rid[pos])))
-    return shards
+    n, nd = mesh.size, len(shape)
+    block = sharding.shard_shape(shape)
+    counts = sharding.num_shards(nd)
+    grid = sharding.block_index_grid(nd).reshape(n, nd)
+    per_dim = [[slice(None)] if c == 1 else [slice(b * k, (b + 1) * k) for b in range(c)]
+               for k, c in zip(block, counts)]
+    cols = [grid[:, d] if counts[d] > 1 else np.zeros(n, np.int64) for d in range(nd)]
+    indices = list(zip(*[np.asarray(per_dim[d], dtype=object)[cols[d]].tolist() for d in range(nd)])) \
+        if nd else [()] * n
+    ids = mesh.device_ids.ravel().tolist()
+    return _Layout(ids, indices, sharding.replica_id_grid().ravel().tolist(), list(np.ndindex(*mesh.axis_sizes)),
+                   dict(zip(ids, range(n))))
+
+
+def _shards_of_stacked(stacked: np.ndarray, sharding: NamedSharding, shape: tuple) -> list[Shard]:
+    """One Shard per device, each a view of `stacked` at the device's mesh position."""
+    layout = _stacked_layout(sharding, shape)
+    return [Shard(d, i, stacked[p], r) for d, i, r, p in
+            zip(layout.device_ids, layout.indices, layout.replica_ids, layout.positions)]
 
 
 def device_put(x, sharding) -> Array:
@@ -313,8 +365,7 @@ def device_put(x, sharding) -> Array:
         stacking.check_concrete_spec(sharding.spec, "device_put")
         sharding.shard_shape(value.shape)  # rank / divisibility errors, as JAX's
         stacked = stacking.global_to_stacked(value, sharding.mesh, sharding.spec)
-        return Array._trusted(value.shape, value.dtype, sharding,
-                              _shards_of_stacked(stacked, sharding, value.shape), info, stacked)
+        return Array._trusted(value.shape, value.dtype, sharding, None, info, stacked, True)
     index_map = sharding.devices_indices_map(value.shape)
     rid = sharding.device_replica_id_map(value.shape)
     shards = [Shard(d, idx, value[idx], rid[d]) for d, idx in index_map.items()]

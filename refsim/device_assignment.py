@@ -78,7 +78,14 @@ def assignment(sharding_or_mesh) -> tuple[int, ...] | None:
     if hasattr(x, "axis_names"):  # a mesh
         if type(x).__module__.startswith("jax"):
             return tuple(int(d.id) for d in np.asarray(x.devices).flat)
-        return tuple(int(i) for i in np.asarray(x.device_ids).ravel())
+        cached = getattr(x, "_assignment", None)  # a refsim Mesh is immutable: compute once
+        if cached is None:
+            cached = tuple(np.asarray(x.device_ids).ravel().tolist())
+            try:
+                x._assignment = cached
+            except AttributeError:
+                pass
+        return cached
     mesh = getattr(x, "mesh", None)
     if mesh is not None:
         return assignment(mesh)

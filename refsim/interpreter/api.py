@@ -156,9 +156,14 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     by_var = {}
     for var, y, spec in zip(eqn.outvars, outs, p["out_specs"]):
         spec = S.as_refsim_spec(spec)
-        S.check_replicated(y, mesh, spec, manual, f"shard_map out_specs {spec!r}", extra["replication"],
-                           extra["strict"])
-        by_var[var] = (y, spec)
+        agree = S.check_replicated(y, mesh, spec, manual, f"shard_map out_specs {spec!r}", extra["replication"],
+                                   extra["strict"])
+        # The Array need not check its replicas again on np.asarray when every axis the spec
+        # leaves unnamed was checked just now or is invariant (size 1, read as a broadcast).
+        used = spec.used_axes()
+        checked = agree and all(a in manual or y.shape[k] == 1
+                                for k, a in enumerate(mesh.axis_names) if a not in used)
+        by_var[var] = (y, spec, checked)
     return by_var
 
 
@@ -218,7 +223,8 @@ def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
     if _is_top_shard_map(jaxpr):
         by_var = _run_top_shard_map(closed, flat_args, mesh, extra)
         info = _info(extra)
-        return [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in jaxpr.outvars]
+        return [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info, replicas_checked=by_var[v][2])
+                for v in jaxpr.outvars]
     # A traced shard_map always ends in its equation; anything else is laid out replicated.
     outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
     info = _info(extra)

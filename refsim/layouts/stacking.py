@@ -92,6 +92,43 @@ def differing(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ne
 
 
+def replica_mismatch(y: np.ndarray, nm: int, axes_pos, chunk_bytes: int = 1 << 24):
+    """First (mesh position a, mesh position b, local index) where devices along `axes_pos` differ.
+
+    `y` has `nm` leading mesh dims; every device is compared with the device at
+    position 0 along the given dims (NaN equals NaN, as a bitwise replica comparison).
+    Dims of size 1 or stride 0 (a broadcast view: every replica reads the same memory)
+    cannot differ and are not compared, so an invariant value costs nothing to check.
+    The comparison runs in slices of the first compared dim so its temporaries stay
+    near `chunk_bytes` whatever the data size. None when all agree.
+    """
+    axes = [k for k in axes_pos if y.shape[k] > 1 and y.strides[k] != 0]
+    if not axes:
+        return None
+    # dims that cannot differ are read at position 0 (keeps the comparison to real copies)
+    skip = [k for k in axes_pos if k not in axes]
+    if skip:
+        y = y[tuple(slice(0, 1) if k in skip else slice(None) for k in range(y.ndim))]
+    ref = y[tuple(slice(0, 1) if k in axes else slice(None) for k in range(y.ndim))]
+    lead = axes[0]
+    per_step = max(1, y.nbytes // max(1, y.shape[lead]))
+    step = max(1, chunk_bytes // per_step)
+    nan_aware = y.dtype.kind in "fc"
+    for start in range(0, y.shape[lead], step):
+        cut = tuple(slice(start, start + step) if k == lead else slice(None) for k in range(y.ndim))
+        part = y[cut]
+        ne = part != ref
+        if nan_aware:
+            ne &= ~(np.isnan(part) & np.isnan(ref))
+        if ne.any():
+            hit = [int(i) for i in np.argwhere(ne)[0]]
+            hit[lead] += start
+            pos_b = tuple(hit[:nm])
+            pos_a = tuple(0 if (k in axes or k in skip) else p for k, p in enumerate(pos_b))
+            return pos_a, pos_b, tuple(hit[nm:])
+    return None
+
+
 def first_replica_mismatch(stacked: np.ndarray, mesh: Mesh, spec: PartitionSpec):
     """(reference device, differing device, local index) of the first replica that differs, or None.
 
@@ -99,14 +136,9 @@ def first_replica_mismatch(stacked: np.ndarray, mesh: Mesh, spec: PartitionSpec)
     spec leaves unnamed; each is compared with the one at position 0 there.
     """
     used = set(spec.used_axes())
-    replica_axes = [k for k, a in enumerate(mesh.axis_names) if a not in used and mesh.axis_sizes[k] > 1]
-    if not replica_axes:
+    replica_axes = [k for k, a in enumerate(mesh.axis_names) if a not in used]
+    bad = replica_mismatch(stacked, mesh.ndim, replica_axes)
+    if bad is None:
         return None
-    ref_take = tuple(slice(0, 1) if k in replica_axes else slice(None) for k in range(mesh.ndim))
-    diff = differing(stacked, stacked[ref_take])
-    if not diff.any():
-        return None
-    first = tuple(int(i) for i in np.argwhere(diff)[0])
-    pos, local = first[:mesh.ndim], first[mesh.ndim:]
-    ref_pos = tuple(0 if k in replica_axes else p for k, p in enumerate(pos))
-    return int(mesh.device_ids[ref_pos]), int(mesh.device_ids[pos]), local
+    pos_a, pos_b, local = bad
+    return int(mesh.device_ids[pos_a]), int(mesh.device_ids[pos_b]), local

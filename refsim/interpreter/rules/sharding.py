@@ -22,6 +22,7 @@ from refsim.errors import ReplicationError
 from refsim.interpreter import core
 from refsim.interpreter.registry import Context, register
 from refsim.layouts.mesh import AbstractMesh
+from refsim.layouts.stacking import replica_mismatch
 from refsim.layouts.partition_spec import PartitionSpec
 
 
@@ -123,21 +124,10 @@ def first_replica_mismatch(y: np.ndarray, nm: int, axes_pos: Sequence[int]):
     """First (mesh position a, mesh position b, local index) where devices along `axes_pos` differ.
 
     Compares every device with the device at position 0 along the given mesh dims
-    (NaN equals NaN, as a bitwise replica comparison); None when all agree.
+    (NaN equals NaN, as a bitwise replica comparison); None when all agree. See
+    `refsim.layouts.stacking.replica_mismatch` (broadcast dims are not compared).
     """
-    axes_pos = [k for k in axes_pos if y.shape[k] > 1]
-    if not axes_pos:
-        return None
-    ref = y[tuple(slice(0, 1) if k in axes_pos else slice(None) for k in range(y.ndim))]
-    diff = y != ref
-    if np.issubdtype(y.dtype, np.inexact):
-        diff &= ~(np.isnan(y) & np.isnan(ref))
-    if not diff.any():
-        return None
-    hit = tuple(int(i) for i in np.argwhere(diff)[0])
-    pos_b = hit[:nm]
-    pos_a = tuple(0 if k in axes_pos else p for k, p in enumerate(pos_b))
-    return pos_a, pos_b, hit[nm:]
+    return replica_mismatch(y, nm, axes_pos)
 
 
 def replication_error(mesh, what: str, axes: Sequence[str], mismatch) -> ReplicationError:
@@ -155,18 +145,21 @@ def replication_error(mesh, what: str, axes: Sequence[str], mismatch) -> Replica
     )
 
 
-def check_replicated(y: np.ndarray, mesh, spec, manual_axes, what: str, log: list | None, strict: bool):
-    """Verify manual axes that `spec` leaves unnamed hold equal values; record or raise a mismatch."""
+def check_replicated(y: np.ndarray, mesh, spec, manual_axes, what: str, log: list | None, strict: bool) -> bool:
+    """Verify manual axes that `spec` leaves unnamed hold equal values; record or raise a mismatch.
+
+    Returns True when they agree (False when a mismatch was recorded)."""
     spec = as_refsim_spec(spec)
     unnamed = [a for a in mesh.axis_names if a in manual_axes and a not in spec.used_axes()]
     mism = first_replica_mismatch(y, mesh.ndim, [mesh.axis_index(a) for a in unnamed])
     if mism is None:
-        return
+        return True
     err = replication_error(mesh, what, unnamed, mism)
     if strict:
         raise err
     if log is not None:
         log.append(str(err))
+    return False
 
 
 # --- shard_map ---------------------------------------------------------------------------
