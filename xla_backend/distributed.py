@@ -17,6 +17,7 @@ from xla_backend import convert, platform
 ENV_COORDINATOR = "XLA_BACKEND_COORDINATOR"
 ENV_NUM_PROCESSES = "XLA_BACKEND_NUM_PROCESSES"
 ENV_PROCESS_ID = "XLA_BACKEND_PROCESS_ID"
+ENV_HANDSHAKE = "XLA_BACKEND_HANDSHAKE"  # a folder: the launcher's proof that each child joined
 
 
 def initialize(coordinator_address=None, num_processes=None, process_id=None, *,
@@ -45,7 +46,29 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None, *,
         jax.distributed.initialize(coordinator_address=coordinator_address,
                                    num_processes=num_processes, process_id=process_id,
                                    initialization_timeout=timeout_s)
+    _leave_handshake(jax)
     return jax.process_index(), jax.process_count()
+
+
+def _leave_handshake(jax) -> None:
+    """Tell `xla_backend.launch` (through the folder in XLA_BACKEND_HANDSHAKE) that this process joined."""
+    import json
+
+    folder = os.environ.get(ENV_HANDSHAKE)
+    if not folder:
+        return
+    me = int(os.environ.get(ENV_PROCESS_ID, jax.process_index()))
+    note = {"process_id": me, "pid": os.getpid(), "jax_process_id": jax.process_index(),
+            "num_processes": jax.process_count(), "device_count": jax.device_count(),
+            "local_device_count": jax.local_device_count(), "by": "xla_backend.distributed.initialize",
+            "joined": str(jax.process_count()) == os.environ.get(ENV_NUM_PROCESSES, str(jax.process_count()))}
+    path = os.path.join(folder, f"joined-{me}-{os.getpid()}.json")
+    try:
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(note, fh)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the launcher is gone or the folder was removed: nothing to tell
+        pass
 
 
 def shutdown() -> None:
