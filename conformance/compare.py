@@ -4,11 +4,24 @@
 * `Exact` (data movement, integers, bool, min/max): bit-exact, except that NaN equals NaN
   (payloads are ignored) and, with ``signed_zero=False`` (min/max, where IEEE 754 leaves
   the sign of a zero result open), +0 equals -0.
-* `SumBound` (floating psum / pmean / psum_scatter): the result must lie within the rigorous
-  recursive-summation bound ``|y - S| <= gamma(n-1) * sum|x_i|`` around the exact sum S,
-  ``gamma(k) = k*u / (1 - k*u)`` with u the unit roundoff of the dtype (Higham, "Accuracy
-  and Stability of Numerical Algorithms", Thm 4.3; it holds for any order and tree shape).
-  S is computed in higher precision and that reference's own error is added to the bound.
+* `SumBound` (floating psum / pmean / psum_scatter), element by element:
+  - *exact* where no order of the additions can round (every partial sum of the terms is
+    representable: all terms are multiples of 2**q and sum|x_i| < 2**(q+p) for p significand
+    bits) and, for a mean, the quotient is representable: then the result must be that value;
+  - otherwise inside the rigorous recursive-summation bound
+    ``|y - S| <= ((1+u)**(n-1) - 1) * sum|x_i|`` (<= gamma(n-1) * sum|x_i|, Higham, "Accuracy and
+    Stability of Numerical Algorithms", Thm 4.3; it holds for any order and tree shape), with S
+    computed in higher precision and that reference's own error added;
+  - an infinity is accepted where some order of the additions can overflow to it (and NaN
+    where both signs can, or where the dtype has no infinity); NaN/inf terms give the IEEE
+    result, which no order changes; a zero sum may have either sign (XLA's reductions start
+    from the identity +0, StableHLO leaves it open).
+* `Ulp(k)` (transcendentals and other ops with a stated accuracy): at most k units in the
+  last place of the output dtype apart; NaN positions and infinities must match.
+
+Every mismatch says which policy applied to its elements and why (`Mismatch.policy`), and
+classifies the differing elements (`Mismatch.classes`: "nan-dropped", "subnormal-flushed",
+...), which is what an xfails signature (`conformance.xfails`) matches.
 """
 from __future__ import annotations
 
@@ -17,8 +30,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["EXACT", "ComparisonResult", "Exact", "Mismatch", "SumBound", "as_outputs", "compare",
-           "gamma", "unit_roundoff"]
+__all__ = ["EXACT", "ComparisonResult", "Exact", "Mismatch", "SumBound", "Ulp", "as_outputs", "compare",
+           "element_classes", "gamma", "ulp_distance", "unit_roundoff"]
 
 _MAX_ELEMENTS = 5  # differing elements listed per mismatch
 
@@ -33,12 +46,36 @@ class Exact:
     def describe(self) -> str:
         return "exact" if self.signed_zero else "exact (+0 == -0)"
 
+    def why(self) -> str:
+        return ("exact: the result is representable, so any correct implementation gives these bits"
+                + ("" if self.signed_zero else "; +0 == -0 because max/min leave the sign of a zero open"))
+
 
 EXACT = Exact()
 
 
+@dataclasses.dataclass(frozen=True)
+class Ulp:
+    """At most `ulps` units in the last place apart (in the output dtype); NaN only matches NaN
+    and an infinity only itself. `reason` says where the bound comes from (an op's documented
+    accuracy, e.g. ``refsim.interpreter.accuracy``); integers and bools stay exact."""
+
+    ulps: int = 1
+    reason: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.ulps, int) or isinstance(self.ulps, bool) or self.ulps < 0:
+            raise ValueError(f"Ulp(ulps={self.ulps!r}): pass a non-negative int (0 is bit-exact up to NaN payloads).")
+
+    def describe(self) -> str:
+        return f"within {self.ulps} ulp" + (f" ({self.reason})" if self.reason else "")
+
+    def why(self) -> str:
+        return f"ulp bound: {self.describe()}"
+
+
 def _is_float(dtype) -> bool:
-    """True for real and complex floating dtypes, including ml_dtypes' bfloat16 and friends."""
+    """True for real and complex floating dtypes, including ml_dtypes' bfloat16 and float8 types."""
     dtype = np.dtype(dtype)
     return dtype.kind in "fc" or (dtype.kind == "V" and "float" in dtype.name)
 
@@ -47,11 +84,16 @@ def _finfo(dtype):
     dtype = np.dtype(dtype)
     if dtype.kind == "c":
         dtype = np.dtype(f"f{dtype.itemsize // 2}")
-    if dtype.kind == "f":
+    if dtype.kind == "f" and dtype.type.__module__ == "numpy":
         return np.finfo(dtype)
-    import ml_dtypes
+    import ml_dtypes  # bfloat16, float8_*: numpy's finfo does not know them
 
     return ml_dtypes.finfo(dtype)
+
+
+def _real_dtype(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    return np.dtype(f"f{dtype.itemsize // 2}") if dtype.kind == "c" else dtype
 
 
 def unit_roundoff(dtype) -> float:
@@ -66,6 +108,28 @@ def gamma(k: int, u: float) -> float:
     return k * u / (1 - k * u)
 
 
+def _growth(k: int, u: float) -> float:
+    """(1+u)**k - 1: the relative error of k roundings in a row; <= gamma(k) and defined for every k
+    (float8 sums over many devices have k*u >= 1)."""
+    return float(np.expm1(k * np.log1p(u)))
+
+
+def _significand_bits(dtype) -> int:
+    return int(_finfo(dtype).nmant) + 1
+
+
+def _has_inf(dtype) -> bool:
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isinf(np.array(np.inf).astype(_real_dtype(dtype)).astype(np.float64)))
+
+
+def _overflow_threshold(dtype) -> float:
+    """The smallest magnitude that rounds to infinity (or NaN) in `dtype`: max + half an ulp of max."""
+    fi = _finfo(dtype)
+    big = float(fi.max)
+    return big + 2.0 ** (int(np.floor(np.log2(big))) - _significand_bits(dtype))
+
+
 def _reference_dtype(dtype) -> np.dtype:
     """The precision the exact sum is computed in: float64, or longdouble for 64-bit floats."""
     dtype = np.dtype(dtype)
@@ -74,13 +138,40 @@ def _reference_dtype(dtype) -> np.dtype:
     return np.dtype(np.longdouble if dtype.itemsize >= 8 and dtype.kind == "f" else np.float64)
 
 
+def _lowest_bit_exponent(x: np.ndarray) -> np.ndarray:
+    """For finite float64 `x`, the exponent of its lowest set significand bit (x is a multiple
+    of 2**that); +inf for zeros and non-finite values."""
+    x = np.asarray(x, np.float64)
+    ok = np.isfinite(x) & (x != 0)
+    m, e = np.frexp(np.where(ok, x, 1.0))
+    ints = np.abs(m * 2.0 ** 53).astype(np.int64)
+    low = ints & -ints
+    return np.where(ok, e - 53 + np.log2(low.astype(np.float64)), np.inf)
+
+
+def _sum_is_exact(terms: np.ndarray, p: int) -> np.ndarray:
+    """Per element of the (n, ...) real `terms`: no partial sum in any order rounds with p bits.
+
+    Every term is a multiple of 2**q (q the lowest set bit over all terms), so every partial
+    sum is; a multiple of 2**q below 2**(q+p) in magnitude has at most p significant bits.
+    """
+    t = np.asarray(terms, np.float64)
+    q = _lowest_bit_exponent(t).min(axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.abs(np.where(np.isfinite(t), t, 0.0)).sum(axis=0)
+        return (total == 0) | (np.isfinite(q) & (total < np.exp2(np.minimum(q + p, 1e4))))
+
+
 @dataclasses.dataclass(frozen=True)
 class SumBound:
-    """The rigorous bound for a floating sum, or (``mean=True``) a mean ``fl(sum / divisor)``, of n terms.
+    """The policy for a floating sum, or (``mean=True``) a mean ``fl(sum / divisor)``, of n terms.
 
     `exact[d]` is device d's exact sum of its n terms (higher precision), `abs_sum[d]` the sum
     of their magnitudes; `integer_terms` marks sums of integers (exact; only pmean's final
-    division rounds). Build it from the terms with `SumBound.from_terms`.
+    division rounds). `exact_mask[d]` marks the elements no order of additions can round;
+    `pos_sum[d]` / `neg_sum[d]` (the finite positive terms and the magnitudes of the negative
+    ones) and `inf_terms[d]` (bit 1: a +inf term, 2: a -inf term, 4: a NaN term) say which
+    overflows and non-finite results are possible. Build it with `SumBound.from_terms`.
     """
 
     n: int
@@ -90,10 +181,22 @@ class SumBound:
     integer_terms: bool = False
     reference_u: float = 2.0 ** -53
     mean: bool = False
+    exact_mask: Mapping[int, np.ndarray] | None = None
+    pos_sum: Mapping[int, np.ndarray] | None = None
+    neg_sum: Mapping[int, np.ndarray] | None = None
+    inf_terms: Mapping[int, np.ndarray] | None = None
 
     def describe(self) -> str:
         what = "mean" if self.mean else "sum"
-        return f"{what} of n={self.n} within gamma(n-1)*sum|x|"
+        return f"{what} of n={self.n}: exact where no order rounds, else within gamma(n-1)*sum|x|"
+
+    def why(self, exact: bool) -> str:
+        what = "mean" if self.mean else "sum"
+        if exact:
+            return (f"exact {what}: every partial sum of these n={self.n} terms is representable"
+                    + (" and so is the quotient" if self.mean else "") + ", so no order of additions rounds")
+        return (f"{what} bound: these n={self.n} terms round when summed, so the result must lie within "
+                f"((1+u)^(n-1) - 1) * sum|x| of the exact {what}")
 
     @classmethod
     def from_terms(cls, terms: Mapping[int, np.ndarray], *, mean: bool = False) -> "SumBound":
@@ -109,32 +212,171 @@ class SumBound:
         integer = sample.dtype.kind in "iub"
         ref = _reference_dtype(np.float64 if integer else sample.dtype)
         divisor = sample.shape[0] if mean else 1
-        exact = {d: t.astype(ref).sum(axis=0) / ref.type(divisor) for d, t in terms.items()}
-        abs_sum = {d: np.abs(t.astype(ref)).sum(axis=0) for d, t in terms.items()}
-        u_ref = unit_roundoff(ref)
-        return cls(n=ns.pop(), exact=exact, abs_sum=abs_sum, divisor=int(divisor),
-                   integer_terms=integer, reference_u=u_ref, mean=mean)
+        exact, abs_sum, mask, pos, neg, infs = {}, {}, {}, {}, {}, {}
+        with np.errstate(invalid="ignore", over="ignore"):
+            for d, t in terms.items():
+                tr = t.astype(ref)
+                total = tr.sum(axis=0)
+                exact[d] = total / ref.type(divisor)
+                abs_sum[d] = np.abs(tr).sum(axis=0)
+                parts = (tr.real, tr.imag) if tr.dtype.kind == "c" else (tr,)
+                if integer:
+                    mask[d] = np.ones(exact[d].shape, bool)
+                elif ref.itemsize > 8 and ref.kind == "f" or ref.kind == "c" and ref.itemsize > 16:
+                    mask[d] = np.zeros(exact[d].shape, bool)   # 64-bit inputs: no wider exact reference
+                else:
+                    p = _significand_bits(sample.dtype)
+                    mask[d] = np.logical_and.reduce([_sum_is_exact(c, p) for c in parts])
+                if mean and divisor > 1:
+                    # the quotient itself must be exact for the mean to have no rounding at all
+                    mask[d] &= ~np.isfinite(total) | (exact[d] * ref.type(divisor) == total)
+                fin = [np.where(np.isfinite(c), c, 0) for c in parts]
+                pos[d] = np.maximum.reduce([np.where(c > 0, c, 0).sum(axis=0) for c in fin])
+                neg[d] = np.maximum.reduce([np.where(c < 0, -c, 0).sum(axis=0) for c in fin])
+                flags = np.zeros(exact[d].shape, np.int8)
+                for c in parts:
+                    flags |= (np.isposinf(c).any(axis=0) * 1 | np.isneginf(c).any(axis=0) * 2
+                              | np.isnan(c).any(axis=0) * 4).astype(np.int8)
+                infs[d] = flags
+        return cls(n=ns.pop(), exact=exact, abs_sum=abs_sum, divisor=int(divisor), integer_terms=integer,
+                   reference_u=unit_roundoff(ref), mean=mean, exact_mask=mask, pos_sum=pos, neg_sum=neg,
+                   inf_terms=infs)
+
+    def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
+        """The elements of device `device_id`'s output that must equal the exact value bit for bit."""
+        ex = np.asarray(self.exact[device_id])
+        if self.exact_mask is None:
+            return np.zeros(ex.shape, bool)
+        m = np.asarray(self.exact_mask[device_id]).copy()
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(ex)
+            rt = _roundtrip(ex, out_dtype)
+            m &= ~finite | (rt == ex) | (np.isnan(rt) & np.isnan(ex))  # the (mean's) exact value is representable
+        return m
 
     def reference_and_bound(self, device_id: int, out_dtype) -> tuple[np.ndarray, np.ndarray]:
-        """(exact value, allowed |result - exact|) for one device's output of dtype `out_dtype`."""
+        """(exact value, allowed |result - exact|) for one device's output of dtype `out_dtype`;
+        the bound is 0 on `exact_elements`."""
         out_dtype = np.dtype(out_dtype)
         u = unit_roundoff(out_dtype)
         ur = self.reference_u
         k = max(self.n - 1, 0)
         ex = np.asarray(self.exact[device_id])
         a = np.asarray(self.abs_sum[device_id])
-        g = 0.0 if self.integer_terms else gamma(k, u)
+        g = 0.0 if self.integer_terms else _growth(k, u)
         gr = 0.0 if self.integer_terms else gamma(k, ur)
         # Each of the n-1 additions may also underflow by half the smallest subnormal.
         tiny = float(_finfo(out_dtype).smallest_subnormal) * self.n
-        err_sum = (g + gr) * a + tiny
-        if not self.mean:
-            bound = err_sum
-        else:
-            # fl(s/n) = (s/n)(1+d), |d| <= u: the sum's error shrinks by n, the division (or, for
-            # integer inputs, the conversion to float, even when n == 1) adds u*|s|/n.
-            bound = (err_sum * (1 + u) + (u + ur) * (np.abs(ex) * self.divisor + err_sum)) / self.divisor
-        return ex, np.asarray(bound * (1 + 2.0 ** -40))  # margin for rounding in the bound itself
+        with np.errstate(invalid="ignore", over="ignore"):
+            err_sum = (g + gr) * a + tiny
+            if not self.mean:
+                bound = err_sum
+            else:
+                # fl(s/n) = (s/n)(1+d), |d| <= u: the sum's error shrinks by n, the division (or, for
+                # integer inputs, the conversion to float, even when n == 1) adds u*|s|/n.
+                bound = (err_sum * (1 + u) + (u + ur) * (np.abs(ex) * self.divisor + err_sum)) / self.divisor
+            bound = np.asarray(bound * (1 + 2.0 ** -40))  # margin for rounding in the bound itself
+        exact = self.exact_elements(device_id, out_dtype)
+        return ex, np.where(exact, 0.0, bound)
+
+    def allowed_nonfinite(self, device_id: int, out_dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(+inf allowed, -inf allowed, NaN allowed) per element: what IEEE arithmetic gives from
+        non-finite terms, and what some order of additions can overflow to."""
+        ex = np.asarray(self.exact[device_id])
+        if self.pos_sum is None:
+            z = np.zeros(ex.shape, bool)
+            return np.isposinf(np.real(ex)), np.isneginf(np.real(ex)), np.isnan(ex) | z
+        u = unit_roundoff(out_dtype)
+        grow = 1 + _growth(max(self.n - 1, 0), u)
+        thr = _overflow_threshold(out_dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            over_p = np.asarray(self.pos_sum[device_id]) * grow / max(self.divisor, 1) >= thr
+            over_n = np.asarray(self.neg_sum[device_id]) * grow / max(self.divisor, 1) >= thr
+            if not self.mean:
+                over_p = np.asarray(self.pos_sum[device_id]) * grow >= thr
+                over_n = np.asarray(self.neg_sum[device_id]) * grow >= thr
+            else:
+                # psum overflows before the division when the sum itself passes the threshold
+                over_p = over_p | (np.asarray(self.pos_sum[device_id]) * grow >= thr)
+                over_n = over_n | (np.asarray(self.neg_sum[device_id]) * grow >= thr)
+        f = np.asarray(self.inf_terms[device_id])
+        pinf_t, ninf_t, nan_t = (f & 1) > 0, (f & 2) > 0, (f & 4) > 0
+        nan = nan_t | (pinf_t & ninf_t) | (pinf_t & over_n) | (ninf_t & over_p) | (over_p & over_n)
+        pinf = ~nan_t & ~ninf_t & (pinf_t | over_p)
+        ninf = ~nan_t & ~pinf_t & (ninf_t | over_n)
+        if not _has_inf(out_dtype):
+            nan, pinf, ninf = nan | pinf | ninf, np.zeros_like(pinf), np.zeros_like(ninf)
+        return pinf, ninf, nan
+
+
+def _roundtrip(x: np.ndarray, dtype) -> np.ndarray:
+    """`x` rounded to `dtype` and back to x's own dtype (via float64 / complex128)."""
+    x = np.asarray(x)
+    dtype = np.dtype(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if x.dtype.kind == "c" and dtype.kind != "c":
+            return _roundtrip(x.real, dtype) + 1j * _roundtrip(x.imag, dtype)
+        wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+        return wide.astype(dtype).astype(wide.dtype).astype(x.dtype)
+
+
+def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between same-dtype floating `a` and `b`, elementwise (int64):
+    the number of representable values between them; +0 and -0 are 0 apart. NaN and
+    infinities are the caller's to handle (their distance is not meaningful)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "c":
+        return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
+    return np.abs(_ordered(a) - _ordered(b))
+
+
+def _ordered(x: np.ndarray) -> np.ndarray:
+    """Map floats onto integers monotonically (adjacent floats -> adjacent integers, ±0 -> 0)."""
+    bits = x.view(f"u{x.dtype.itemsize}").astype(np.int64)
+    sign = np.int64(1) << np.int64(8 * x.dtype.itemsize - 1)
+    mag = bits & (sign - 1)
+    return np.where(bits & sign, -mag, mag)
+
+
+def element_classes(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, dtype) -> tuple:
+    """How the `bad` elements of `actual` differ from `expected` (values, or exact sums in
+    higher precision), as the sorted set of: "nan-dropped" (expected NaN, got a number),
+    "nan-introduced", "inf" (an infinity on one side only), "subnormal-flushed" (expected a
+    nonzero subnormal of `dtype`, got zero), "signed-zero", "1-ulp" (one ulp apart), "value"."""
+    if not bad.any():
+        return ()
+    e = np.asarray(expected)[bad]
+    a = np.asarray(actual)[bad]
+    if e.dtype.kind == "c" or a.dtype.kind == "c":
+        e, a = np.concatenate([np.real(e), np.imag(e)]), np.concatenate([np.real(a), np.imag(a)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = e.astype(np.float64)
+        a = a.astype(np.float64)
+    out = set()
+    en, an = np.isnan(e), np.isnan(a)
+    out.update(["nan-dropped"] * bool((en & ~an).any()) + ["nan-introduced"] * bool((an & ~en).any()))
+    rest = ~en & ~an
+    inf = rest & (np.isinf(e) != np.isinf(a))
+    if inf.any():
+        out.add("inf")
+    rest &= ~inf & ~(np.isinf(e) & np.isinf(a) & (e == a))
+    rest &= ~((e == a) & (np.signbit(e) == np.signbit(a)))      # equal elements of a mixed row
+    tiny = float(_finfo(dtype).tiny) if _is_float(dtype) else 0.0
+    flushed = rest & (a == 0) & (e != 0) & (np.abs(e) < tiny)
+    if flushed.any():
+        out.add("subnormal-flushed")
+    zero = rest & (a == 0) & (e == 0)
+    if zero.any():
+        out.add("signed-zero")
+    other = rest & ~flushed & ~zero
+    if other.any() and _is_float(dtype):
+        rd = _real_dtype(dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = ulp_distance(e[other].astype(rd), a[other].astype(rd))
+        out.update(["1-ulp"] * bool((d <= 1).any()) + ["value"] * bool((d > 1).any()))
+    elif other.any():
+        out.add("value")
+    return tuple(sorted(out))
 
 
 # -- results --------------------------------------------------------------------------------
@@ -143,9 +385,10 @@ class Mismatch:
     """One disagreement: which output, device and check, and the first differing elements.
 
     kind is one of "outputs", "shape", "dtype", "devices", "index", "shard shape",
-    "shard dtype", "values", "bound". `elements` lists (local index, global index,
+    "shard dtype", "values", "bound", "ulp". `elements` lists (local index, global index,
     refsim value, `side`'s value, None) or, for "bound", (..., exact value, `side`'s value,
-    allowed error); `count` of `size` elements differ.
+    allowed error); `count` of `size` elements differ. `policy` says which rule those elements
+    were held to and why; `classes` how they differ (`element_classes`).
     """
 
     output: int
@@ -158,6 +401,8 @@ class Mismatch:
     count: int = 0
     size: int = 0
     side: str = "xla"
+    policy: str = ""
+    classes: tuple = ()
 
     def render(self) -> str:
         where = f"output {self.output}"
@@ -168,6 +413,10 @@ class Mismatch:
         if self.index is not None:
             where += f", index {_fmt_index(self.index)}"
         lines = [f"{where}: {self.message}"]
+        if self.policy:
+            lines.append(f"    policy: {self.policy}")
+        if self.classes:
+            lines.append(f"    differences: {', '.join(self.classes)}")
         for loc, glob, exp, act, tol in self.elements:
             extra = "" if tol is None else f", |diff| {abs(_to_float(act) - _to_float(exp))!r} > bound {tol!r}"
             ref = "exact" if tol is not None else "refsim"
@@ -187,10 +436,16 @@ class ComparisonResult:
     elements: int
     policies: tuple = ()
     case: Any = None
+    applied: tuple = ()
 
     @property
     def ok(self) -> bool:
         return not self.mismatches
+
+    @property
+    def classes(self) -> tuple:
+        """Every element class of the value mismatches (see `element_classes`)."""
+        return tuple(sorted({c for m in self.mismatches for c in m.classes}))
 
     def __bool__(self) -> bool:
         return self.ok
@@ -202,7 +457,7 @@ class ComparisonResult:
         lines = [f"{head}: {cid}" if cid else head]
         if self.case is not None and hasattr(self.case, "describe"):
             lines += ["  " + ln for ln in self.case.describe().splitlines()]
-        pol = ", ".join(p.describe() for p in self.policies)
+        pol = "; ".join(self.applied) if self.applied else ", ".join(p.describe() for p in self.policies)
         lines.append(f"  checked {self.outputs} output(s), {self.devices} device shard(s), "
                      f"{self.elements} element(s); policy: {pol or 'exact'}")
         for m in self.mismatches[:max_mismatches]:
@@ -233,40 +488,48 @@ def as_outputs(x) -> list:
     raise TypeError(f"expected a refsim.Array (anything with .shards) or a sequence of them, got {type(x).__name__}.")
 
 
-def compare(expected, actual, *, tolerances=None, case=None) -> ComparisonResult:
+def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = None) -> ComparisonResult:
     """Compare refsim's result (`expected`) with XLA's (`actual`) by the policy of DESIGN.md.
 
-    tolerances: one policy (`Exact`/`SumBound`) for every output, or one per output; by
-    default ``case.tolerances()`` when a case is given, else `EXACT`.
+    tolerances: one policy (`Exact`, `SumBound`, `Ulp`) for every output, or one per output; by
+    default ``case.tolerances()`` when a case is given, else `EXACT`. ulp: shorthand for
+    ``tolerances=Ulp(ulp)`` on every output (floating outputs; integers stay exact).
+    The result's `applied` says, per output, which policy held how many elements and why.
     """
     exp, act = as_outputs(expected), as_outputs(actual)
+    if ulp is not None:
+        if tolerances is not None:
+            raise ValueError("pass either tolerances= or ulp=, not both; ulp=k means tolerances=Ulp(k).")
+        tolerances = Ulp(ulp)
     if tolerances is None:
         tolerances = case.tolerances() if case is not None else [EXACT] * len(exp)
-    elif isinstance(tolerances, (Exact, SumBound)):
+    elif isinstance(tolerances, (Exact, SumBound, Ulp)):
         tolerances = [tolerances] * len(exp)
     tolerances = list(tolerances)
     if len(tolerances) != len(exp):
         raise ValueError(f"got {len(tolerances)} tolerances for {len(exp)} outputs; give one per output.")
     found: list[Mismatch] = []
+    applied: list[str] = []
     ndev = nel = 0
     if len(exp) != len(act):
         found.append(Mismatch(-1, "outputs", f"refsim returned {len(exp)} outputs, xla {len(act)}"))
     for k, (e, a, tol) in enumerate(zip(exp, act, tolerances)):
-        d, n = _compare_output(k, e, a, tol, found)
+        d, n, note = _compare_output(k, e, a, tol, found)
         ndev += d
         nel += n
+        applied.append(note)
     return ComparisonResult(tuple(found), outputs=min(len(exp), len(act)), devices=ndev, elements=nel,
-                            policies=tuple(tolerances), case=case)
+                            policies=tuple(tolerances), case=case, applied=tuple(applied))
 
 
-def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int]:
+def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
     shape_e, shape_a = tuple(e.shape), tuple(a.shape)
     if shape_e != shape_a:
         found.append(Mismatch(k, "shape", f"global shape: refsim {shape_e}, xla {shape_a}"))
-        return 0, 0
+        return 0, 0, tol.describe()
     if np.dtype(e.dtype) != np.dtype(a.dtype):
         found.append(Mismatch(k, "dtype", f"dtype: refsim {np.dtype(e.dtype)}, xla {np.dtype(a.dtype)}"))
-        return 0, 0
+        return 0, 0, tol.describe()
     se = {int(s.device_id): s for s in e.shards}
     sa = {int(s.device_id): s for s in a.shards}
     if set(se) != set(sa):
@@ -274,7 +537,8 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int]:
         found.append(Mismatch(k, "devices", f"device ids differ: refsim {sorted(se)}, xla {sorted(sa)} "
                                             f"(missing on xla: {missing}, extra on xla: {extra})"))
     mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-    ndev = nel = 0
+    ndev = nel = n_exact = 0
+    floating = _is_float(e.dtype)
     for dev in sorted(set(se) & set(sa)):
         x, y = se[dev], sa[dev]
         pos = _position(mesh, dev)
@@ -292,27 +556,87 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int]:
             continue
         ndev += 1
         nel += dx.size
-        if isinstance(tol, SumBound) and _is_float(dx.dtype):
-            ref, bound = tol.reference_and_bound(dev, dx.dtype)
-            if ref.shape != dx.shape:
-                # Broadcasting would hide a policy built for another layout (e.g. pmap's shards
-                # keep the mapped axis), so refuse it rather than compare the wrong elements.
-                raise ValueError(f"tolerances[{k}] gives device {dev} an exact value of shape {ref.shape}, "
-                                 f"but its shard has shape {dx.shape}; build the SumBound from terms "
-                                 f"of shape (n, *shard_shape).")
-            for side, data in (("xla", dy), ("refsim", dx)):
-                bad = ~_within(data, ref, bound)
-                if bad.any():
-                    found.append(_element_mismatch(k, "bound", dev, pos, x.index, bad, ref, data, side,
-                                                   f"{side} result outside {tol.describe()} "
-                                                   f"in {int(bad.sum())} of {bad.size} elements", bound))
+        if isinstance(tol, SumBound) and floating:
+            n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
+        elif isinstance(tol, Ulp) and floating:
+            bad = ~_within_ulp(dx, dy, tol.ulps)
+            if bad.any():
+                found.append(_element_mismatch(k, "ulp", dev, pos, x.index, bad, dx, dy, "xla",
+                                               f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
+                                               f"of {bad.size} elements", policy=tol.why()))
         else:
             signed = tol.signed_zero if isinstance(tol, Exact) else True
             bad = ~_bit_equal(dx, dy, signed)
             if bad.any():
+                why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
                 found.append(_element_mismatch(k, "values", dev, pos, x.index, bad, dx, dy, "xla",
-                                               f"values differ in {int(bad.sum())} of {bad.size} elements"))
-    return ndev, nel
+                                               f"values differ in {int(bad.sum())} of {bad.size} elements",
+                                               policy=why))
+    if isinstance(tol, SumBound) and floating:
+        return ndev, nel, (f"{'mean' if tol.mean else 'sum'} of n={tol.n}: exact in {n_exact} of {nel} element(s) "
+                           f"(no order of additions rounds), gamma bound in {nel - n_exact}")
+    if not floating and not isinstance(tol, Exact):
+        return ndev, nel, "exact (not a floating dtype)"
+    return ndev, nel, tol.describe()
+
+
+def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
+    """Check both sides of one device against the sum policy; returns the exact-element count."""
+    ref, bound = tol.reference_and_bound(dev, dx.dtype)
+    if ref.shape != dx.shape:
+        # Broadcasting would hide a policy built for another layout (e.g. pmap's shards
+        # keep the mapped axis), so refuse it rather than compare the wrong elements.
+        raise ValueError(f"tolerances[{k}] gives device {dev} an exact value of shape {ref.shape}, "
+                         f"but its shard has shape {dx.shape}; build the SumBound from terms "
+                         f"of shape (n, *shard_shape).")
+    exact = tol.exact_elements(dev, dx.dtype)
+    pinf, ninf, nan = tol.allowed_nonfinite(dev, dx.dtype)
+    for side, data in (("xla", dy), ("refsim", dx)):
+        bad = ~_sum_ok(data, ref, bound, exact, pinf, ninf, nan)
+        if not bad.any():
+            continue
+        n_ex = int((bad & exact).sum())
+        if n_ex == int(bad.sum()):
+            why = tol.why(True)
+        elif n_ex == 0:
+            why = tol.why(False)
+        else:
+            why = f"{n_ex} element(s): {tol.why(True)}; the others: {tol.why(False)}"
+        found.append(_element_mismatch(k, "bound", dev, pos, index, bad, ref, data, side,
+                                       f"{side} result outside {tol.describe()} "
+                                       f"in {int(bad.sum())} of {bad.size} elements", bound, policy=why))
+    return int(exact.sum())
+
+
+def _sum_ok(data, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
+    """Per element: NaN where NaN is possible, an infinity where it is possible, else `ref`
+    exactly (`exact`; either zero sign for a zero sum) or within `bound`."""
+    if data.dtype.kind == "c":
+        re = _sum_ok(data.real, ref.real, bound, exact, pinf, ninf, nan)
+        return re & _sum_ok(data.imag, ref.imag, bound, exact, pinf, ninf, nan)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = data.astype(np.float64) if ref.dtype.itemsize <= 8 else data.astype(ref.dtype)
+        r = np.asarray(ref)
+        dn, di = np.isnan(d), np.isinf(d)
+        # where the exact reference is itself non-finite (inf/NaN terms), IEEE fixes the result
+        ok = np.where(np.isnan(r), dn, False)
+        ok |= dn & nan
+        ok |= (d == np.inf) & (pinf | (r == np.inf)) | (d == -np.inf) & (ninf | (r == -np.inf))
+        fin = np.isfinite(d) & np.isfinite(r)
+        ok |= fin & exact & (d == r)
+        ok |= fin & ~exact & (np.abs(d - r) <= bound)
+    return ok
+
+
+def _within_ulp(x: np.ndarray, y: np.ndarray, ulps: int) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return _within_ulp(x.real, y.real, ulps) & _within_ulp(x.imag, y.imag, ulps)
+    with np.errstate(invalid="ignore"):
+        xf, yf = x.astype(np.float64), y.astype(np.float64)
+        both_nan = np.isnan(xf) & np.isnan(yf)
+        inf = np.isinf(xf) | np.isinf(yf)
+        fin = ~np.isnan(xf) & ~np.isnan(yf) & ~inf
+        return both_nan | (inf & (xf == yf)) | (fin & (ulp_distance(x, y) <= ulps))
 
 
 def _bit_equal(x: np.ndarray, y: np.ndarray, signed_zero: bool) -> np.ndarray:
@@ -328,27 +652,16 @@ def _bit_equal(x: np.ndarray, y: np.ndarray, signed_zero: bool) -> np.ndarray:
     return same
 
 
-def _within(data: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> np.ndarray:
-    """|data - ref| <= bound, with NaN matching only NaN and infinities only themselves."""
-    if data.dtype.kind == "c":
-        return _within(data.real, ref.real, bound) & _within(data.imag, ref.imag, bound)
-    d = data.astype(ref.dtype if ref.dtype.kind == "f" else np.float64)
-    r = np.asarray(ref)
-    nan_ok = np.isnan(d) & np.isnan(r)
-    inf_ok = np.isinf(d) & np.isinf(r) & (d == r)
-    with np.errstate(invalid="ignore", over="ignore"):
-        close = np.abs(d - r) <= bound
-    return nan_ok | inf_ok | (close & np.isfinite(d) & np.isfinite(r))
-
-
-def _element_mismatch(k, kind, dev, pos, index, bad, exp, act, side, msg, bound=None) -> Mismatch:
+def _element_mismatch(k, kind, dev, pos, index, bad, exp, act, side, msg, bound=None, policy="") -> Mismatch:
     where = np.argwhere(bad)
     elems = []
     for loc in where[:_MAX_ELEMENTS]:
         loc = tuple(int(v) for v in loc)
         tol = None if bound is None else _scalar(np.broadcast_to(bound, bad.shape)[loc])
         elems.append((loc, _global(index, loc), _scalar(exp[loc]), _scalar(act[loc]), tol))
-    return Mismatch(k, kind, msg, dev, pos, index, tuple(elems), int(bad.sum()), int(bad.size), side)
+    classes = element_classes(exp, act, bad, act.dtype)
+    return Mismatch(k, kind, msg, dev, pos, index, tuple(elems), int(bad.sum()), int(bad.size), side, policy,
+                    classes)
 
 
 # -- small helpers ---------------------------------------------------------------------------

@@ -55,12 +55,16 @@ def _psum_bound(terms):
 
 
 def test_sum_bound_from_terms_by_hand():
-    b = _psum_bound([1.0, -2.0, 0.5])
+    # 2**-30 and 2 are 31 binades apart: float32's 24 bits cannot hold 1 + 2**-30, so the sum rounds
+    b = _psum_bound([1.0, 2.0 ** -30, -2.0])
     ex, bound = b.reference_and_bound(0, np.float32)
-    assert ex[0] == -0.5
-    # gamma(2) * (1 + 2 + 0.5) with u = 2**-24, plus float64's own gamma(2) and the underflow term
-    expected = (2 * U32 / (1 - 2 * U32) + 2 * 2.0 ** -53 / (1 - 2 * 2.0 ** -53)) * 3.5
+    assert ex[0] == -1 + 2.0 ** -30
+    # ((1+u)^2 - 1) * (1 + 2**-30 + 2) with u = 2**-24, plus float64's own gamma(2) and the underflow term
+    expected = ((2 * U32 + U32 ** 2) + 2 * 2.0 ** -53 / (1 - 2 * 2.0 ** -53)) * (3 + 2.0 ** -30)
     assert bound[0] == pytest.approx(expected, rel=1e-9)
+    # terms that are multiples of 2**-1 summing to less than 2**23: no order rounds, bound 0
+    ex, bound = _psum_bound([1.0, -2.0, 0.5]).reference_and_bound(0, np.float32)
+    assert (ex[0], bound[0]) == (-0.5, 0.0)
 
 
 def test_one_rounding_inside_the_bound_passes_and_one_ulp_more_fails():
@@ -204,3 +208,83 @@ def test_sum_bound_of_another_shard_shape_is_refused():
     tol = SumBound.from_terms({0: np.array([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]], np.float32)})
     with pytest.raises(ValueError, match=r"exact value of shape \(3,\), but its shard has shape \(1, 3\)"):
         compare(one([[2.0, 3.0, 4.0]]), one([[2.0, 3.0, 4.0]]), tolerances=tol)
+
+
+# -- exact where no order rounds, overflow, float8, ulp, element classes ---------------------
+def test_exact_friendly_sum_is_held_bit_exact_a_few_ulps_fail():
+    # 1 + 2 + 0.25 = 3.25 in any order (multiples of 2**-2, far below 2**22): 4 ulps off must fail,
+    # although gamma(2) * 3.25 would allow it.
+    tol = _psum_bound([1.0, 2.0, 0.25])
+    off = np.float32(3.25)
+    for _ in range(4):
+        off = np.nextafter(off, np.float32(4))
+    r = compare(one([3.25]), one([off]), tolerances=tol)
+    assert not r.ok
+    (m,) = r.mismatches
+    assert m.kind == "bound" and "exact sum" in m.policy and "no order of additions rounds" in m.policy
+    assert "exact in 1 of 1 element(s)" in r.report()
+
+
+def test_overflow_to_the_same_infinity_agrees():
+    big = float(np.finfo(np.float32).max)
+    tol = _psum_bound([big, big])
+    assert compare(one([np.inf]), one([np.inf]), tolerances=tol).ok
+    assert not compare(one([np.inf]), one([-np.inf]), tolerances=tol).ok
+    assert not compare(one([np.inf]), one([big]), tolerances=tol).ok      # 2*max is not near max
+    # max + max - max: left to right overflows, (max - max) + max does not: both are right
+    tol3 = _psum_bound([big, big, -big])
+    for got in (np.inf, big, np.nan):
+        assert compare(one([got]), one([got]), tolerances=tol3).ok, got
+
+
+def test_non_finite_terms_give_the_ieee_result_in_any_order():
+    assert compare(one([np.inf]), one([np.inf]), tolerances=_psum_bound([np.inf, 1.0])).ok
+    assert not compare(one([np.inf]), one([1.0]), tolerances=_psum_bound([np.inf, 1.0])).ok
+    assert compare(one([np.nan]), one([np.nan]), tolerances=_psum_bound([np.inf, -np.inf])).ok
+    assert not compare(one([np.nan]), one([np.inf]), tolerances=_psum_bound([np.inf, -np.inf])).ok
+
+
+def test_a_zero_sum_may_have_either_sign():
+    tol = _psum_bound([-0.0, -0.0])
+    assert compare(one([-0.0]), one([0.0]), tolerances=tol).ok
+
+
+def test_float8_sums_over_many_devices_are_compared():
+    f8 = ml_dtypes.float8_e5m2                        # u = 2**-3: gamma(15) is undefined
+    terms = np.array([[1.0]] * 4 + [[0.0]] * 12, f8)   # partial sums 0..4 fit e5m2's 3 bits: exact
+    tol = SumBound.from_terms({0: terms})
+    assert compare(one([4.0], f8), one([4.0], f8), tolerances=tol).ok
+    assert not compare(one([4.0], f8), one([5.0], f8), tolerances=tol).ok
+    # sixteen ones do round (8 + 1 ties back to 8): the bound ((1 + 2**-3)**15 - 1) * 16 admits 8
+    tol16 = SumBound.from_terms({0: np.array([[1.0]] * 16, f8)})
+    assert compare(one([16.0], f8), one([8.0], f8), tolerances=tol16).ok
+    for dt in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3b11fnuz):
+        x = np.array([1.5, -2.0], dt)
+        assert compare(one(x, dt), one(x, dt)).ok
+
+
+def test_ulp_policy_by_hand():
+    x = np.float32(1.0)
+    two = np.nextafter(np.nextafter(x, np.float32(2)), np.float32(2))
+    three = np.nextafter(two, np.float32(2))
+    assert compare(one([x]), one([two]), ulp=2).ok
+    r = compare(one([x]), one([three]), ulp=2)
+    assert not r.ok and r.mismatches[0].kind == "ulp" and "within 2 ulp" in r.mismatches[0].policy
+    assert compare(one([np.nan]), one([np.nan]), ulp=1).ok
+    assert not compare(one([np.inf]), one([np.finfo(np.float32).max]), ulp=1).ok
+    assert compare(one([0.0]), one([-0.0]), ulp=0).ok
+    assert compare(one([3], np.int32), one([3], np.int32), ulp=1).ok
+    assert not compare(one([3], np.int32), one([4], np.int32), ulp=1).ok        # integers stay exact
+    from conformance.compare import Ulp
+
+    assert "within 1 ulp (erf: documented)" in compare(one([x]), one([three]),
+                                                       tolerances=Ulp(1, "erf: documented")).report()
+    with pytest.raises(ValueError, match="either tolerances= or ulp="):
+        compare(one([x]), one([x]), ulp=1, tolerances=EXACT)
+
+
+def test_mismatch_classes_name_how_elements_differ():
+    tiny = np.float32(1e-40)
+    r = compare(one([np.nan, 1.0, tiny, 0.0, 1.0]), one([7.0, np.nan, 0.0, -0.0, np.nextafter(np.float32(1), np.float32(2))]))
+    assert r.classes == ("1-ulp", "nan-dropped", "nan-introduced", "signed-zero", "subnormal-flushed")
+    assert compare(one([np.nan, 5.0]), one([7.0, 5.0])).classes == ("nan-dropped",)
