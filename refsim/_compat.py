@@ -151,6 +151,37 @@ def key_numpy_dtype(impl):
     return np.dtype([(impl.name, np.uint32, tuple(impl.key_shape))])
 
 
+def to_numpy(x):
+    """`np.asarray(x)`, except a JAX key array becomes refsim's structured key array
+    (`jax.random.key_data` viewed as `key_numpy_dtype(impl)`), as NumPy refuses key dtypes."""
+    import numpy as np
+
+    impl = prng_impl_of(getattr(x, "dtype", None))
+    if impl is None:
+        return np.asarray(x)
+    import jax
+
+    data = np.ascontiguousarray(np.asarray(jax.random.key_data(x)))
+    key_nd = len(tuple(impl.key_shape))
+    return data.view(key_numpy_dtype(impl)).reshape(data.shape[:data.ndim - key_nd])
+
+
+def jax_key_dtype(np_dtype):
+    """The JAX key dtype a refsim structured key dtype stands for (None for other dtypes)."""
+    import numpy as np
+
+    names = getattr(np.dtype(np_dtype), "names", None)
+    if not names or len(names) != 1:
+        return None
+    import jax
+
+    sub = np.dtype(np_dtype)[names[0]]
+    try:
+        return jax.random.wrap_key_data(np.zeros(sub.shape, np.uint32), impl=names[0]).dtype
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def physical_dtype(dtype):
     """The NumPy dtype of refsim's value for a jaxpr aval dtype (keys -> structured dtype)."""
     import numpy as np
@@ -270,3 +301,14 @@ def is_jax_partition_spec(x) -> bool:
 
     jax_sharding = sys.modules.get("jax.sharding")
     return jax_sharding is not None and isinstance(x, jax_sharding.PartitionSpec)
+
+
+def flatten_axes(name: str, treedef, axis_tree) -> list:
+    """`jax._src.api_util.flatten_axes`: broadcast an in_axes prefix over the arguments' tree.
+
+    Its ValueError names the argument as JAX's does (`pmap in_axes[0][0]`), so refsim.pmap
+    rejects a bad prefix with JAX's own wording (0.10 … 0.12 share the signature).
+    """
+    from jax._src.api_util import flatten_axes as _flatten_axes
+
+    return list(_flatten_axes(name, treedef, axis_tree))

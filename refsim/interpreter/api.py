@@ -15,11 +15,12 @@ from typing import Callable
 import numpy as np
 
 from refsim import _compat
-from refsim.array import Array, device_put
+from refsim.array import Array, Shard, device_put
 from refsim import device_assignment as DA
 from refsim.interpreter import core, trace_cache
 from refsim.interpreter.registry import Context, load_rules
 from refsim.interpreter.rules import sharding as S
+from refsim.interpreter.unreduced import Partials
 from refsim.layouts.mesh import AbstractMesh, AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -43,6 +44,18 @@ def _specs_to_jax(tree):
 
 
 def _as_mesh(mesh, api: str) -> Mesh:
+    if mesh is None:  # as jax.shard_map: the mesh of the enclosing `jax.set_mesh`
+        import jax
+
+        ctx = jax.sharding.get_mesh()
+        if getattr(ctx, "empty", True):
+            raise ValueError(f"{api}: mesh=None and the context mesh is empty; pass mesh=... or call it "
+                             "under `jax.set_mesh(mesh)` to enter into a mesh context.")
+        mesh = ctx
+    if getattr(mesh, "empty", False) or not getattr(mesh, "axis_names", ()) or 0 in tuple(
+            getattr(mesh, "axis_sizes", None) or getattr(mesh, "shape", {}).values() or (0,)):
+        raise ValueError(f"{api} requires a non-empty mesh. Got {mesh!r}; pass a mesh with at least one "
+                         "axis of size >= 1, e.g. refsim.Mesh((2,), ('x',)).")
     if isinstance(mesh, Mesh):
         return mesh
     if isinstance(mesh, AbstractMesh):
@@ -56,7 +69,17 @@ def _as_mesh(mesh, api: str) -> Mesh:
 
 
 def _tracing_mesh(mesh: AbstractMesh, types=None):
-    """The jax AbstractMesh a program is traced against (Auto axes unless `types` says otherwise)."""
+    """The jax AbstractMesh a program is traced against (Auto axes unless `types` says otherwise).
+
+    Under a `jax.set_mesh` / `use_abstract_mesh` context over the same axis names and sizes,
+    the context's own abstract mesh (its axis types and device kind): `jax.shard_map` requires
+    the mesh it is given to equal the context mesh, so a program written for the context runs.
+    """
+    import jax
+
+    ctx = jax.sharding.get_abstract_mesh()
+    if not ctx.empty and (tuple(ctx.axis_names), tuple(ctx.axis_sizes)) == (mesh.axis_names, mesh.axis_sizes):
+        return ctx
     types = types if types is not None else (AxisType.Auto,) * mesh.ndim
     return _compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
 
@@ -65,7 +88,9 @@ def _canonical(x) -> np.ndarray:
     """A NumPy argument with JAX's canonical dtype (float64 -> float32 unless x64 is on)."""
     import jax
 
-    arr = np.asarray(x)
+    arr = _compat.to_numpy(x)
+    if arr.dtype.names:  # a PRNG key array (structured): no canonicalisation
+        return arr
     dt = jax.dtypes.canonicalize_dtype(arr.dtype)
     return arr if arr.dtype == dt else arr.astype(dt)
 
@@ -73,14 +98,48 @@ def _canonical(x) -> np.ndarray:
 def _abstract(x, sharding=None):
     import jax
 
-    if isinstance(x, Array):
+    if _compat.prng_impl_of(getattr(x, "dtype", None)) is not None:  # a JAX key array
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+    if isinstance(x, Array):
+        dt = _compat.jax_key_dtype(x.dtype) or jax.dtypes.canonicalize_dtype(x.dtype)
+        return jax.ShapeDtypeStruct(x.shape, dt, sharding=sharding)
     arr = _canonical(x)
-    return jax.ShapeDtypeStruct(arr.shape, arr.dtype, sharding=sharding)
+    dt = _compat.jax_key_dtype(arr.dtype) or arr.dtype
+    return jax.ShapeDtypeStruct(arr.shape, dt, sharding=sharding)
+
+
+def _explicit_sharding(x, tmesh):
+    """The sharding type a laid-out argument has under an Explicit tracing mesh (None otherwise):
+    a refsim.Array's or jax.Array's NamedSharding spec on `tmesh`, as `jax.shard_map` reads it."""
+    import jax
+
+    if AxisType.Explicit.name not in {getattr(t, "name", str(t)) for t in tmesh.axis_types}:
+        return None
+    sharding = getattr(x, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or not isinstance(sharding, (NamedSharding, jax.sharding.NamedSharding)):
+        return None
+    spec = spec.to_jax() if isinstance(spec, PartitionSpec) else spec
+    return jax.sharding.NamedSharding(tmesh, spec)
 
 
 def _global(x) -> np.ndarray:
+    if isinstance(x, Partials):  # an unreduced value keeps its partial sums
+        return x
     return np.asarray(x) if isinstance(x, Array) else _canonical(x)
+
+
+def _partials_array(blocks: np.ndarray, mesh: Mesh, spec, info) -> Array:
+    """An Array unreduced over `spec.unreduced`: device p holds `blocks[p]`, its own partial sum
+    of its block (as `jax.Array` shards of an unreduced sharding hold them)."""
+    sharding = NamedSharding(mesh, spec)
+    blocks = np.broadcast_to(blocks, mesh.axis_sizes + blocks.shape[mesh.ndim:])
+    counts = sharding.num_shards(blocks.ndim - mesh.ndim)
+    shape = tuple(n * c for n, c in zip(blocks.shape[mesh.ndim:], counts))
+    index_map = sharding.devices_indices_map(shape)
+    shards = [Shard(int(mesh.device_ids[pos]), index_map[int(mesh.device_ids[pos])], blocks[pos])
+              for pos in np.ndindex(*mesh.axis_sizes)]
+    return Array(shape, blocks.dtype, sharding, shards, info=info)
 
 
 def _info(extra: dict) -> dict:
@@ -119,10 +178,16 @@ def _with_intermediates(extra: dict, intermediates, mesh) -> dict:
 def _stacked_input(x, mesh: Mesh, spec) -> np.ndarray:
     """A shard_map operand as stacked blocks; an Array already laid out by `spec` keeps its per-device data."""
     spec = S.as_refsim_spec(spec)
+    if isinstance(x, Partials) or spec.unreduced:
+        return S.enter_global(_global(x), mesh, spec)
     if isinstance(x, Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh:
         if x.sharding.spec.padded(x.ndim) == spec.padded(x.ndim):
             stacked = x.to_stacked(mesh)
             # Replicas keep their own data along axes the spec leaves unnamed (mesh dims full size).
+            if not stacked.dtype.names:  # JAX's canonical dtype, as tracing assumed
+                import jax
+
+                stacked = stacked.astype(jax.dtypes.canonicalize_dtype(stacked.dtype), copy=False)
             return stacked
     g = _global(x)
     return S.split_by_spec(g.reshape((1,) * mesh.ndim + g.shape), mesh, spec)
@@ -134,7 +199,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     env: dict = {}
     ctx = Context(nm=0, mesh=None, extra=extra)
     for v, c in zip(jaxpr.constvars, closed.consts):
-        env[v] = np.asarray(c)
+        env[v] = _compat.to_numpy(c)
     for v, a in zip(jaxpr.invars, flat_args):
         env[v] = a
 
@@ -156,8 +221,8 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     by_var = {}
     for var, y, spec in zip(eqn.outvars, outs, p["out_specs"]):
         spec = S.as_refsim_spec(spec)
-        agree = S.check_replicated(y, mesh, spec, manual, f"shard_map out_specs {spec!r}", extra["replication"],
-                                   extra["strict"])
+        agree = S.check_replicated(y, mesh, spec, manual - spec.unreduced, f"shard_map out_specs {spec!r}",
+                                   extra["replication"], extra["strict"])
         # The Array need not check its replicas again on np.asarray when every axis the spec
         # leaves unnamed was checked just now or is invariant (size 1, read as a broadcast).
         used = spec.used_axes()
@@ -177,7 +242,7 @@ def _is_top_shard_map(jaxpr) -> bool:
     )
 
 
-def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True, axis_names=None,
+def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = True, axis_names=None,
               strict: bool = False, fallback: bool = False, intermediates=None) -> Callable:
     """`jax.shard_map` run by refsim: the same arguments, results as `refsim.Array` pytrees.
 
@@ -191,21 +256,23 @@ def shard_map(f: Callable, *, mesh, in_specs, out_specs, check_vma: bool = True,
     """
     import jax
 
-    rmesh = _as_mesh(mesh, "refsim.shard_map")
+    fixed = None if mesh is None else _as_mesh(mesh, "refsim.shard_map")
 
     def wrapped(*args):
         load_rules()
+        rmesh = fixed if fixed is not None else _as_mesh(None, "refsim.shard_map")
         flat, tree = jax.tree_util.tree_flatten(args)
-        kw = dict(mesh=_tracing_mesh(rmesh), in_specs=_specs_to_jax(in_specs),
+        tmesh = _tracing_mesh(rmesh)
+        kw = dict(mesh=tmesh, in_specs=_specs_to_jax(in_specs),
                   out_specs=_specs_to_jax(out_specs), check_vma=check_vma)
         if axis_names is not None:
             kw["axis_names"] = set(axis_names)
         traced = jax.shard_map(f, **kw)
-        avals = [_abstract(x) for x in flat]
+        avals = [_abstract(x, _explicit_sharding(x, tmesh)) for x in flat]
         abstract = jax.tree_util.tree_unflatten(tree, avals)
         DA.check_call(f, args, flat, uses=[DA.Use("inside", DA.assignment(rmesh), eqn="shard_map")])
         key = trace_cache.program_key(
-            "shard_map", f, rmesh.abstract_mesh, tree, trace_cache.avals_key(avals),
+            "shard_map", f, rmesh.abstract_mesh, tmesh, tree, trace_cache.avals_key(avals),
             trace_cache.tree_key(in_specs, _is_spec), trace_cache.tree_key(out_specs, _is_spec),
             check_vma, None if axis_names is None else frozenset(axis_names))
         closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
@@ -223,7 +290,8 @@ def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
     if _is_top_shard_map(jaxpr):
         by_var = _run_top_shard_map(closed, flat_args, mesh, extra)
         info = _info(extra)
-        return [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info, replicas_checked=by_var[v][2])
+        return [_partials_array(by_var[v][0], mesh, by_var[v][1], info) if by_var[v][1].unreduced
+                else Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info, replicas_checked=by_var[v][2])
                 for v in jaxpr.outvars]
     # A traced shard_map always ends in its equation; anything else is laid out replicated.
     outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
@@ -232,6 +300,11 @@ def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
 
 
 def _place(value, sharding, info) -> Array:
+    if isinstance(value, Partials):
+        spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
+        if spec.unreduced == value.axes and isinstance(sharding, NamedSharding):
+            return _partials_array(S.split_by_spec(value.parts, value.mesh, spec), sharding.mesh, spec, info)
+        value = value.total()  # an unreduced value placed without its axes is all-reduced
     arr = device_put(np.asarray(value), sharding)
     arr.info = dict(info)
     return arr
@@ -263,7 +336,9 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
 
     def wrapped(*args):
         flat, tree = jax.tree_util.tree_flatten(args)
-        axes_flat = _broadcast_prefix(tuple(in_axes) if isinstance(in_axes, list) else in_axes, tuple(args))
+        # JAX flattens (args, kwargs) against (in_axes, 0); the same call gives its error wording.
+        axes_flat = _compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
+                                         (tuple(in_axes) if isinstance(in_axes, list) else in_axes, 0))
         axes_flat = [None if a is None else (a % max(np.ndim(x), 1)) for a, x in zip(axes_flat, flat)]
         sizes = {np.shape(x)[a] for a, x in zip(axes_flat, flat) if a is not None}
         if not sizes:
@@ -335,10 +410,13 @@ def _find_mesh(in_shardings, out_shardings, flat_args) -> Mesh | None:
     for s in _sharding_leaves(in_shardings) + _sharding_leaves(out_shardings):
         if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh):
             return s.mesh
+    import jax
+
     for a in flat_args:
         if isinstance(a, Array) and isinstance(a.sharding, NamedSharding):
             return a.sharding.mesh
-    import jax
+        if isinstance(getattr(a, "sharding", None), jax.sharding.NamedSharding) and hasattr(a.sharding.mesh, "devices"):
+            return Mesh.from_jax(a.sharding.mesh)  # a jax.Array laid out on a concrete mesh
 
     ctx = jax.sharding.get_mesh()  # the user's `jax.set_mesh`, as jax.jit reads it
     return None if getattr(ctx, "empty", True) else Mesh.from_jax(ctx)
@@ -408,6 +486,8 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         for x, s in zip(flat, in_flat_sh):
             if s is None and isinstance(x, Array) and isinstance(x.sharding, NamedSharding):
                 s = x.sharding
+            elif s is None and mesh is not None and isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
+                s = NamedSharding(mesh, S.as_refsim_spec(x.sharding.spec))  # a jax.Array argument
             abstract.append(_abstract(x, _sharding_to_jax(s, jmesh) if explicit and s is not None else None))
         kw = {}
         if in_shardings is not None:
@@ -468,10 +548,15 @@ def _out_placements(closed, out_shardings, out_shape, mesh) -> list:
 
 
 def _spec_of(jax_sharding):
+    """The refsim spec of a traced output sharding; None when it states nothing (all None, no
+    unreduced/reduced axes). Reads `.partitions`: a JAX spec with unreduced axes refuses `iter`."""
     spec = getattr(jax_sharding, "spec", None)
-    if spec is None or not any(p is not None for p in spec):
+    if spec is None:
         return None
-    return S.as_refsim_spec(spec)
+    spec = S.as_refsim_spec(spec)
+    if not any(p is not None for p in spec) and not spec.unreduced and not spec.reduced:
+        return None
+    return spec
 
 
 # --- low level -------------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ import numpy as np
 
 from jax.extend.core import DropVar, Literal
 
-from refsim._compat import physical_dtype
+from refsim._compat import physical_dtype, to_numpy
 from refsim.errors import UnsupportedPrimitive
+from refsim.interpreter import unreduced
 from refsim.interpreter.registry import RULES, Context
+from refsim.interpreter.unreduced import Partials
 
 # Called as hook(eqn, invals, outvals) after each equation when set in ctx.extra["probe"].
 Probe = Callable[[Any, list, list], None]
@@ -34,6 +36,9 @@ def _check_out(eqn, i: int, out: np.ndarray, aval, nm: int) -> np.ndarray:
     shape = getattr(aval, "shape", None)
     if shape is None:  # tokens and other non-array values pass through
         return out
+    if isinstance(out, Partials):  # an unreduced global value: check its stacked partial sums
+        _check_out(eqn, i, out.parts, aval, out.mesh.ndim)
+        return out
     if not isinstance(out, np.ndarray):
         out = np.asarray(out)
     if out.ndim != nm + len(shape) or tuple(out.shape[nm:]) != tuple(shape) or out.dtype != physical_dtype(aval.dtype):
@@ -48,7 +53,12 @@ def _check_out(eqn, i: int, out: np.ndarray, aval, nm: int) -> np.ndarray:
 def apply_eqn(ctx: Context, eqn, invals: list) -> list:
     """Run one equation's rule (or the opt-in JAX fallback); returns the checked output list."""
     rule = RULES.get(eqn.primitive.name)
-    if rule is not None:
+    out = None
+    if rule is not None and ctx.nm == 0:
+        out = unreduced.apply(ctx, eqn, invals, rule)
+    if out is not None:
+        pass
+    elif rule is not None:
         out = rule(ctx, *invals, **eqn.params)
     elif ctx.extra.get("fallback"):
         from refsim.interpreter.fallback import evaluate_with_jax
@@ -120,5 +130,5 @@ def eval_closed_jaxpr(closed_jaxpr, *args: Any, ctx: Context) -> list:
 
 def lift(value: Any, nm: int) -> np.ndarray:
     """A device-invariant value as a stacked array: `nm` leading size-1 dims (a view)."""
-    arr = np.asarray(value)
+    arr = to_numpy(value)  # a closed-over JAX key array becomes refsim's structured keys
     return arr.reshape((1,) * nm + arr.shape)

@@ -21,9 +21,10 @@ from refsim import _compat
 from refsim.errors import ReplicationError
 from refsim.interpreter import core
 from refsim.interpreter.registry import Context, register
+from refsim.interpreter.unreduced import Partials, from_plain
 from refsim.layouts.mesh import AbstractMesh
 from refsim.layouts.stacking import replica_mismatch
-from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.partition_spec import UNCONSTRAINED, PartitionSpec
 
 
 def as_refsim_spec(spec) -> PartitionSpec:
@@ -164,15 +165,33 @@ def check_replicated(y: np.ndarray, mesh, spec, manual_axes, what: str, log: lis
 
 # --- shard_map ---------------------------------------------------------------------------
 
+def enter_global(x, mesh: AbstractMesh, spec) -> np.ndarray:
+    """A global-view value split by `spec` into stacked per-device blocks.
+
+    With `spec.unreduced` each device along those axes gets its own partial sum (the
+    `Partials` the value carries; a plain value is put on position 0, zeros elsewhere);
+    a `Partials` entering a spec without its axes is summed first (the all-reduce).
+    """
+    ur = as_refsim_spec(spec).unreduced
+    if isinstance(x, Partials) and x.axes == ur:
+        x = x.parts
+    elif ur:
+        x = from_plain(x.total() if isinstance(x, Partials) else x, mesh, ur).parts
+    else:
+        x = np.asarray(x.total() if isinstance(x, Partials) else x)
+        x = x.reshape((1,) * mesh.ndim + x.shape)
+    return split_by_spec(x, mesh, spec)
+
+
 def run_manual_region(ctx: Context, mesh: AbstractMesh, jaxpr, in_specs, args: Sequence[np.ndarray]) -> list:
     """Split stacked `args` by `in_specs` and run the body `jaxpr` with one mesh dim per axis."""
     nm = mesh.ndim
     stacked = []
     for x, spec in zip(args, in_specs):
-        x = np.asarray(x)
         if ctx.nm == 0:
-            x = x.reshape((1,) * nm + x.shape)
-        stacked.append(split_by_spec(x, mesh, spec))
+            stacked.append(enter_global(x, mesh, spec))
+        else:
+            stacked.append(split_by_spec(np.asarray(x), mesh, spec))
     inner = Context(nm=nm, mesh=mesh, extra=ctx.extra)
     return core.eval_jaxpr(jaxpr, (), *stacked, ctx=inner)
 
@@ -181,13 +200,19 @@ def leave_manual_region(ctx: Context, mesh: AbstractMesh, outs, out_specs, manua
     """Tile body outputs by `out_specs`; check and collapse replicated manual axes."""
     res = []
     for y, spec in zip(outs, out_specs):
-        check_replicated(y, mesh, spec, manual_axes, "shard_map out_specs " + repr(as_refsim_spec(spec)),
+        spec = as_refsim_spec(spec)
+        # Devices along an unreduced axis hold partial sums: not replicas, nothing to check.
+        replica_axes = frozenset(manual_axes) - spec.unreduced
+        check_replicated(y, mesh, spec, replica_axes, "shard_map out_specs " + repr(spec),
                          ctx.extra.setdefault("replication", []), bool(ctx.extra.get("strict")))
         # Along an unnamed manual axis every device is a replica; outside the region the
         # value is one array again, so keep position 0 (checked above).
-        unnamed = [mesh.axis_index(a) for a in manual_axes if a not in as_refsim_spec(spec).used_axes()]
+        unnamed = [mesh.axis_index(a) for a in replica_axes if a not in spec.used_axes()]
         y = y[tuple(slice(0, 1) if k in unnamed else slice(None) for k in range(y.ndim))]
         z = tile_by_spec(y, mesh, spec)
+        if ctx.nm == 0 and spec.unreduced:
+            res.append(Partials(z, mesh, spec.unreduced))
+            continue
         if ctx.nm == 0:
             z = z.reshape(z.shape[mesh.ndim:])
         res.append(np.ascontiguousarray(z) if not z.flags.c_contiguous and z.size < 1 << 16 else z)
@@ -213,7 +238,28 @@ def _identity(ctx, x, **params):
     return x
 
 
-register("sharding_constraint")(_identity)
+@register("sharding_constraint")
+def _sharding_constraint(ctx, x, *, sharding, context_mesh=None, **params):
+    """`with_sharding_constraint`: the identity on values. Inside a manual region its spec may
+    name only non-manual axes: JAX's lowering (`mlir.add_manual_axes`) raises ValueError for
+    a spec naming a manual axis, and so does refsim, with the same message."""
+    manual = _manual_axes_of(context_mesh)
+    spec = getattr(sharding, "spec", None)
+    if manual and spec is not None:
+        named = [a for p in as_refsim_spec(spec) if p is not None and p is not UNCONSTRAINED
+                 for a in (p if isinstance(p, tuple) else (p,))]
+        if any(a in manual for a in named):
+            raise ValueError(
+                f"pspec {spec} contains a manual axes {tuple(sorted(manual))} of mesh which is not "
+                "allowed. If you are using a with_sharding_constraint under a shard_map, only use the "
+                "mesh axis in PartitionSpec which are not manual.")
+    return x
+
+
+def _manual_axes_of(mesh) -> frozenset:
+    types = getattr(mesh, "axis_types", None) or ()
+    names = getattr(mesh, "axis_names", None) or ()
+    return frozenset(n for n, t in zip(names, types) if getattr(t, "name", str(t)) == "Manual")
 register("reshard")(_identity)
 register("layout_constraint")(_identity)
 register("relayout")(_identity)

@@ -1,0 +1,158 @@
+"""Unreduced values in the global view: per-device partial sums, kept as such end to end.
+
+JAX's sharding-in-types lets a global (jit-level) value be *unreduced* over Explicit mesh
+axes (`P(unreduced={'x'})`): each device along those axes holds a partial sum and the
+logical value is their sum (`jax._src.core.getu`). `dot_general` / `reduce_sum` with such
+an `out_sharding` produce one from operands sharded along the contracted / summed
+dimensions; linear ops (`add` of two unreduced values, `mul` by a reduced one, reshape,
+transpose, slicing, concatenate, convert_element_type, ...) keep it unreduced; a `reshard`
+or `sharding_constraint` to a spec without those axes sums it (an all-reduce); a
+`shard_map` with `in_specs=P(unreduced=...)` hands each device its own partial sum.
+
+refsim holds such a value as `Partials`: the stacked partial sums (`mesh.axis_sizes +
+global shape`, size 1 along every axis it is not unreduced over), so a `psum` inside the
+`shard_map` sees exactly the per-device values XLA does. The equation loop calls
+`apply` for every global-view equation that reads or produces one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refsim.collectives import reductions as _red
+from refsim.interpreter.registry import Context
+from refsim.layouts.partition_spec import PartitionSpec
+
+# Equations whose outputs are not unreduced but whose operand is: JAX's all-reduce of the
+# partial sums (`reshard` / `sharding_constraint` to a reduced-free spec), or a move.
+_SUBJAXPR = {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call",
+             "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map"}
+
+
+class Partials:
+    """A global-view value unreduced over `axes` of `mesh`: the logical value is the sum
+    over those mesh axes of `parts` (shape `mesh.axis_sizes + global shape`, size 1 along
+    the mesh axes not in `axes`)."""
+
+    __slots__ = ("parts", "mesh", "axes")
+
+    def __init__(self, parts: np.ndarray, mesh, axes):
+        self.parts, self.mesh, self.axes = parts, mesh, frozenset(axes)
+
+    @property
+    def shape(self) -> tuple:
+        return self.parts.shape[self.mesh.ndim:]
+
+    @property
+    def dtype(self):
+        return self.parts.dtype
+
+    def total(self) -> np.ndarray:
+        """The logical value: the partial sums added in ascending device position (an all-reduce)."""
+        axes = tuple(a for a in self.mesh.axis_names if a in self.axes)
+        summed = _red.psum(self.parts, mesh=self.mesh, axes=axes, axis_index_groups=None)
+        return summed.reshape(summed.shape[self.mesh.ndim:])
+
+    def __repr__(self):
+        return f"Partials(shape={self.shape}, dtype={self.dtype}, unreduced over {sorted(self.axes)})"
+
+
+def out_unreduced(aval) -> frozenset:
+    """The mesh axes a global-view aval is unreduced over (empty for Auto meshes)."""
+    sharding = getattr(aval, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    return frozenset(getattr(spec, "unreduced", ()) or ())
+
+
+def _mesh_of(aval):
+    from refsim.interpreter.rules.sharding import as_refsim_mesh
+
+    return as_refsim_mesh(aval.sharding.mesh)
+
+
+def lift(x, mesh) -> np.ndarray:
+    """A plain (replicated or reduced) global value as stacked parts: the same on every device."""
+    if isinstance(x, Partials):
+        return x.parts
+    x = np.asarray(x)
+    return x.reshape((1,) * mesh.ndim + x.shape)
+
+
+def from_plain(x, mesh, axes) -> Partials:
+    """A plain value entering an unreduced layout: device 0 of every group holds it, the others zero.
+
+    This is one valid decomposition (its sum is the value); refsim uses it only where no
+    producer states the partial sums, e.g. a NumPy argument given for an unreduced in_spec.
+    """
+    x = np.asarray(x)
+    shape = tuple(mesh.axis_size(a) if a in axes else 1 for a in mesh.axis_names)
+    parts = np.zeros(shape + x.shape, x.dtype)
+    parts[(0,) * mesh.ndim] = x
+    return Partials(parts, mesh, axes)
+
+
+def _split_spec(spec, dims, axes, ndim: int) -> PartitionSpec:
+    """A spec naming, for each dim in `dims`, only the mesh axes of `axes` its entry shards it over."""
+    entries = [None] * ndim
+    parts = tuple(getattr(spec, "partitions", spec)) if spec is not None else ()
+    for d in dims:
+        entry = parts[d] if d < len(parts) else None
+        names = entry if isinstance(entry, tuple) else (() if entry is None else (entry,))
+        kept = tuple(n for n in names if n in axes)
+        entries[d] = kept if len(kept) > 1 else (kept[0] if kept else None)
+    return PartitionSpec(*entries)
+
+
+def _split(x, aval, dims, axes, mesh) -> np.ndarray:
+    """Operand `x` cut into the blocks of `dims` its sharding puts on each device along `axes`."""
+    from refsim.interpreter.rules.sharding import split_by_spec
+
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    x = np.asarray(x)
+    return split_by_spec(x.reshape((1,) * mesh.ndim + x.shape), mesh,
+                         _split_spec(spec, dims, axes, x.ndim))
+
+
+def _produce(ctx, eqn, invals, rule, axes, mesh):
+    """dot_general / reduce_sum into an unreduced layout: each device reduces its own block."""
+    name = eqn.primitive.name
+    inner = Context(nm=mesh.ndim, mesh=mesh, extra=ctx.extra)
+    if name == "dot_general":
+        (lc, rc), _ = eqn.params["dimension_numbers"]
+        lhs = _split(invals[0], eqn.invars[0].aval, lc, axes, mesh)
+        rhs = _split(invals[1], eqn.invars[1].aval, rc, axes, mesh)
+        return rule(inner, lhs, rhs, **eqn.params)
+    x = _split(invals[0], eqn.invars[0].aval, eqn.params["axes"], axes, mesh)
+    return rule(inner, x, **eqn.params)
+
+
+def apply(ctx, eqn, invals, rule):
+    """Evaluate a global-view equation that reads or produces unreduced values; None if neither.
+
+    Returns the rule's outputs with every unreduced output as `Partials`.
+    """
+    has_partials = any(isinstance(v, Partials) for v in invals)
+    ur = [out_unreduced(v.aval) for v in eqn.outvars]
+    if not has_partials and not any(ur):
+        return None
+    name = eqn.primitive.name
+    if name in _SUBJAXPR:
+        return None  # the sub-jaxpr's own equations see the Partials
+    multiple = eqn.primitive.multiple_results
+    if not has_partials:
+        if name in ("dot_general", "reduce_sum"):
+            mesh = _mesh_of(eqn.outvars[0].aval)
+            out = _produce(ctx, eqn, invals, rule, ur[0], mesh)
+            return Partials(out, mesh, ur[0])
+        return None
+    mesh = next(v.mesh for v in invals if isinstance(v, Partials))
+    summed = frozenset().union(*(v.axes for v in invals if isinstance(v, Partials)))
+    inner = Context(nm=mesh.ndim, mesh=mesh, extra=ctx.extra)
+    outs = rule(inner, *[lift(v, mesh) for v in invals], **eqn.params)
+    outs = list(outs) if multiple else [outs]
+    res = []
+    for o, axes, var in zip(outs, ur, eqn.outvars):
+        if axes:
+            res.append(Partials(o, mesh, axes))
+        else:  # reshard / sharding_constraint away from unreduced: the all-reduce
+            res.append(Partials(o, mesh, summed).total())
+    return res if multiple else res[0]
