@@ -19,7 +19,7 @@ from refsim.collectives import ragged as _ragged
 from refsim.collectives import reductions as _red
 from refsim.collectives import scatter as _scatter
 from refsim.collectives.groups import (GroupLayout, device_groups, group_size_total,
-                                       normalize_axis_name)
+                                       normalize_axis_index_groups, normalize_axis_name)
 
 
 def _tree_map(fn, x):
@@ -35,9 +35,14 @@ def _names(axis_name):
 
 
 def _group_size(mesh, axis_name, axis_index_groups):
+    """Size of the first group (the `axis_size` JAX binds); `axis_index_groups` already normalised."""
     if axis_index_groups is not None:
-        return len(list(axis_index_groups)[0])
+        return len(axis_index_groups[0])
     return group_size_total(mesh, axis_name)
+
+
+def _groups(axis_index_groups, api):
+    return normalize_axis_index_groups(axis_index_groups, api)
 
 
 # ---- reductions -----------------------------------------------------------------------------
@@ -45,6 +50,7 @@ def _group_size(mesh, axis_name, axis_index_groups):
 def psum(x, axis_name, *, axis_index_groups=None, mesh):
     """All-reduce sum over `axis_name` (bool inputs become int32 first, as jax.lax.psum)."""
     axes = _names(axis_name)
+    axis_index_groups = _groups(axis_index_groups, "psum")
     if not axes:
         return x
 
@@ -61,6 +67,7 @@ def pmean(x, axis_name, *, axis_index_groups=None, mesh):
     groups each device divides by its own group's size (JAX divides by the first
     group's size, which only agrees when groups are equal).
     """
+    axis_index_groups = _groups(axis_index_groups, "pmean")
     s = psum(x, axis_name, axis_index_groups=axis_index_groups, mesh=mesh)
     axes = _names(axis_name)
     lay = GroupLayout(mesh, axes, "pmean")
@@ -83,6 +90,7 @@ def pmean(x, axis_name, *, axis_index_groups=None, mesh):
 def pmax(x, axis_name, *, axis_index_groups=None, mesh):
     """All-reduce maximum over `axis_name` (NaN propagates)."""
     axes = _names(axis_name)
+    axis_index_groups = _groups(axis_index_groups, "pmax")
     return x if not axes else _tree_map(
         lambda v: _red.pmax(v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
 
@@ -90,6 +98,7 @@ def pmax(x, axis_name, *, axis_index_groups=None, mesh):
 def pmin(x, axis_name, *, axis_index_groups=None, mesh):
     """All-reduce minimum over `axis_name` (NaN propagates)."""
     axes = _names(axis_name)
+    axis_index_groups = _groups(axis_index_groups, "pmin")
     return x if not axes else _tree_map(
         lambda v: _red.pmin(v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
 
@@ -155,6 +164,7 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
     axes = _names(axis_name)
     if not axes:
         return x
+    axis_index_groups = _groups(axis_index_groups, "all_gather")
     if to != "varying" and axis_index_groups is not None:
         raise ValueError(f"all_gather: to={to!r} does not take axis_index_groups; drop them or "
                          "use to='varying'.")
@@ -175,14 +185,26 @@ def all_gather_reduced(x, axis_name, *, axis=0, tiled=False, mesh):
 
 
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False, mesh):
-    """Sum over the group and keep this member's block of `scatter_dimension`."""
+    """Sum over the group and keep this member's block of `scatter_dimension`.
+
+    bool is a TypeError, as in JAX (the reduction is `add`, which does not accept bool;
+    unlike psum, psum_scatter does not convert bool to int32).
+    """
     axes = _names(axis_name)
     if not axes:
         return x
+    axis_index_groups = _groups(axis_index_groups, "psum_scatter")
     size = _group_size(mesh, axes, axis_index_groups)
-    return _tree_map(lambda v: _scatter.reduce_scatter(
-        v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
-        axis_index_groups=axis_index_groups, tiled=tiled), x)
+
+    def leaf(v):
+        if v.dtype == np.bool_:
+            raise TypeError(
+                "psum_scatter does not accept dtype bool (JAX: 'add does not accept dtype bool'); "
+                "cast x to an integer dtype first, e.g. x.astype(np.int32).")
+        return _scatter.reduce_scatter(
+            v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
+            axis_index_groups=axis_index_groups, tiled=tiled)
+    return _tree_map(leaf, x)
 
 
 def unreduced_psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False, mesh):
@@ -193,6 +215,7 @@ def unreduced_psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False, me
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False, mesh):
     """jax.lax.all_to_all: map `split_axis` over the group, materialise it at `concat_axis`."""
     axes = _names(axis_name)
+    axis_index_groups = _groups(axis_index_groups, "all_to_all")
     gs = _group_size(mesh, axes, axis_index_groups)
 
     def leaf(v):

@@ -39,6 +39,14 @@ def all_gather(x, *, mesh, axis_name, all_gather_dimension, axis_size, axis_inde
     local_ndim = x.ndim - lay.nm
     d = check_dimension(all_gather_dimension, local_ndim if tiled else local_ndim + 1, api,
                         "all_gather_dimension")
+    if tiled and x.shape[lay.nm + d] == 0:
+        # XLA's verifier: "dimension size of operand at 'all_gather_dim' cannot be zero"
+        # (JAX traces the call and fails when lowering; refsim rejects it as XLA does).
+        raise ValueError(
+            f"{api}: the operand's all_gather_dimension={all_gather_dimension} has size 0 "
+            f"(local shape {x.shape[lay.nm:]}); XLA rejects a tiled all_gather over an empty "
+            "dimension. Gather along a non-empty dimension or skip the collective."
+        )
     xk = lay.to_k(x)  # (K, *rest, *local)
     nrest = len(lay.others)
     xs = xk[None] if (ng == 1 and axis_index_groups is None) else xk[groups]  # (ng, gs, ...)

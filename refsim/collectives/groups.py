@@ -27,6 +27,37 @@ def normalize_axis_name(axis_name, api: str = "collective") -> tuple:
     return names
 
 
+def normalize_axis_index_groups(axis_index_groups, api: str = "collective") -> tuple | None:
+    """`axis_index_groups` read once into a tuple of tuples of ints (None stays None).
+
+    Any iterable of iterables is accepted and consumed exactly once here, so a generator
+    works like a list. An empty list of groups, or an empty group, is a ValueError (JAX's
+    lowering rejects both: "replica groups should be a rank 2 tensor", "Instruction cannot
+    have an empty replica group"); non-integer members are a TypeError.
+    """
+    if axis_index_groups is None:
+        return None
+    try:
+        groups = tuple(tuple(operator.index(i) for i in g) for g in axis_index_groups)
+    except TypeError:
+        raise TypeError(
+            f"{api}: axis_index_groups={axis_index_groups!r} must be a list of lists of ints, "
+            "e.g. [[0, 1], [2, 3]]."
+        ) from None
+    if not groups:
+        raise ValueError(
+            f"{api}: axis_index_groups={axis_index_groups!r} holds no group; pass None for one "
+            "group over the whole axis, or groups like [[0, 1], [2, 3]]."
+        )
+    empty = [k for k, g in enumerate(groups) if not g]
+    if empty:
+        raise ValueError(
+            f"{api}: axis_index_groups={groups!r} has an empty group at position {empty[0]}; "
+            "every group needs at least one axis index (XLA rejects empty replica groups)."
+        )
+    return groups
+
+
 def _axis_positions(mesh, names: tuple, api: str) -> tuple[int, ...]:
     out = []
     for n in names:
@@ -68,15 +99,10 @@ def device_groups(mesh, axis_name, axis_index_groups=None, *, equal_sizes: bool 
     k = int(np.prod([mesh.axis_sizes[p] for p in pos], dtype=np.int64))
     if axis_index_groups is None:
         return np.arange(k, dtype=np.int64).reshape(1, k)
-    try:
-        groups = [[operator.index(i) for i in g] for g in axis_index_groups]
-    except TypeError:
-        raise TypeError(
-            f"{api}: axis_index_groups={axis_index_groups!r} must be a list of lists of ints, "
-            "e.g. [[0, 1], [2, 3]]."
-        ) from None
+    groups = normalize_axis_index_groups(axis_index_groups, api)
+    axis_index_groups = groups  # a generator is consumed above; show what it held
     flat = [i for g in groups for i in g]
-    if not groups or any(len(g) == 0 for g in groups) or sorted(flat) != list(range(k)):
+    if sorted(flat) != list(range(k)):
         raise ValueError(
             f"{api}: axis_index_groups must cover all indices exactly once: got "
             f"axis_index_groups={axis_index_groups!r} for axis_name={names!r} of size {k}; "

@@ -24,6 +24,13 @@ def reduce_scatter(x, *, mesh, axis_name, scatter_dimension, axis_size, axis_ind
     local_ndim = x.ndim - lay.nm
     d = check_dimension(scatter_dimension, local_ndim, api, "scatter_dimension")
     n = x.shape[lay.nm + d]
+    if tiled and n == 0:
+        # XLA's verifier: "result dimension size at scatter_dimension cannot be zero".
+        raise ValueError(
+            f"{api}: the operand's scatter_dimension={scatter_dimension} has size 0 (local shape "
+            f"{x.shape[lay.nm:]}); XLA rejects a reduce_scatter whose result block is empty. "
+            "Scatter along a non-empty dimension or skip the collective."
+        )
     if tiled and n % gs:
         raise ValueError(
             f"{api}: tiled reduce_scatter operand scatter dimension size {n} must be divisible "

@@ -23,7 +23,7 @@ from refsim.interpreter.rules import sharding as S
 from refsim.interpreter.unreduced import Partials
 from refsim.layouts.mesh import AbstractMesh, AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
-from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.partition_spec import PartitionSpec, check_no_duplicate_axes
 from refsim.layouts.single_device import SingleDeviceSharding
 
 _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"  # the name jax.pmap gives an unnamed axis
@@ -257,6 +257,12 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
     import jax
 
     fixed = None if mesh is None else _as_mesh(mesh, "refsim.shard_map")
+    # JAX raises DuplicateSpecError when it builds the operands' NamedShardings; tracing
+    # against an AbstractMesh does not, so check the specs here.
+    for arg, tree in (("in_specs", in_specs), ("out_specs", out_specs)):
+        for spec in jax.tree_util.tree_leaves(tree, is_leaf=_is_spec):
+            if spec is not None and _is_spec(spec):
+                check_no_duplicate_axes(spec, where=f"refsim.shard_map {arg}")
 
     def wrapped(*args):
         load_rules()

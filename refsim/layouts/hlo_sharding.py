@@ -15,6 +15,7 @@ equals JAX's `NamedSharding._to_xla_hlo_sharding`.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Sequence
 
@@ -87,30 +88,56 @@ def _iota_form(flat: np.ndarray):
     return _canonical_iota(reshape, perm)
 
 
+# Tile assignments are listed (one int64 per device) only on demand; an iota form is kept as
+# (reshape_dims, perm) so parsing and printing work at any size. Listing more ids than this is
+# refused with a ValueError rather than a MemoryError.
+MAX_LISTED_DEVICES = 2**26
+
+
+def _check_listable(n: int, what) -> None:
+    if n > MAX_LISTED_DEVICES:
+        raise ValueError(
+            f"{what} assigns {n} devices; listing them needs {n * 8} bytes, more than refsim lists "
+            f"(at most {MAX_LISTED_DEVICES} devices). Its text, tile dims and iota form are available; "
+            "per-device placement needs a smaller sharding."
+        )
+
+
 class TileAssignment:
-    """An int array of logical device ids, kept in iota form when it was built as one."""
+    """An int array of logical device ids, kept in iota form when it was built as one.
+
+    An iota tile assignment holds only its dims and canonical (reshape_dims, perm): the
+    device list is computed the first time `array()` is called, so `{devices=[65536,65536]
+    <=[4294967296]}` parses and prints without allocating 32 GiB.
+    """
 
     __slots__ = ("dims", "iota", "_array")
 
-    def __init__(self, dims, array: np.ndarray, iota=None):
+    def __init__(self, dims, array, iota=None):
         self.dims = tuple(int(d) for d in dims)
-        self._array = np.asarray(array, dtype=np.int64).reshape(self.dims)
-        self._array.setflags(write=False)
         self.iota = iota  # (reshape_dims, perm), canonical, or None for an explicit list
+        if array is None:
+            if iota is None:
+                raise ValueError("a TileAssignment needs a device array or an iota form.")
+            self._array = None
+        else:
+            self._array = np.asarray(array, dtype=np.int64).reshape(self.dims)
+            self._array.setflags(write=False)
 
     @classmethod
     def from_iota(cls, dims, reshape_dims, perm) -> "TileAssignment":
         dims, reshape_dims, perm = tuple(dims), tuple(reshape_dims), tuple(perm)
-        n = int(np.prod(reshape_dims, dtype=np.int64))
+        if any(d < 1 for d in reshape_dims):
+            raise ValueError(f"iota reshape dims {list(reshape_dims)} must all be positive.")
+        n = math.prod(reshape_dims)
         if sorted(perm) != list(range(len(reshape_dims))):
             raise ValueError(f"transpose perm {list(perm)} is not a permutation of 0..{len(reshape_dims) - 1}.")
-        if int(np.prod(dims, dtype=np.int64)) != n:
+        if math.prod(dims) != n:
             raise ValueError(
-                f"tile dims {list(dims)} hold {int(np.prod(dims))} devices but the iota "
+                f"tile dims {list(dims)} hold {math.prod(dims)} devices but the iota "
                 f"reshape dims {list(reshape_dims)} give {n}; their products must match."
             )
-        arr = np.arange(n, dtype=np.int64).reshape(reshape_dims).transpose(perm)
-        return cls(dims, arr, _canonical_iota(reshape_dims, perm))
+        return cls(dims, None, _canonical_iota(reshape_dims, perm))
 
     @classmethod
     def from_array(cls, array) -> "TileAssignment":
@@ -118,11 +145,19 @@ class TileAssignment:
         return cls(array.shape, array, None)
 
     def array(self) -> np.ndarray:
+        """The device ids as an int64 array of shape `dims` (listed now for an iota form)."""
+        if self._array is None:
+            n = self.num_elements
+            _check_listable(n, f"tile assignment {self}")
+            reshape, perm = self.iota
+            arr = np.arange(n, dtype=np.int64).reshape(reshape).transpose(perm).reshape(self.dims)
+            arr.setflags(write=False)
+            self._array = arr
         return self._array
 
     @property
     def num_elements(self) -> int:
-        return self._array.size
+        return math.prod(self.dims)
 
     def with_array(self, dims, array) -> "TileAssignment":
         """Same kind (iota or explicit) holding `array` of shape `dims`; iota only where one exists."""
@@ -134,7 +169,7 @@ class TileAssignment:
         return TileAssignment(dims, array, None)
 
     def reshape(self, dims) -> "TileAssignment":
-        return TileAssignment(dims, self._array, self.iota)
+        return TileAssignment(dims, self._array, self.iota)  # the flat order is unchanged
 
     def __str__(self):
         head = "devices=[" + ",".join(map(str, self.dims)) + "]"
@@ -147,12 +182,17 @@ class TileAssignment:
         return head + ",".join(map(str, self._array.ravel().tolist()))
 
     def __eq__(self, other):
-        return isinstance(other, TileAssignment) and self.dims == other.dims and np.array_equal(
-            self._array, other._array
-        )
+        """Same dims and the same device at every tile (an iota and an explicit list may be equal)."""
+        if not isinstance(other, TileAssignment) or self.dims != other.dims:
+            return False
+        if self.iota is not None and self.iota == other.iota:
+            return True
+        if self.iota is not None and other.iota is not None and self.num_elements > MAX_LISTED_DEVICES:
+            return False  # distinct canonical iota forms list distinct devices
+        return np.array_equal(self.array(), other.array())
 
     def __hash__(self):
-        return hash((self.dims, self._array.tobytes()))
+        return hash(self.dims)  # equal assignments have equal dims; listing ids is not needed
 
 
 # ----------------------------------------------------------------------------- HloSharding
@@ -192,7 +232,14 @@ class HloSharding:
 
     @classmethod
     def maximal(cls, device: int) -> "HloSharding":
-        """The whole array on one device (`{maximal device=N}`)."""
+        """The whole array on one device (`{maximal device=N}`); N is an int64 device id >= 0, as in XLA."""
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError(f"maximal device={device!r} must be an int device id.")
+        if not 0 <= int(device) < 2**63:
+            raise ValueError(
+                f"maximal device={device} is not a device id: XLA's device ids are int64 values >= 0 "
+                "(0 <= id < 2**63)."
+            )
         return cls("maximal", device=int(device))
 
     @classmethod
@@ -230,7 +277,7 @@ class HloSharding:
                 f"last_tile_dims lists {len(types)} subgroup types but the tile assignment "
                 f"{list(ta.dims)} has only {len(ta.dims)} dims."
             )
-        if len(set(types)) == 1 and int(np.prod(ta.dims[:data_nd], dtype=np.int64)) == 1:
+        if len(set(types)) == 1 and math.prod(ta.dims[:data_nd]) == 1:
             return {"manual": cls.manual, "replicated": cls.replicate, "unreduced": cls.unreduced}[types[0]]()
         by_type: dict[str, list[int]] = {}
         needs_merging = False
@@ -248,7 +295,7 @@ class HloSharding:
             for t in SUBGROUP_TYPES:
                 if t in by_type:
                     perm += by_type[t]
-                    merged_dims.append(int(np.prod([ta.dims[d] for d in by_type[t]])))
+                    merged_dims.append(math.prod(ta.dims[d] for d in by_type[t]))
                     merged_types.append(t)
             perm += [d for d in range(data_nd, len(ta.dims)) if d not in perm]  # the size-1 dims
             moved = ta.array().transpose(perm)
@@ -273,7 +320,7 @@ class HloSharding:
         """As `xla_client.HloSharding.iota_tile`: tile dims `dims` over an iota of `reshape_dims`."""
         dims = tuple(int(d) for d in dims)
         if reshape_dims is None:
-            reshape_dims = (int(np.prod(dims, dtype=np.int64)),)
+            reshape_dims = (math.prod(dims),)
         if transpose_perm is None:
             transpose_perm = tuple(range(len(reshape_dims)))
         ta = TileAssignment.from_iota(dims, reshape_dims, transpose_perm)
@@ -323,7 +370,9 @@ class HloSharding:
 
     def num_devices(self) -> int:
         """Devices a tiled/maximal sharding names (0 for replicated/manual/unreduced: any number)."""
-        return int(self.tile_assignment_devices.size)
+        if self.kind == "maximal":
+            return 1
+        return self.tile_assignment.num_elements if self.kind == "tiled" else 0
 
     @property
     def data_rank(self) -> int:
@@ -390,6 +439,47 @@ class HloSharding:
             )
         return out
 
+    @property
+    def is_fully_replicated(self) -> bool:
+        """Every device holds the whole array (replicated, maximal, or a tiling into one data tile)."""
+        if self.kind in ("replicated", "maximal"):
+            return True
+        return (self.kind == "tiled" and math.prod(self.num_tiles()) == 1
+                and not set(self.subgroup_types) & {"manual", "unreduced"})
+
+    @property
+    def device_set(self) -> frozenset[int]:
+        """The logical device ids a tiled/maximal sharding names (as device ids: no device assignment)."""
+        if self.kind not in ("tiled", "maximal"):
+            raise ValueError(f"{self} names no devices; it places an array on any device assignment.")
+        return frozenset(self.tile_assignment_devices.tolist())
+
+    def device_replica_id_map(self, global_shape=None, device_assignment: Sequence[int] | None = None
+                              ) -> dict[int, int]:
+        """{device: replica id}: a device's position among the devices holding the same data tile.
+
+        Devices of one `last_tile_dim_replicate` / `replicated` subgroup hold replicas,
+        numbered along that trailing tile dim; every other device is replica 0 (JAX's
+        `device_replica_id_map` of the equivalent GSPMDSharding).
+        """
+        if self.kind in ("replicated", "manual", "unreduced"):
+            index = self.devices_indices_map(global_shape or (), device_assignment)
+            return {d: (k if self.kind == "replicated" else 0) for k, d in enumerate(index)}
+        ids = self.tile_assignment_devices
+        if device_assignment is not None:
+            ids = np.asarray(device_assignment, dtype=np.int64).ravel()[ids]
+        if self.kind == "maximal":
+            return {int(ids[0]): 0}
+        dims = self.tile_assignment.dims
+        types = ["replicated"] if self.replicate_on_last_tile_dim else list(self.subgroup_types)
+        coords = np.indices(dims).reshape(len(dims), -1)
+        rid = np.zeros(coords.shape[1], dtype=np.int64)
+        for k, t in enumerate(types):
+            if t == "replicated":
+                axis = len(dims) - len(types) + k
+                rid = rid * dims[axis] + coords[axis]
+        return dict(zip(ids.tolist(), rid.tolist()))
+
     def to_partition_spec(self, mesh):
         """The PartitionSpec on `mesh` whose NamedSharding has this HLO sharding (see `hlo_to_named`)."""
         return hlo_to_named(self, mesh).spec
@@ -397,8 +487,7 @@ class HloSharding:
     # -- identity and text ---------------------------------------------------------------
     def _key(self):
         ta = self.tile_assignment
-        return (self.kind, self.device, self.replicate_on_last_tile_dim, self.subgroup_types,
-                None if ta is None else (ta.dims, ta.array().tobytes()))
+        return (self.kind, self.device, self.replicate_on_last_tile_dim, self.subgroup_types, ta)
 
     def __eq__(self, other):
         """Equal when they place data the same way (an iota and an explicit list may be equal)."""
@@ -557,7 +646,10 @@ class _Parser:
         elif tok == "maximal":
             self._take("maximal")
             self._take("device=")
-            out = HloSharding.maximal(self._int("a device id"))
+            try:
+                out = HloSharding.maximal(self._int("a device id"))
+            except ValueError as e:
+                raise ValueError(f"Bad HloSharding text {self.text!r}: {e}") from None
         elif tok == "devices=":
             out = self._tiled()
         elif tok == "{":
@@ -574,12 +666,14 @@ class _Parser:
         dims = self._int_list("[", "]", "a tile dimension")
         if any(d < 1 for d in dims):
             self._error(f"positive tile dimensions (got {dims})")
-        n = int(np.prod(dims, dtype=np.int64))
+        n = math.prod(dims)
         if self._peek() == "<=":
             self._take("<=")
             reshape = self._int_list("[", "]", "an iota reshape dimension")
             perm = list(range(len(reshape)))
             if self._peek() == "T(":
+                if len(reshape) == 1:  # XLA prints and parses T(...) only for 2+ reshape dims
+                    self._error(f"'}}' or a keyword: a single iota reshape dim {reshape} takes no transpose")
                 perm = self._int_list("T(", ")", "a transpose index")
             elif len(reshape) > 1:
                 self._error("'T(' to start the iota transpose perm")
@@ -592,7 +686,7 @@ class _Parser:
             while self._peek() == ",":
                 self._take(",")
                 ids.append(self._int("a device id"))
-            if len(ids) != n:
+            if n > MAX_LISTED_DEVICES or len(ids) != n:
                 raise ValueError(
                     f"Bad HloSharding text {self.text!r}: devices={dims} needs {n} device ids, got "
                     f"{len(ids)}; list one id per tile."

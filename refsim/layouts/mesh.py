@@ -76,6 +76,38 @@ def _normalize_axis_types(axis_types, n: int) -> tuple[AxisType, ...]:
     return tuple(out)
 
 
+def _check_sizes(sizes, arg: str) -> tuple[int, ...]:
+    """Axis sizes as Python ints: TypeError for a non-int (bool, float, str), ValueError for < 1.
+
+    JAX's AbstractMesh stores whatever it is given (`True`, `2.0`) and `jax.make_mesh`
+    converts them; refsim is stricter, as NumPy's `reshape` is: a size must be an integer.
+    """
+    try:
+        sizes = tuple(sizes)
+    except TypeError:
+        raise TypeError(f"{arg}={sizes!r} must be a tuple of ints, e.g. (2, 4).") from None
+    for s in sizes:
+        if isinstance(s, (bool, np.bool_)) or not isinstance(s, (int, np.integer)):
+            raise TypeError(
+                f"{arg}={sizes!r} contains {s!r} of type {type(s).__name__}; every axis size must be "
+                f"an int, e.g. {arg}=(2, 4)."
+            )
+        if s < 1:
+            raise ValueError(f"{arg}={sizes!r} contains {s!r}; every axis size must be a positive int.")
+    return tuple(int(s) for s in sizes)
+
+
+_MAX_DEVICES = 2**31  # device ids are listed in an int64 array: 16 GiB at this bound
+
+
+def _prod(sizes) -> int:
+    """Exact product of axis sizes (Python ints: no int64 overflow for huge abstract meshes)."""
+    out = 1
+    for s in sizes:
+        out *= int(s)
+    return out
+
+
 class AbstractMesh:
     """Axis names, sizes and types of a mesh, with no device ids.
 
@@ -84,12 +116,7 @@ class AbstractMesh:
 
     def __init__(self, axis_sizes: Sequence[int], axis_names, axis_types=None):
         names = _normalize_names(axis_names)
-        sizes = tuple(axis_sizes)
-        for s in sizes:
-            if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < 1:
-                raise ValueError(
-                    f"axis_sizes={sizes!r} contains {s!r}; every axis size must be a positive int."
-                )
+        sizes = _check_sizes(axis_sizes, "axis_sizes")
         if len(sizes) != len(names):
             raise ValueError(
                 f"axis_sizes={sizes!r} has {len(sizes)} entries but axis_names={names!r} has "
@@ -123,7 +150,7 @@ class AbstractMesh:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._axis_sizes, dtype=np.int64))
+        return _prod(self._axis_sizes)
 
     @property
     def ndim(self) -> int:
@@ -206,12 +233,22 @@ class Mesh(AbstractMesh):
     """
 
     def __init__(self, shape, axis_names, device_ids=None, axis_types=None):
-        if isinstance(shape, (int, np.integer)):
+        if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
             shape = (int(shape),)
-        shape = tuple(shape)
+        shape = _check_sizes(shape, "shape")
         names = _normalize_names(axis_names)
+        if len(shape) != len(names):
+            raise ValueError(
+                f"Mesh requires one axis name per mesh dimension, but got shape={shape} "
+                f"({len(shape)} dims) and axis_names={names!r} ({len(names)} names)."
+            )
         if device_ids is None:
-            ids = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64).reshape(shape)
+            if _prod(shape) > _MAX_DEVICES:  # ids are materialised; an AbstractMesh holds none
+                raise ValueError(
+                    f"Mesh shape={shape} has {_prod(shape)} devices, more than the {_MAX_DEVICES} whose "
+                    "ids a Mesh lists; use refsim.AbstractMesh(shape, axis_names) for a mesh without ids."
+                )
+            ids = np.arange(_prod(shape), dtype=np.int64).reshape(shape)
         else:
             ids = np.asarray(device_ids)
             if ids.dtype.kind not in "iu":
@@ -225,11 +262,6 @@ class Mesh(AbstractMesh):
                     "reshape device_ids to the mesh shape."
                 )
             ids = ids.astype(np.int64)
-        if len(shape) != len(names):
-            raise ValueError(
-                f"Mesh requires one axis name per mesh dimension, but got shape={shape} "
-                f"({len(shape)} dims) and axis_names={names!r} ({len(names)} names)."
-            )
         flat = ids.ravel()
         if flat.size and flat.min() < 0:
             raise ValueError(f"device_ids contains negative id {int(flat.min())}; ids must be >= 0.")

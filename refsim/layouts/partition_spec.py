@@ -173,19 +173,13 @@ def _entry_axes(entry) -> tuple[str, ...]:
     return (entry,)
 
 
-def validate_spec(spec: PartitionSpec, mesh, *, what: str = "NamedSharding") -> None:
-    """Check `spec` against a mesh the way JAX's `NamedSharding` (`check_pspec`) does.
+def check_no_duplicate_axes(spec, *, what: str = "NamedSharding", where: str = "") -> dict:
+    """{axis: uses} of `spec`; DuplicateSpecError (JAX's class and text) if an axis is used twice.
 
-    `mesh` is a refsim Mesh/AbstractMesh, or just its axis names (then the axis-type
-    rules are skipped). Raises ValueError for an entry that is not a mesh axis,
-    DuplicateSpecError for a mesh axis used by two entries (or twice in one), and
-    ValueError for `unreduced`/`reduced` axes that are not `Explicit` or for
-    `UNCONSTRAINED` on a mesh with no `Auto` axis (JAX 0.10 and 0.12 agree on all four).
+    `where` names the argument the spec came from, appended to JAX's text.
     """
     from refsim.errors import DuplicateSpecError
 
-    names = tuple(getattr(mesh, "axis_names", mesh))
-    types = getattr(mesh, "axis_types", None)
     counts: dict = {}
     for entry in spec:
         for a in _entry_axes(entry):
@@ -196,7 +190,23 @@ def validate_spec(spec: PartitionSpec, mesh, *, what: str = "NamedSharding") -> 
         raise DuplicateSpecError(
             f"A single {what} spec specification can map every mesh axis to at most "
             f"one positional dimension, but {spec!r} has duplicate entries for {shown}"
+            + (f" (in {where}; name each mesh axis in at most one dimension)" if where else "")
         )
+    return counts
+
+
+def validate_spec(spec: PartitionSpec, mesh, *, what: str = "NamedSharding") -> None:
+    """Check `spec` against a mesh the way JAX's `NamedSharding` (`check_pspec`) does.
+
+    `mesh` is a refsim Mesh/AbstractMesh, or just its axis names (then the axis-type
+    rules are skipped). Raises ValueError for an entry that is not a mesh axis,
+    DuplicateSpecError for a mesh axis used by two entries (or twice in one), and
+    ValueError for `unreduced`/`reduced` axes that are not `Explicit` or for
+    `UNCONSTRAINED` on a mesh with no `Auto` axis (JAX 0.10 and 0.12 agree on all four).
+    """
+    names = tuple(getattr(mesh, "axis_names", mesh))
+    types = getattr(mesh, "axis_types", None)
+    counts = check_no_duplicate_axes(spec, what=what)
     for a in counts:
         if not isinstance(a, str) or a not in names:
             raise ValueError(

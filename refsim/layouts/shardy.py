@@ -15,7 +15,20 @@ from refsim.layouts.partition_spec import UNCONSTRAINED
 
 
 def _quote(name: str) -> str:
-    return '"' + str(name).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A string literal as MLIR prints it (`llvm::printEscapedString`), so names match JAX's text.
+
+    Each UTF-8 byte that is printable ASCII stays as is, except `"` and `\\`; a backslash is
+    doubled; every other byte (`"`, newline, tab, non-ASCII) is `\\` and two uppercase hex digits.
+    """
+    out = []
+    for b in str(name).encode("utf-8"):
+        if b == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= b < 0x7F and b != 0x22:
+            out.append(chr(b))
+        else:
+            out.append("\\%02X" % b)
+    return '"' + "".join(out) + '"'
 
 
 def _axes_list(axes) -> str:
