@@ -21,6 +21,7 @@ from refsim.layouts import stacking
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+from refsim.values import as_jax_array
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -355,10 +356,12 @@ def device_put(x, sharding) -> Array:
     """Lay out `x` (array-like, or an Array: resharded via its global value) by `sharding`.
 
     As `jax.device_put(x, sharding)`: device d holds `x[sharding.devices_indices_map(shape)[d]]`.
-    The data is copied once and made read-only; the shards are views of it.
+    `x` gets JAX's canonical dtype (64-bit -> 32-bit unless x64 is on); non-numeric, None and
+    ragged inputs are rejected as `refsim.values.as_jax_array` says. The data is copied once
+    and made read-only; the shards are views of it.
     """
     sharding = _as_sharding(sharding)
-    value = np.array(x, copy=True)
+    value = np.array(as_jax_array(x, arg="x", api="refsim.device_put"), copy=True)
     value.setflags(write=False)
     info = None  # the result is refsim's placement, whatever produced x
     if _stackable(sharding):
@@ -395,11 +398,15 @@ def make_array_from_callback(shape, sharding, data_callback: Callable[[tuple], A
     sharding = _as_sharding(sharding)
     shape = tuple(int(d) for d in shape)
     index_map = sharding.devices_indices_map(shape)
+    def call(idx):
+        return as_jax_array(data_callback(idx), arg=f"data_callback({idx!r})",
+                            api="refsim.make_array_from_callback")
+
     if sharding.is_fully_replicated:
-        once = np.asarray(data_callback((slice(None),) * len(shape)))
+        once = call((slice(None),) * len(shape))
         values = [once] * len(index_map)
     else:
-        values = [np.asarray(data_callback(idx)) for idx in index_map.values()]
+        values = [call(idx) for idx in index_map.values()]
     dtype = _check_dtype(values, dtype, "make_array_from_callback")
     shards = [Shard(d, idx, v) for (d, idx), v in zip(index_map.items(), values)]
     return Array(shape, dtype, sharding, shards)

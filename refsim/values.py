@@ -1,0 +1,62 @@
+"""Host values entering refsim: what an array argument may be, by JAX's rules.
+
+`as_jax_array(x, arg=..., api=...)` turns one array-like into the ndarray JAX would hold:
+
+- numeric only: bool, integer, floating and complex dtypes (and ml_dtypes' bfloat16, float8,
+  int4 ...); strings, objects, datetimes are a TypeError with JAX's text;
+- JAX's canonical dtype: with `jax_enable_x64` off, 64-bit values become 32-bit
+  (`np.full(8, 2**40)` becomes int32 and wraps, as `jax.device_put` does); a Python int
+  that does not fit the canonical integer type is an OverflowError, as in JAX;
+- one array: `None` is a TypeError (refsim places one array, not a pytree), and a ragged
+  nested sequence is a ValueError naming the argument.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _is_ml_dtype(dtype: np.dtype) -> bool:
+    return dtype.kind == "V" and getattr(dtype.type, "__module__", "").startswith("ml_dtypes")
+
+
+def check_numeric_dtype(dtype, *, arg: str, api: str) -> np.dtype:
+    """`dtype` if JAX can hold it; TypeError with JAX's text otherwise."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "biufc" or _is_ml_dtype(dtype):
+        return dtype
+    raise TypeError(
+        f"{api}: {arg} has dtype {dtype}. Dtype {dtype} is not a valid JAX array type. Only arrays of "
+        f"numeric types are supported by JAX. Convert {arg} first, e.g. np.asarray({arg}, np.float32)."
+    )
+
+
+def canonical_dtype(dtype) -> np.dtype:
+    """JAX's canonical dtype (64-bit -> 32-bit unless `jax_enable_x64` is on)."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put") -> np.ndarray:
+    """`x` as an ndarray with JAX's canonical numeric dtype (see the module docstring)."""
+    if x is None:
+        raise TypeError(
+            f"{api}: {arg}=None is not an array; pass a NumPy array, a Python scalar or (nested) "
+            f"sequence of numbers, or a refsim.Array ({api} places one array, not a pytree)."
+        )
+    if isinstance(x, int) and not isinstance(x, bool):
+        limit = np.iinfo(canonical_dtype(np.int64))
+        if not limit.min <= x <= limit.max:
+            raise OverflowError(
+                f"{api}: Python int {arg}={x} too large to convert to {limit.dtype}; pass "
+                f"np.int64({x}) with jax_enable_x64 on, or a value in [{limit.min}, {limit.max}]."
+            )
+    try:
+        value = np.asarray(x)
+    except ValueError as e:  # NumPy's "inhomogeneous shape" for ragged nested lists
+        raise ValueError(
+            f"{api}: {arg} is not a rectangular array: {e} Give every nested list the same length."
+        ) from None
+    dtype = check_numeric_dtype(value.dtype, arg=arg, api=api)
+    canon = canonical_dtype(dtype)
+    return value if canon == dtype else value.astype(canon)
