@@ -196,15 +196,9 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     axis_index_groups = _groups(axis_index_groups, "psum_scatter")
     size = _group_size(mesh, axes, axis_index_groups)
 
-    def leaf(v):
-        if v.dtype == np.bool_:
-            raise TypeError(
-                "psum_scatter does not accept dtype bool (JAX: 'add does not accept dtype bool'); "
-                "cast x to an integer dtype first, e.g. x.astype(np.int32).")
-        return _scatter.reduce_scatter(
-            v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
-            axis_index_groups=axis_index_groups, tiled=tiled)
-    return _tree_map(leaf, x)
+    return _tree_map(lambda v: _scatter.reduce_scatter(
+        v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
+        axis_index_groups=axis_index_groups, tiled=tiled, api="psum_scatter"), x)
 
 
 def unreduced_psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False, mesh):

@@ -16,9 +16,17 @@ from refsim.collectives.reductions import ordered_reduce
 
 def reduce_scatter(x, *, mesh, axis_name, scatter_dimension, axis_size, axis_index_groups=None,
                    tiled=False, api: str = "reduce_scatter"):
-    """`reduce_scatter_p`: sum within each group and give position j the j-th block."""
+    """`reduce_scatter_p`: sum within each group and give position j the j-th block.
+
+    bool is a TypeError, as in JAX (the reduction is `add`, which does not accept bool;
+    unlike psum, psum_scatter does not convert bool to int32).
+    """
     lay = GroupLayout(mesh, axis_name, api)
     x = lay.check(x, api)
+    if x.dtype == np.bool_:
+        raise TypeError(
+            f"{api} does not accept dtype bool (JAX: 'add does not accept dtype bool'); cast the "
+            "operand to an integer dtype first, e.g. x.astype(np.int32).")
     groups = sized_groups(mesh, lay.names, axis_index_groups, axis_size, api)
     ng, gs = groups.shape
     local_ndim = x.ndim - lay.nm
