@@ -79,6 +79,18 @@ def _random_values(dt: np.dtype, size: int, allow_nan: bool, allow_infinity: boo
     return st.lists(scalar, min_size=size, max_size=size).map(lambda xs: np.array(xs, dtype=np.float64).astype(dt))
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_array(draw, allow_infinity, allow_nan, dtype_s, mode, shape_s) -> np.ndarray:
+    dt = _np_dtype(draw(dtype_s))
+    shp = tuple(draw(shape_s))
+    size = math.prod(shp)
+    vals = draw(_exact_values(dt, size) if mode == "exact" else
+                _random_values(dt, size, allow_nan, allow_infinity))
+    return vals.reshape(shp)
+
+
 def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
            allow_infinity: bool = False) -> st.SearchStrategy[np.ndarray]:
     """NumPy arrays of `dtype` and `shape` (each a value or a strategy).
@@ -110,13 +122,4 @@ def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
             raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative ints.")
         shape_s = st.just(shape)
 
-    @st.composite
-    def draw_array(draw) -> np.ndarray:
-        dt = _np_dtype(draw(dtype_s))
-        shp = tuple(draw(shape_s))
-        size = math.prod(shp)
-        vals = draw(_exact_values(dt, size) if mode == "exact" else
-                    _random_values(dt, size, allow_nan, allow_infinity))
-        return vals.reshape(shp)
-
-    return draw_array()
+    return _draw_array(allow_infinity, allow_nan, dtype_s, mode, shape_s)

@@ -55,6 +55,31 @@ def _feasible_group_kinds(n: int) -> set:
     return kinds
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_groups(draw, kinds, size_s) -> list:
+    n = v.check_drawn_int("axis_size", draw(size_s), min_value=1)
+    usable = [k for k in kinds if k in _feasible_group_kinds(n)]
+    if not usable:
+        reject()
+    kind = draw(st.sampled_from(usable))
+    if kind == "singleton":
+        return [[i] for i in range(n)]
+    if kind == "contiguous":
+        g = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0] or [n]))
+        return [list(range(i, i + g)) for i in range(0, n, g)]
+    if kind == "strided":
+        k = draw(st.sampled_from([d for d in range(2, n) if n % d == 0]))  # number of groups
+        return [list(range(i, n, k)) for i in range(k)]
+    g = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0]))
+    order = draw(st.permutations(range(n)))
+    out = [list(order[i:i + g]) for i in range(0, n, g)]
+    if groups_kind(out, n) != "shuffled":
+        reject()  # drew one of the sorted patterns (chance <= 1/2 at n=2, far less beyond)
+    return out
+
+
 def axis_index_groups(axis_size, *, kinds=GROUP_KINDS) -> st.SearchStrategy[list]:
     """Equal-size groups covering ``range(axis_size)`` once each, as `axis_index_groups` takes them.
 
@@ -72,29 +97,7 @@ def axis_index_groups(axis_size, *, kinds=GROUP_KINDS) -> st.SearchStrategy[list
         raise InvalidArgument(f"none of kinds={kinds!r} is possible for axis_size={axis_size}; "
                               f"possible: {sorted(_feasible_group_kinds(axis_size))}.")
 
-    @st.composite
-    def draw_groups(draw) -> list:
-        n = v.check_drawn_int("axis_size", draw(size_s), min_value=1)
-        usable = [k for k in kinds if k in _feasible_group_kinds(n)]
-        if not usable:
-            reject()
-        kind = draw(st.sampled_from(usable))
-        if kind == "singleton":
-            return [[i] for i in range(n)]
-        if kind == "contiguous":
-            g = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0] or [n]))
-            return [list(range(i, i + g)) for i in range(0, n, g)]
-        if kind == "strided":
-            k = draw(st.sampled_from([d for d in range(2, n) if n % d == 0]))  # number of groups
-            return [list(range(i, n, k)) for i in range(k)]
-        g = draw(st.sampled_from([d for d in range(2, n + 1) if n % d == 0]))
-        order = draw(st.permutations(range(n)))
-        out = [list(order[i:i + g]) for i in range(0, n, g)]
-        if groups_kind(out, n) != "shuffled":
-            reject()  # drew one of the sorted patterns (chance <= 1/2 at n=2, far less beyond)
-        return out
-
-    return draw_groups()
+    return _draw_groups(kinds, size_s)
 
 
 # -- permutations ------------------------------------------------------------------------
@@ -132,6 +135,29 @@ def _cycle_pairs(draw, items: list) -> list:
     return pairs
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_perm(draw, kinds, size_s) -> list:
+    n = v.check_drawn_int("axis_size", draw(size_s), min_value=1)
+    usable = [k for k in kinds if k in _feasible_perm_kinds(n)]
+    if not usable:
+        reject()
+    kind = draw(st.sampled_from(usable))
+    order = list(draw(st.permutations(range(n))))
+    if kind == "identity":
+        return [(i, i) for i in range(n)]
+    if kind == "cycles":
+        return _cycle_pairs(draw, order)
+    if kind == "fixed_points":
+        nfixed = draw(st.integers(1, n - 2))
+        return [(i, i) for i in order[:nfixed]] + _cycle_pairs(draw, order[nfixed:])
+    full = _cycle_pairs(draw, order) if n >= 2 and draw(st.booleans()) else [(i, i) for i in range(n)]
+    keep = draw(st.integers(0, n - 1))
+    drop = draw(st.permutations(range(n)))
+    return [full[i] for i in sorted(drop[:keep])]
+
+
 def permutations(axis_size, *, kinds=PERM_KINDS) -> st.SearchStrategy[list]:
     """`perm` arguments for `jax.lax.ppermute`: (source, destination) pairs, each index at most
     once as a source and once as a destination.
@@ -150,27 +176,7 @@ def permutations(axis_size, *, kinds=PERM_KINDS) -> st.SearchStrategy[list]:
         raise InvalidArgument(f"none of kinds={kinds!r} is possible for axis_size={axis_size}; "
                               f"possible: {sorted(_feasible_perm_kinds(axis_size))}.")
 
-    @st.composite
-    def draw_perm(draw) -> list:
-        n = v.check_drawn_int("axis_size", draw(size_s), min_value=1)
-        usable = [k for k in kinds if k in _feasible_perm_kinds(n)]
-        if not usable:
-            reject()
-        kind = draw(st.sampled_from(usable))
-        order = list(draw(st.permutations(range(n))))
-        if kind == "identity":
-            return [(i, i) for i in range(n)]
-        if kind == "cycles":
-            return _cycle_pairs(draw, order)
-        if kind == "fixed_points":
-            nfixed = draw(st.integers(1, n - 2))
-            return [(i, i) for i in order[:nfixed]] + _cycle_pairs(draw, order[nfixed:])
-        full = _cycle_pairs(draw, order) if n >= 2 and draw(st.booleans()) else [(i, i) for i in range(n)]
-        keep = draw(st.integers(0, n - 1))
-        drop = draw(st.permutations(range(n)))
-        return [full[i] for i in sorted(drop[:keep])]
-
-    return draw_perm()
+    return _draw_perm(kinds, size_s)
 
 
 # -- collective_calls ---------------------------------------------------------------------

@@ -26,6 +26,31 @@ def _ids(shape: tuple, order: str, perm: list | None) -> np.ndarray:
     return np.asarray(perm, dtype=np.int64).reshape(shape)
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_mesh(draw, max_axes, max_devices, min_axes, names, orders, sizes) -> Mesh:
+    ndim = draw(st.integers(min_axes, max_axes))
+    shape: list[int] = []
+    budget = max_devices
+    for k in range(ndim):
+        rest = ndim - k - 1
+        fits = [s for s in sizes if s * sizes[0] ** rest <= budget]
+        # Half the axes come from sizes > 1 that leave room for the remaining axes to be
+        # > 1 too: multi-axis bugs (axis order, strided groups) need two non-trivial axes,
+        # which uniform draws rarely give. Branch 0 (uniform, size 1 first) is what shrinks.
+        roomy = [s for s in fits if s > 1 and s * 2 ** rest <= budget]
+        s = draw(st.sampled_from(roomy if roomy and draw(st.booleans()) else fits))
+        shape.append(s)
+        budget //= s
+    shape_t = tuple(shape)
+    order = draw(st.sampled_from(orders))
+    perm = None
+    if order == "random":
+        perm = draw(st.permutations(range(max_devices)))[: math.prod(shape_t)]
+    return Mesh(shape_t, names[:ndim], device_ids=_ids(shape_t, order, perm))
+
+
 def meshes(*, min_axes: int = 1, max_axes: int = 4, max_devices: int = 8, sizes=DEFAULT_SIZES,
            device_orders=DEVICE_ORDERS, axis_names=DEFAULT_AXIS_NAMES) -> st.SearchStrategy[Mesh]:
     """Meshes with `min_axes`..`max_axes` axes named by the first entries of `axis_names`.
@@ -63,26 +88,4 @@ def meshes(*, min_axes: int = 1, max_axes: int = 4, max_devices: int = 8, sizes=
             f"{sizes[0] ** min_axes} devices but max_devices={max_devices}; include 1 in sizes or "
             "raise max_devices.")
 
-    @st.composite
-    def draw_mesh(draw) -> Mesh:
-        ndim = draw(st.integers(min_axes, max_axes))
-        shape: list[int] = []
-        budget = max_devices
-        for k in range(ndim):
-            rest = ndim - k - 1
-            fits = [s for s in sizes if s * sizes[0] ** rest <= budget]
-            # Half the axes come from sizes > 1 that leave room for the remaining axes to be
-            # > 1 too: multi-axis bugs (axis order, strided groups) need two non-trivial axes,
-            # which uniform draws rarely give. Branch 0 (uniform, size 1 first) is what shrinks.
-            roomy = [s for s in fits if s > 1 and s * 2 ** rest <= budget]
-            s = draw(st.sampled_from(roomy if roomy and draw(st.booleans()) else fits))
-            shape.append(s)
-            budget //= s
-        shape_t = tuple(shape)
-        order = draw(st.sampled_from(orders))
-        perm = None
-        if order == "random":
-            perm = draw(st.permutations(range(max_devices)))[: math.prod(shape_t)]
-        return Mesh(shape_t, names[:ndim], device_ids=_ids(shape_t, order, perm))
-
-    return draw_mesh()
+    return _draw_mesh(max_axes, max_devices, min_axes, names, orders, sizes)

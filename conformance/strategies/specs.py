@@ -19,6 +19,50 @@ def _check_mesh(mesh) -> st.SearchStrategy:
     return st.just(mesh)
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_spec(draw, allow_short, allow_tuples, allow_unconstrained, allow_unordered, excluded, mesh_s, ndim_s, required) -> PartitionSpec:
+    m = draw(mesh_s)
+    n = v.check_drawn_int("ndim", draw(ndim_s), min_value=0)
+    names = m.axis_names
+    need = set(required)
+    if need - set(names) or (need and n == 0) or (not allow_tuples and len(need) > n):
+        raise InvalidArgument(f"required_axes={required!r} cannot be placed on rank {n} over {m!r}.")
+    dims: list[list[str]] = [[] for _ in range(n)]
+    free = list(range(n))
+    order = draw(st.permutations(names)) if allow_unordered else list(names)
+    # Required axes go first so that, without tuples, they always find a free dimension.
+    order = [a for a in order if a in need] + [a for a in order if a not in need]
+    for a in order:
+        if a in excluded:
+            continue
+        choices = list(range(n)) if allow_tuples else free
+        if not choices:
+            continue
+        if a in need:
+            d = draw(st.sampled_from(choices))
+        else:
+            d = draw(st.sampled_from([None, *choices]))
+            if d is None:
+                continue
+        dims[d].append(a)
+        if d in free:
+            free.remove(d)
+    if not allow_unordered:
+        dims = [sorted(ax, key=names.index) for ax in dims]
+    entries: list = []
+    for ax in dims:
+        if not ax:
+            entries.append(UNCONSTRAINED if allow_unconstrained and draw(st.booleans()) else None)
+        else:
+            entries.append(ax[0] if len(ax) == 1 else tuple(ax))
+    if allow_short and draw(st.booleans()):
+        while entries and entries[-1] is None:
+            entries.pop()
+    return PartitionSpec(*entries)
+
+
 def partition_specs(mesh, ndim, *, allow_tuples: bool = True, allow_unordered: bool = True,
                     allow_unconstrained: bool = False, allow_short: bool = True,
                     required_axes=(), excluded_axes=()) -> st.SearchStrategy[PartitionSpec]:
@@ -56,48 +100,29 @@ def partition_specs(mesh, ndim, *, allow_tuples: bool = True, allow_unordered: b
                     f"required_axes={required!r} needs {len(required)} dimensions without tuples but "
                     f"ndim={ndim}; allow tuples or raise ndim.")
 
-    @st.composite
-    def draw_spec(draw) -> PartitionSpec:
-        m = draw(mesh_s)
-        n = v.check_drawn_int("ndim", draw(ndim_s), min_value=0)
-        names = m.axis_names
-        need = set(required)
-        if need - set(names) or (need and n == 0) or (not allow_tuples and len(need) > n):
-            raise InvalidArgument(f"required_axes={required!r} cannot be placed on rank {n} over {m!r}.")
-        dims: list[list[str]] = [[] for _ in range(n)]
-        free = list(range(n))
-        order = draw(st.permutations(names)) if allow_unordered else list(names)
-        # Required axes go first so that, without tuples, they always find a free dimension.
-        order = [a for a in order if a in need] + [a for a in order if a not in need]
-        for a in order:
-            if a in excluded:
-                continue
-            choices = list(range(n)) if allow_tuples else free
-            if not choices:
-                continue
-            if a in need:
-                d = draw(st.sampled_from(choices))
-            else:
-                d = draw(st.sampled_from([None, *choices]))
-                if d is None:
-                    continue
-            dims[d].append(a)
-            if d in free:
-                free.remove(d)
-        if not allow_unordered:
-            dims = [sorted(ax, key=names.index) for ax in dims]
-        entries: list = []
-        for ax in dims:
-            if not ax:
-                entries.append(UNCONSTRAINED if allow_unconstrained and draw(st.booleans()) else None)
-            else:
-                entries.append(ax[0] if len(ax) == 1 else tuple(ax))
-        if allow_short and draw(st.booleans()):
-            while entries and entries[-1] is None:
-                entries.pop()
-        return PartitionSpec(*entries)
+    return _draw_spec(allow_short, allow_tuples, allow_unconstrained, allow_unordered, excluded, mesh_s, ndim_s, required)
 
-    return draw_spec()
+
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every draw that builds this strategy.
+@st.composite
+def _draw_shape(draw, max_local_side, mesh_s, min_local_side, mult, ndim_s, spec_s) -> tuple:
+    m = draw(mesh_s)
+    s = draw(spec_s)
+    if not isinstance(s, PartitionSpec):
+        raise InvalidArgument(f"spec={s!r} must be a refsim PartitionSpec.")
+    n = draw(ndim_s)
+    n = len(s) if n is None else n
+    if n < len(s):
+        raise InvalidArgument(f"ndim={n} is less than len(spec)={len(s)} for spec={s!r}.")
+    shape = []
+    for d in range(n):
+        f = mult.get(d, 1)
+        lo = max(min_local_side, 1 if f > 1 else min_local_side)
+        choices = [k for k in range(lo, max(max_local_side, f) + 1) if k % f == 0] or [f]
+        local = draw(st.sampled_from(choices))
+        shape.append(local * math.prod(m.axis_size(a) for a in s.axes_of(d)))
+    return tuple(shape)
 
 
 def sharded_shapes(mesh, spec, *, ndim=None, min_local_side: int = 1, max_local_side: int = 3,
@@ -122,23 +147,4 @@ def sharded_shapes(mesh, spec, *, ndim=None, min_local_side: int = 1, max_local_
     for d, f in mult.items():
         v.check_int(f"multiples[{d}]", f, min_value=1)
 
-    @st.composite
-    def draw_shape(draw) -> tuple:
-        m = draw(mesh_s)
-        s = draw(spec_s)
-        if not isinstance(s, PartitionSpec):
-            raise InvalidArgument(f"spec={s!r} must be a refsim PartitionSpec.")
-        n = draw(ndim_s)
-        n = len(s) if n is None else n
-        if n < len(s):
-            raise InvalidArgument(f"ndim={n} is less than len(spec)={len(s)} for spec={s!r}.")
-        shape = []
-        for d in range(n):
-            f = mult.get(d, 1)
-            lo = max(min_local_side, 1 if f > 1 else min_local_side)
-            choices = [k for k in range(lo, max(max_local_side, f) + 1) if k % f == 0] or [f]
-            local = draw(st.sampled_from(choices))
-            shape.append(local * math.prod(m.axis_size(a) for a in s.axes_of(d)))
-        return tuple(shape)
-
-    return draw_shape()
+    return _draw_shape(max_local_side, mesh_s, min_local_side, mult, ndim_s, spec_s)
