@@ -3,6 +3,7 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--no-progress] [--shrink-seconds T]
+        [--compile-cache DIR|off]
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
 
@@ -12,6 +13,7 @@ platform), 1 on any disagreement or error, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from conformance.suites import SUITES
@@ -35,6 +37,23 @@ def _suite(text: str) -> str:
     return text
 
 
+def _cores() -> int:
+    """CPU cores this process may run on (the default number of worker processes)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _compile_cache(value: str | None) -> str | None:
+    """The persistent compilation cache folder for `--compile-cache` (None for 'off')."""
+    from conformance.compile_cache import OFF, default_dir
+
+    if value is None:
+        return default_dir()
+    return None if value.strip().lower() in OFF else value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
 
@@ -49,13 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
     run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
     run.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
-    run.add_argument("--processes", type=_positive, default=1, help="worker processes (default 1); a case that crashes its worker (a fatal "
+    run.add_argument("--processes", type=_positive, default=_cores(),
+                     help=f"worker processes (default: one per CPU core, here {_cores()}); a case that crashes its worker (a fatal "
                      "XLA CHECK) is an error and a fresh worker runs the rest")
     run.add_argument("--resume", action="store_true", help="skip the cases already in DIR/results.jsonl")
     run.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
+    run.add_argument("--compile-cache", metavar="DIR|off", default=None,
+                     help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
+                          "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
     sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
                    add_help=False)
     sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
@@ -71,6 +94,7 @@ def run_command(args, console=None) -> int:
     result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
                         devices=args.devices, report_dir=args.report, progress=not args.no_progress,
                         resume=args.resume, xfails=args.xfails, processes=args.processes,
+                        compile_cache=_compile_cache(args.compile_cache),
                         shrink_seconds=args.shrink_seconds, console=console)
     print_table(result.summary, console, results=result.results)
     out = console.print if console is not None else print

@@ -17,6 +17,7 @@ import tempfile
 import time
 import traceback
 
+from conformance import timing
 from conformance import xfails as xfails_mod
 from conformance.results import CaseResult, summarize
 from conformance.suites import base, selected
@@ -74,26 +75,44 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status="xfail", examples=0, message=f"not run: {entry.reason}")
     t0, c0 = time.perf_counter(), _compile_seconds()
+    x0 = timing.xla_counters()
+    phases: dict = {}
     if isinstance(task, base.ProgramTask):
-        out, failing = _run_program(task, xla)
+        out, failing = _run_program(task, xla, phases)
     else:
         failing = None
         try:
-            out = task.check(xla)
+            with timing.timed(phases, "checks"):
+                out = task.check(xla)
         except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
             reason = unsupported_reason(e)
             out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
                                details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__})
+    x1 = timing.xla_counters()
     status, message = _apply_xfail(out, entry)
     repro = None
     if status == "fail" and failing is not None:
-        repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
+        with timing.timed(phases, "shrink"):
+            repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
         out.details["shrunk"] = note
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
                       examples=out.examples, seconds=time.perf_counter() - t0,
                       compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,
-                      details=out.details)
+                      details=out.details, phases=_split_xla(phases, x0, x1))
+
+
+def _split_xla(phases: dict, x0: tuple, x1: tuple) -> dict:
+    """`phases` with the XLA compile and run seconds (xla_backend's counters) taken out of the
+    XLA calls of program cases ("xla") or out of the other checks ("checks")."""
+    comp, run_s = max(0.0, x1[0] - x0[0]), max(0.0, x1[1] - x0[1])
+    out = {k: v for k, v in phases.items() if k != "xla"}
+    out["xla_compile"], out["xla_run"] = comp, run_s
+    if "xla" in phases:
+        out["xla_trace_lower"] = max(0.0, phases["xla"] - comp - run_s)
+    elif "checks" in phases:
+        out["checks"] = max(0.0, phases["checks"] - comp - run_s)
+    return {k: round(v, 6) for k, v in out.items()}
 
 
 def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
@@ -115,27 +134,32 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
     return "xfail", f"expected failure: {entry.reason}\n{out.message}"
 
 
-def _run_program(task, xla):
-    """(Outcome, failing (case, expected, comparison) or None) over a ProgramTask's examples."""
+def _run_program(task, xla, phases: dict | None = None):
+    """(Outcome, failing (case, expected, comparison) or None) over a ProgramTask's examples;
+    seconds spent in refsim, the XLA side and compare are added to `phases`."""
     import refsim
     from conformance.compare import compare
     from conformance.report import case_details
 
+    phases = {} if phases is None else phases
     examples = 0
     for case in task.variants:
         try:
-            want = case.run(refsim)
+            with timing.timed(phases, "refsim"):
+                want = case.run(refsim)
         except Exception as e:  # noqa: BLE001
             return _crash("refsim", case, e, examples), None
         try:
-            got = case.run(xla)
+            with timing.timed(phases, "xla"):
+                got = case.run(xla)
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
                 return base.Outcome("unsupported", reason, examples, case_details(case, expected=want)), None
             return _crash("xla", case, e, examples), None
         examples += 1
-        res = compare(want, got, case=case)
+        with timing.timed(phases, "compare"):
+            res = compare(want, got, case=case)
         if not res.ok:
             details = case_details(case, res, expected=want)
             return base.Outcome("fail", res.report(), examples, details), (case, want, res)
@@ -240,7 +264,7 @@ def _versions() -> dict:
 
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
-        shrink_seconds: float = SHRINK_SECONDS, console=None) -> RunResult:
+        shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
     suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
@@ -251,7 +275,9 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     ``report_dir/results.jsonl``. processes: None runs the cases in this process (where
     `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
     that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
-    the next case (`conformance.workers`; `python -m conformance run` uses one worker by default).
+    the next case (`conformance.workers`; `python -m conformance run` uses one per CPU core by
+    default). compile_cache: a folder for JAX's persistent compilation cache
+    (`conformance.compile_cache`), so a rerun skips XLA compiles; None leaves JAX's setting alone.
     """
     from xla_backend import platform as xplat
 
@@ -263,9 +289,14 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     if processes is not None and xla is not None:
         _check_picklable(xla)
     xplat.configure(platform, devices)
+    if compile_cache is not None:
+        from conformance import compile_cache as cc
+
+        compile_cache = cc.enable(compile_cache)
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
     t0 = time.perf_counter()  # the wall time includes drawing the cases
     tasks = plan_tasks(suite, examples=examples, seed=seed, devices=devices)
+    drawing = time.perf_counter() - t0
     finished: dict = {}
     reporters: list = []
     repro_dir = None
@@ -282,7 +313,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
 
         reporters.append(ProgressReporter(total=len(tasks), console=console))
     plan = dict(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
-                processes=processes, xfails=xf.source, cases=len(tasks), resumed=bool(resume), **_versions())
+                processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks), resumed=bool(resume), **_versions())
     for r in reporters:
         r.start(plan)
     results: list = []
@@ -310,6 +341,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
         summary["unused_xfails"] = [f"{e.pattern} ({xf.source}:{e.line})" for e in xf.unused()]
         summary["plan"] = plan
+        summary["phases"] = timing.totals(results, drawing)
         for r in reporters:
             r.finish(summary)
     return RunResult(results, summary)

@@ -4,6 +4,8 @@ import os
 from xla_backend import platform
 
 platform.configure(os.environ.get("XLA_BACKEND_PLATFORM", "cpu"), int(os.environ.get("XLA_BACKEND_DEVICES", "8")))
+# CLI runs inside tests neither write ~/.cache nor turn on JAX's persistent cache for the test process.
+os.environ.setdefault("CONFORMANCE_COMPILE_CACHE", "off")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

@@ -133,6 +133,10 @@ def print_table(summary: dict, console=None, *, results=None):
                       str(row.get("examples", 0)))
     console.print(table)
     console.print(summary_line(summary))
+    if summary.get("phases"):
+        from conformance.timing import line
+
+        console.print(line(summary["phases"], summary.get("wall_seconds", 0.0)), soft_wrap=True)
     if by.get("unsupported"):
         console.print(f"[blue]{by['unsupported']} case(s) unsupported on this platform[/] (not counted as passes)")
     stale = [r.case_id for r in results or () if r.status == "xpass"] or list(summary.get("stale_xfails") or ())

@@ -110,16 +110,17 @@ def replica_mismatch(y: np.ndarray, nm: int, axes_pos, chunk_bytes: int = 1 << 2
     if skip:
         y = y[tuple(slice(0, 1) if k in skip else slice(None) for k in range(y.ndim))]
     ref = y[tuple(slice(0, 1) if k in axes else slice(None) for k in range(y.ndim))]
-    lead = axes[0]
-    per_step = max(1, y.nbytes // max(1, y.shape[lead]))
+    # chunks of the outermost non-trivial dim keep row-major order: the first hit is the first
+    lead = next(k for k in range(y.ndim) if y.shape[k] > 1)
+    per_step = max(1, y.nbytes // y.shape[lead])
     step = max(1, chunk_bytes // per_step)
     nan_aware = y.dtype.kind in "fc"
     for start in range(0, y.shape[lead], step):
         cut = tuple(slice(start, start + step) if k == lead else slice(None) for k in range(y.ndim))
-        part = y[cut]
-        ne = part != ref
+        part, against = y[cut], (ref if ref.shape[lead] == 1 else ref[cut])
+        ne = part != against
         if nan_aware:
-            ne &= ~(np.isnan(part) & np.isnan(ref))
+            ne &= ~(np.isnan(part) & np.isnan(against))
         if ne.any():
             hit = [int(i) for i in np.argwhere(ne)[0]]
             hit[lead] += start
