@@ -13,6 +13,7 @@ platform), 1 on any disagreement or error, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -27,6 +28,33 @@ def _positive(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be >= 1")
     return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 0 (hypothesis and NumPy seeds are non-negative)")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (0: no shrinking)")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `python -m conformance run: error: ... (see --help)`, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _suite(text: str) -> str:
@@ -57,9 +85,8 @@ def _compile_cache(value: str | None) -> str | None:
 def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
 
-    ap = argparse.ArgumentParser(prog="python -m conformance",
-                                 description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate}")
+    ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
+    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate}", parser_class=_Parser)
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
     run.add_argument("--devices", type=_positive, default=8, help="device count (virtual devices on CPU; default 8)")
@@ -67,14 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
     run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
-    run.add_argument("--seed", type=int, default=0, help="seed of every draw (default 0)")
+    run.add_argument("--seed", type=_seed, default=0, help="seed of every draw, an int >= 0 (default 0)")
     run.add_argument("--processes", type=_positive, default=_cores(),
                      help=f"worker processes (default: one per CPU core, here {_cores()}); a case that crashes its worker (a fatal "
                      "XLA CHECK) is an error and a fresh worker runs the rest")
     run.add_argument("--resume", action="store_true", help="skip the cases already in DIR/results.jsonl")
     run.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
-    run.add_argument("--shrink-seconds", type=float, default=SHRINK_SECONDS,
+    run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
                      help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
@@ -85,12 +112,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _start_platform(name: str, devices: int) -> None:
+    """Start JAX on `name` now, so an unknown or broken platform is a one-line error (exit 2), not a
+    run in which every case errors."""
+    from xla_backend import platform
+
+    platform.configure(name, devices)
+    try:
+        platform.require()
+    except platform.PlatformError as e:
+        raise ValueError(f"--platform {name}: " + " ".join(str(e).split())) from None
+
+
 def run_command(args, console=None) -> int:
     from conformance import runner
     from conformance.report import print_table
 
-    if args.resume and not args.report:
-        raise SystemExit("error: --resume needs --report DIR (the folder whose results.jsonl lists finished cases)")
+    _start_platform(args.platform, args.devices)
+
     result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
                         devices=args.devices, report_dir=args.report, progress=not args.no_progress,
                         resume=args.resume, xfails=args.xfails, processes=args.processes,
@@ -105,12 +144,19 @@ def run_command(args, console=None) -> int:
         out(f"reproducer for {r.case_id}: python {r.repro_path}")
     if args.report:
         out(f"report: {args.report}/report.html, {args.report}/junit.xml, {args.report}/results.jsonl")
+    else:
+        out("no report written: pass --report DIR for results.jsonl, junit.xml, report.html and reproducers")
     return 0 if result.ok else 1
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bisect":
+        from xla_backend import platform
+
+        # As `python -m conformance.debug`: reproducers name device ids up to their mesh size, so
+        # the CPU platform gets XLA_BACKEND_DEVICES (default 8) devices before JAX starts.
+        platform.configure()
         from conformance.debug import cli as debug_cli
 
         return int(debug_cli.main(argv[1:]) or 0)
@@ -123,8 +169,11 @@ def main(argv=None) -> int:
     if args.command != "run":
         ap.print_help()
         return 2
+    if args.resume and not args.report:
+        ap.exit(2, f"{ap.prog} run: error: --resume needs --report DIR (the folder whose results.jsonl lists "
+                   "finished cases)\n")
     try:
         return run_command(args)
-    except ValueError as e:  # bad arguments found after parsing (xfails file, report folder, ...)
+    except (ValueError, OSError) as e:  # bad arguments found after parsing (xfails file, report folder, ...)
         print(f"error: {e}", file=sys.stderr)
         return 2

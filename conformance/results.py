@@ -44,7 +44,17 @@ class CaseResult:
 
     @classmethod
     def from_json(cls, d: dict) -> "CaseResult":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        """The CaseResult of a JSON record; ValueError naming what is missing or malformed."""
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in d]
+        if missing:
+            raise ValueError(f"case record {str(d)[:120]} lacks {', '.join(map(repr, missing))}; a case record "
+                             f"needs {', '.join(required)}.")
+        try:
+            return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+        except TypeError as e:
+            raise ValueError(f"case record {str(d)[:120]} is malformed: {e}.") from None
 
 
 class Reporter(Protocol):

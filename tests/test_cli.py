@@ -24,9 +24,10 @@ def test_bad_arguments_exit_2_naming_the_value(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_resume_needs_a_report_folder():
-    with pytest.raises(SystemExit, match="--resume needs --report DIR"):
+def test_resume_needs_a_report_folder(capsys):
+    with pytest.raises(SystemExit) as exc:
         cli.main(["run", "--suite", "errors", "--resume", "--no-progress"])
+    assert exc.value.code == 2 and "--resume needs --report DIR" in capsys.readouterr().err
 
 
 def test_missing_xfails_file_exits_2(capsys, tmp_path):

@@ -6,6 +6,7 @@ Each implements `conformance.results.Reporter` (start / case_finished / finish).
 from __future__ import annotations
 
 import os
+import tempfile
 
 from conformance.report.console import ProgressReporter, print_table, summary_line
 from conformance.report.html import HtmlReporter, case_details, device_errors, layout_entry, mesh_entry
@@ -14,18 +15,43 @@ from conformance.report.junit import JUnitReporter
 
 __all__ = ["HTML_NAME", "JSONL_NAME", "JUNIT_NAME", "HtmlReporter", "JUnitReporter", "JsonlReporter",
            "ProgressReporter", "case_details", "device_errors", "layout_entry", "load_finished", "mesh_entry",
-           "open_report_dir", "print_table", "read_records", "summary_line"]
+           "open_report_dir", "prepare_report_dir", "print_table", "read_records", "summary_line"]
 
 JSONL_NAME = "results.jsonl"
 JUNIT_NAME = "junit.xml"
 HTML_NAME = "report.html"
 
 
-def open_report_dir(path, *, resume: bool = False) -> list:
-    """[JsonlReporter, JUnitReporter, HtmlReporter] writing results.jsonl, junit.xml and report.html in `path`."""
+def prepare_report_dir(path) -> str:
+    """Create the report folder `path` if needed and check that a run can write its reports there.
+
+    ValueError (one line at the CLI, exit 2) naming the folder when it is a file, cannot be
+    created or written, or when results.jsonl / junit.xml / report.html / repros there are of
+    the wrong kind (a folder where a file goes): found before anything is run or written.
+    """
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"report directory {path!r} is a file; pass a folder for --report.")
+        raise ValueError(f"report folder {path!r} is a file; pass a folder for --report (it is created if missing).")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):  # the one reliable writability test (root, read-only mounts)
+            pass
+    except OSError as e:
+        raise ValueError(f"report folder --report {path!r} cannot be created or written ({e.strerror or e}); "
+                         "pass a writable folder.") from None
+    for name, want_dir in ((JSONL_NAME, False), (JUNIT_NAME, False), (HTML_NAME, False), ("repros", True)):
+        p = os.path.join(path, name)
+        if os.path.exists(p) and os.path.isdir(p) != want_dir:
+            kind = "a folder" if os.path.isdir(p) else "not a folder"
+            raise ValueError(f"report folder --report {path!r}: {name} there is {kind}; remove it or pass "
+                             "another folder.")
+    return path
+
+
+def open_report_dir(path, *, resume: bool = False) -> list:
+    """[JsonlReporter, JUnitReporter, HtmlReporter] writing results.jsonl, junit.xml and report.html in `path`
+    (checked and created by `prepare_report_dir`)."""
+    path = prepare_report_dir(path)
     return [JsonlReporter(os.path.join(path, JSONL_NAME), resume=resume),
             JUnitReporter(os.path.join(path, JUNIT_NAME)),
             HtmlReporter(os.path.join(path, HTML_NAME))]

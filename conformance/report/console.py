@@ -11,7 +11,7 @@ import time
 
 from conformance.results import STATUSES, CaseResult
 
-__all__ = ["ProgressReporter", "print_table", "summary_line"]
+__all__ = ["ProgressReporter", "print_table", "summary_line", "versions_line"]
 
 _STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "xfail": "dim", "xpass": "yellow",
           "unsupported": "blue"}
@@ -46,15 +46,18 @@ class ProgressReporter:
         self._t0 = None
 
     def start(self, plan: dict) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
         self._t0 = time.perf_counter()
         what = ", ".join(f"{k} {plan[k]}" for k in ("platform", "devices", "suite") if plan.get(k) is not None)
+        # The elapsed time is a field this reporter sets (not rich's own clock), so the bar's
+        # last value is the summary's wall time, in the summary line's format.
         self._progress = Progress(TextColumn("[bold]conformance[/]"), BarColumn(), MofNCompleteColumn(),
                                   TextColumn("{task.fields[counts]}"), TextColumn("{task.fields[rate]}"),
-                                  TimeElapsedColumn(), console=self.console, transient=False)
+                                  TextColumn("{task.fields[elapsed]}"), console=self.console, transient=False)
         self._progress.start()
-        self._task = self._progress.add_task("cases", total=self.total, counts=self._counts_text(), rate="")
+        self._task = self._progress.add_task("cases", total=self.total, counts=self._counts_text(), rate="",
+                                             elapsed="0.0 s")
         if what:
             self._progress.console.print(f"conformance run: {what}")
 
@@ -73,7 +76,7 @@ class ProgressReporter:
         self.examples += result.examples
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
         self._progress.update(self._task, advance=1, counts=self._counts_text(),
-                              rate=f"{self.examples / elapsed:.1f} ex/s")
+                              rate=f"{self.examples / elapsed:.1f} ex/s", elapsed=f"{elapsed:.1f} s")
         if result.status in ("fail", "error", "xpass"):
             from rich.markup import escape
 
@@ -85,6 +88,10 @@ class ProgressReporter:
 
     def finish(self, summary: dict) -> None:
         if self._progress is not None:
+            if "wall_seconds" in summary:  # end on the numbers the summary line prints
+                self._progress.update(self._task, counts=self._counts_text(),
+                                      rate=f"{summary.get('examples_per_second', 0.0):.1f} ex/s",
+                                      elapsed=f"{summary['wall_seconds']:.1f} s")
             self._progress.stop()
             self._progress = None
 
@@ -94,6 +101,15 @@ def summary_line(summary: dict) -> str:
     return (f"{summary.get('cases', 0)} cases, {summary.get('examples', 0)} examples in "
             f"{summary.get('wall_seconds', 0.0):.1f} s: {summary.get('examples_per_second', 0.0):.1f} examples/s, "
             f"{100 * summary.get('compile_share', 0.0):.0f}% of the time compiling")
+
+
+def versions_line(plan: dict) -> str:
+    """``platform cpu (8 devices); jax 0.10.2, jaxlib 0.10.2, numpy 2.4.6, python 3.11.9`` from a run's plan."""
+    where = f"platform {plan['platform']}" if plan.get("platform") else ""
+    if where and plan.get("devices"):
+        where += f" ({plan['devices']} devices)"
+    names = [f"{k} {plan[k]}" for k in ("jax", "jaxlib", "numpy", "python") if plan.get(k)]
+    return "; ".join(p for p in (where, ", ".join(names)) if p)
 
 
 def print_table(summary: dict, console=None, *, results=None):
@@ -137,6 +153,9 @@ def print_table(summary: dict, console=None, *, results=None):
         from conformance.timing import line
 
         console.print(line(summary["phases"], summary.get("wall_seconds", 0.0)), soft_wrap=True)
+    versions = versions_line(summary.get("plan") or {})
+    if versions:
+        console.print(versions)
     if by.get("unsupported"):
         console.print(f"[blue]{by['unsupported']} case(s) unsupported on this platform[/] (not counted as passes)")
     stale = [r.case_id for r in results or () if r.status == "xpass"] or list(summary.get("stale_xfails") or ())

@@ -209,6 +209,12 @@ document.addEventListener('click', function (ev) {
 """
 
 
+def _message(text: str) -> str:
+    """A result message: multi-line ones (mismatch reports, tracebacks) as preformatted text."""
+    text = str(text or "")
+    return f'<pre class="message">{_e(text)}</pre>' if "\n" in text.strip() else _e(text)
+
+
 def _kv_table(items) -> str:
     rows = "".join(f'<tr><th class="l">{_e(k)}</th><td class="l">{_e(v)}</td></tr>' for k, v in items)
     return f"<table>{rows}</table>"
@@ -254,12 +260,12 @@ def render_page(results: list[CaseResult], plan: dict, summary: dict | None = No
     if stale:
         out.append("<h2 class=\"warn\">Stale xfail entries</h2><p>These cases pass although the platform's xfails "
                    "file expects them to fail; remove their entries.</p><ul>"
-                   + "".join(f"<li><code>{_e(r.case_id)}</code> {_e(r.message)}</li>" for r in stale) + "</ul>")
+                   + "".join(f"<li><code>{_e(r.case_id)}</code> {_message(r.message)}</li>" for r in stale) + "</ul>")
     for status, title in (("unsupported", "Unsupported on this platform"), ("xfail", "Expected failures")):
         rs = [r for r in results if r.status == status]
         if rs:
             out.append(f"<h2>{_e(title)} ({len(rs)})</h2><table>"
-                       + "".join(f'<tr><td class="l">{_e(r.case_id)}</td><td class="l">{_e(r.message)}</td></tr>'
+                       + "".join(f'<tr><td class="l">{_e(r.case_id)}</td><td class="l">{_message(r.message)}</td></tr>'
                                  for r in rs) + "</table>")
     failures = [r for r in results if r.status in ("fail", "error")]
     out.append(f"<h2>Failures ({len(failures)})</h2>")

@@ -76,7 +76,10 @@ def load_finished(path) -> dict[str, CaseResult]:
     out: dict[str, CaseResult] = {}
     for rec in read_records(path):
         if rec["type"] == "case":
-            result = CaseResult.from_json(rec)
+            try:
+                result = CaseResult.from_json(rec)
+            except ValueError as e:
+                raise ValueError(f"{os.fspath(path)!s}: {e} Delete the record or start without --resume.") from None
             out[result.case_id] = result
     return out
 
@@ -109,13 +112,18 @@ class JsonlReporter:
                     self._known[r["case_id"]] = r
         # Rewrite through a temporary file so the kept records survive a crash right here.
         tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for r in kept:
-                fh.write(dumps(r) + "\n")
-            fh.write(dumps({"type": "plan", **plan, "resumed": bool(kept)}) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                for r in kept:
+                    fh.write(dumps(r) + "\n")
+                fh.write(dumps({"type": "plan", **plan, "resumed": bool(kept)}) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            if os.path.isfile(tmp):
+                os.remove(tmp)  # never leave a .tmp file behind
+            raise
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def case_finished(self, result: CaseResult) -> None:

@@ -120,11 +120,22 @@ def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: st
 def atomic_write(path: str, data: bytes) -> None:
     """Write through a temporary file and rename, so a reader never sees half a document."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)  # never leave a .tmp file behind
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 class JUnitReporter(RewritingReporter):

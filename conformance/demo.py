@@ -1,6 +1,6 @@
 """A five-minute tour: a layout, its texts and picture, and one program on refsim and on XLA.
 
-Run with ``python -m refsim.demo``. It configures 8 virtual CPU devices for the
+Run with ``python -m conformance.demo``. It configures 8 virtual CPU devices for the
 XLA half, so run it in a fresh process.
 """
 from __future__ import annotations
