@@ -312,3 +312,95 @@ def flatten_axes(name: str, treedef, axis_tree) -> list:
     from jax._src.api_util import flatten_axes as _flatten_axes
 
     return list(_flatten_axes(name, treedef, axis_tree))
+
+
+# --- refsim.stablehlo: MLIR Python bindings shipped in jaxlib (0.10 … 0.12) -------------------
+
+def mlir_context():
+    """A fresh MLIR context with every dialect JAX emits registered (stablehlo, chlo, sdy, mhlo,
+    func): `jax._src.interpreters.mlir.make_ir_context`, the same name in jax 0.10 … 0.12."""
+    from jax._src.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def mlir_ir():
+    """The `ir` module of jaxlib's MLIR bindings."""
+    from jax._src.lib.mlir import ir
+
+    return ir
+
+
+def stablehlo_dialect():
+    """jaxlib's StableHLO dialect bindings (attribute classes DotDimensionNumbers, ...)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    return stablehlo
+
+
+def attribute_names(op) -> list:
+    """Names of an operation's attributes: iterating `op.attributes` yields str in jaxlib 0.10 …
+    0.12 and NamedAttribute in older MLIR bindings."""
+    return [a if isinstance(a, str) else a.name for a in op.attributes]
+
+
+def hlo_module_to_stablehlo(compiled) -> bytes:
+    """The compiled per-device (SPMD-partitioned) HLO module of a `jax.stages.Compiled` as
+    StableHLO bytecode: `runtime_executable().hlo_modules()[0]` serialised and converted by
+    jaxlib's `_xla.mlir.hlo_to_stablehlo` (present in jax 0.10 … 0.12)."""
+    from jax._src.lib import xla_client as xc
+
+    hlo = compiled.runtime_executable().hlo_modules()[0]
+    text = hlo.to_string()
+    if "replica_groups=mesh[" not in text:
+        return xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
+    # Replica groups in XLA's mesh-axes form: jaxlib's converter drops their device order
+    # (`device_ids=([2,4]T(1,0))`) and emits an attribute `mhlo.all_to_all` rejects. Respell
+    # them as explicit groups in the HLO text and convert that module instead.
+    from jaxlib import _hlo
+
+    from refsim.stablehlo.hlo_text import explicit_groups
+
+    text = explicit_groups(text)
+    return xc._xla.mlir.hlo_to_stablehlo(_hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto())
+
+
+def compile_edited_module(lowered, edit):
+    """Compile `lowered` (a `jax.stages.Lowered`) after `edit(text) -> text` rewrote its
+    StableHLO: the executable XLA builds from a module other than the one JAX lowered.
+
+    `Lowered._lowering._hlo` (jax 0.10 … 0.12: `MeshComputation` keeps the module it
+    compiles there, and its executable in `_executable`) is replaced for this one compile
+    and restored afterwards.
+    """
+    ir = mlir_ir()
+    comp = lowered._lowering
+    original = comp._hlo
+    text = edit(original.operation.get_asm(enable_debug_info=True))
+    with original.context:
+        edited = ir.Module.parse(text)
+    cached = getattr(comp, "_executable", None)
+    comp._hlo, comp._executable = edited, None
+    try:
+        return lowered.compile()
+    finally:
+        comp._hlo, comp._executable = original, cached
+
+
+def lowered_kept_args(lowered, n_args: int) -> list:
+    """Positions of the flat arguments the lowered module still takes: jit drops unused ones
+    (`keep_unused=False`); `MeshComputation.compile_args["kept_var_idx"]` in jax 0.10 … 0.12."""
+    kept = lowered._lowering.compile_args.get("kept_var_idx")
+    return list(range(n_args)) if kept is None else sorted(kept)
+
+
+def partition_device_ids(compiled) -> list:
+    """JAX device ids of a compiled SPMD program's partitions, in partition-id order (the
+    executable's device assignment; `local_devices()` lists it in that order, jax 0.10 … 0.12)."""
+    return [d.id for d in compiled.runtime_executable().local_devices()]
+
+
+def lowered_out_shardings(lowered) -> list:
+    """The output shardings a lowered jit program was lowered with (before compiling):
+    `MeshComputation.compile_args["out_shardings"]`, jax 0.10 … 0.12."""
+    return list(lowered._lowering.compile_args["out_shardings"])

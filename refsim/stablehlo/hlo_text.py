@@ -1,0 +1,47 @@
+"""Rewrites of XLA's HLO text that jaxlib's HLO -> StableHLO conversion needs.
+
+XLA prints replica groups it derived from a Shardy mesh in a mesh-axes form,
+``replica_groups=mesh['a'=2,'b'=4], device_ids=([2,4]T(1,0)) {'a'}``, which jaxlib's
+converter turns into an attribute its own `mhlo.all_to_all` verifier rejects. `explicit_groups`
+spells such groups out as lists of device ids, ``{{0,4},{1,5},...}``: the devices that differ
+only along the named axes, members in row-major order over them (refsim's `replica_groups`).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from refsim.collectives.groups import replica_groups
+from refsim.layouts.mesh import Mesh
+
+_MESH_GROUPS = re.compile(
+    r"replica_groups=mesh\[(?P<axes>[^\]]*)\]"
+    r"(?:,\s*device_ids=\(\[(?P<dims>[\d,]*)\](?:T\((?P<perm>[\d,]*)\))?\))?"
+    r"(?:\s*\{(?P<over>[^}]*)\})?")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _expand(m: re.Match) -> str:
+    axes = re.findall(r"'((?:[^'\\]|\\.)*)'\s*=\s*(\d+)", m.group("axes"))
+    names = tuple(a for a, _ in axes)
+    sizes = tuple(int(s) for _, s in axes)
+    n = int(np.prod(sizes, dtype=np.int64))
+    ids = np.arange(n)
+    if m.group("dims"):
+        dims = _ints(m.group("dims"))
+        ids = ids.reshape(dims)
+        if m.group("perm"):
+            ids = ids.transpose(_ints(m.group("perm")))
+    mesh = Mesh(sizes, names, device_ids=ids.reshape(sizes))
+    over = tuple(re.findall(r"'((?:[^'\\]|\\.)*)'", m.group("over") or ""))
+    groups = replica_groups(mesh, over) if over else [[int(i)] for i in ids.reshape(-1)]
+    return "replica_groups={" + ",".join("{" + ",".join(map(str, g)) + "}" for g in groups) + "}"
+
+
+def explicit_groups(hlo_text: str) -> str:
+    """`hlo_text` with every mesh-axes replica group list written as explicit device-id groups."""
+    return _MESH_GROUPS.sub(_expand, hlo_text)
