@@ -6,6 +6,7 @@
         [--compile-cache DIR|off]
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
+    python -m conformance explain ...    (conformance.explain.cli)
 
 `run` exits 0 when every case agrees (or is an expected failure or unsupported on the
 platform), 1 on any disagreement or error, 2 on bad arguments.
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate}", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate,explain}", parser_class=_Parser)
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
     run.add_argument("--devices", type=_positive, default=8, help="device count (virtual devices on CPU; default 8)")
@@ -109,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
                    add_help=False)
     sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
+    sub.add_parser("explain", help="which stage (lowering, compiler, backend) changed a reproducer's result",
+                   add_help=False)
     return ap
 
 
@@ -160,6 +163,13 @@ def main(argv=None) -> int:
         from conformance.debug import cli as debug_cli
 
         return int(debug_cli.main(argv[1:]) or 0)
+    if argv and argv[0] == "explain":
+        from xla_backend import platform
+
+        platform.configure()
+        from conformance.explain import cli as explain_cli
+
+        return int(explain_cli.main(argv[1:]) or 0)
     if argv and argv[0] == "mutate":
         from conformance import mutate
 
