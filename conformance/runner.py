@@ -96,6 +96,10 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
         out.details["shrunk"] = note
+        if repro is not None:  # which compiler stage introduced the difference (conformance.explain)
+            from conformance.explain.summary import stage_of_reproducer
+
+            out.details["stage"] = stage_of_reproducer(repro)
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
                       examples=out.examples, seconds=time.perf_counter() - t0,
                       compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,

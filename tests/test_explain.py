@@ -144,3 +144,60 @@ def test_corpus_programs_agree_at_every_stage_they_reach(name):
     assert row.status["lowered"] == "agrees", row.status
     if not row.note:  # XLA:CPU runs it: both compiled stages must agree too
         assert row.status["compiled"] == "agrees" and row.status["executed"] == "agrees", row.status
+
+
+def test_failing_case_report_names_the_stage(tmp_path):
+    from conformance import runner
+    from conformance.cases import CollectiveCall
+    from conformance.report.html import render_page
+    from conformance.suites import base
+    from refsim import Mesh, PartitionSpec as RP
+
+    src = "def f(a):\n    return jax.lax.ppermute(a, 'x', [(0, 1), (1, 2), (2, 3), (3, 0)])\n"
+    call = CollectiveCall(family="ppermute", source=src, entry="shard_map", mesh=Mesh((4,), ("x",)),
+                          args=(np.arange(8, dtype=np.float32).reshape(4, 2),), in_specs=(RP("x"),), out_specs=RP("x"),
+                          labels=(("axes", "'x'"),), name="ppermute", params={"axis_name": "x"})
+    task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
+    with faults.inject("ppermute_pairs_reversed"):
+        res = runner.run_task(task, repro_dir=str(tmp_path), shrink_seconds=0)
+    assert res.status == "fail" and res.repro_path
+    stage = res.details["stage"]
+    assert stage["diverged_in"] == "lowering" and stage["op"] == "stablehlo.collective_permute", stage
+    assert "diverged in lowering at stablehlo.collective_permute" in render_page([res], {})
+
+
+REPRO = '''\
+# conformance reproducer v1: shard_map/psum/8
+import numpy as np, jax
+from jax.sharding import PartitionSpec as P
+MESH_SHAPE = (8,)
+AXIS_NAMES = ('i',)
+DEVICE_IDS = [0, 1, 2, 3, 4, 5, 6, 7]
+KIND = "shard_map"
+IN_SPECS = (P('i'),)
+OUT_SPECS = P()
+CHECK_VMA = True
+def program(a):
+    return jax.lax.psum(a * 2.0, 'i')
+def inputs(): return (np.arange(16, dtype=np.float32).reshape(8, 2),)
+'''
+
+
+def test_cli_explain_json_and_exit_codes(tmp_path, capsys):
+    import json
+
+    from conformance.cli import main
+
+    path = tmp_path / "repro.py"
+    path.write_text(REPRO)
+    assert main(["explain", str(path)]) == 0
+    assert "all stages agree" in capsys.readouterr().out
+    with faults.inject("psum_drop_member"):
+        assert main(["explain", str(path), "--json"]) == 1
+    got = json.loads(capsys.readouterr().out)
+    assert got["diverged_in"] == "lowering" and got["op"] == "stablehlo.all_reduce"
+    assert got["source"] == f"{path}:12"
+    assert [s["name"] for s in got["stages"]] == ["jaxpr", "lowered", "compiled", "executed"]
+    assert [s["agrees_with_previous"] for s in got["stages"]] == [None, False, True, True]
+    assert main(["explain", str(tmp_path / "missing.py")]) == 2
+    assert "does not exist" in capsys.readouterr().err

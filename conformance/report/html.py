@@ -163,6 +163,10 @@ def _failure_section(r: CaseResult, n: int, repro: str | None) -> str:
              f'{r.examples} example(s) · {r.seconds:.2f} s</p>']
     if r.message:
         parts.append(f"<pre class=\"message\">{_e(r.message)}</pre>")
+    if d.get("stage"):
+        from conformance.explain.summary import stage_line
+
+        parts.append(f'<p class="stage">{_e(stage_line(d["stage"]))}</p>')
     if d.get("description") and d["description"].strip() not in (d.get("report") or ""):
         parts.append(f"<h4>Case</h4><pre>{_e(d['description'])}</pre>")
     if d.get("report") and d["report"] != r.message:

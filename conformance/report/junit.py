@@ -46,6 +46,10 @@ def _case_element(r: CaseResult) -> ET.Element:
         body = f"{body}\n\n{r.details['report']}" if body else r.details["report"]
     if r.repro_path:
         body += f"\n\nreproducer: {r.repro_path}"
+    if r.details.get("stage"):
+        from conformance.explain.summary import stage_line
+
+        body += f"\n{stage_line(r.details['stage'])}"
     if r.status == "fail":
         el = ET.SubElement(tc, "failure", message=_clean(_first_line(r.message) or "refsim and XLA disagree"),
                            type="mismatch")
