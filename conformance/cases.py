@@ -72,8 +72,8 @@ def _array_literal(a: np.ndarray) -> str:
     """Source rebuilding `a` bit for bit (floats as exact Python floats; nan/inf by name)."""
     a = np.asarray(a)
     name = a.dtype.name
-    if name == "bfloat16":
-        vals, dt = a.astype(np.float32), "jnp.bfloat16"
+    if name == "bfloat16" or name.startswith("float8_"):
+        vals, dt = a.astype(np.float32), f"jnp.{name}"
     else:
         vals, dt = a, f"np.{name}"
     body = repr(vals.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
@@ -295,6 +295,14 @@ def sum_bound_for(call: "CollectiveCall"):
     """The `SumBound` of a psum / pmean / psum_scatter call, from its inputs."""
     from conformance.compare import SumBound
 
+    return SumBound.from_terms(reduction_terms(call), mean=call.name == "pmean")
+
+
+def reduction_terms(call: "CollectiveCall", args: tuple | None = None) -> dict:
+    """{device id: (n, *shard_shape)}: the n values each device's output element reduces, for a
+    psum / pmean / pmax / pmin / psum_scatter call (with `args` instead of the call's own)."""
+    if args is not None:
+        call = dataclasses.replace(call, args=tuple(args))
     p = call.params
     members, rank = group_members(call.mesh, p["axis_name"], p.get("axis_index_groups"))
     blocks = local_blocks(call)
@@ -312,7 +320,7 @@ def sum_bound_for(call: "CollectiveCall"):
         # A pmap output's shard keeps the mapped axis with size 1, as jax.pmap's shards do.
         terms = terms[:, :, None]
     ids = np.asarray(call.mesh.device_ids).ravel()
-    return SumBound.from_terms({int(i): terms[j] for j, i in enumerate(ids)}, mean=call.name == "pmean")
+    return {int(i): terms[j] for j, i in enumerate(ids)}
 
 
 # -- reproducer helpers (conformance.repro writes the file) --------------------------------

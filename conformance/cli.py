@@ -2,8 +2,8 @@
 
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
-        [--processes K] [--resume] [--xfails FILE] [--no-progress] [--shrink-seconds T]
-        [--compile-cache DIR|off]
+        [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
+        [--shrink-seconds T] [--compile-cache DIR|off]
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
     python -m conformance explain ...    (conformance.explain.cli)
@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "XLA CHECK) is an error and a fresh worker runs the rest")
     run.add_argument("--resume", action="store_true", help="skip the cases already in DIR/results.jsonl")
     run.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
+    run.add_argument("--strict-xfails", action="store_true",
+                     help="stale or too-broad xfails entries fail the run (exit 1)")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
@@ -137,11 +139,16 @@ def run_command(args, console=None) -> int:
                         devices=args.devices, report_dir=args.report, progress=not args.no_progress,
                         resume=args.resume, xfails=args.xfails, processes=args.processes,
                         compile_cache=_compile_cache(args.compile_cache),
-                        shrink_seconds=args.shrink_seconds, console=console)
+                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails)
     print_table(result.summary, console, results=result.results)
     out = console.print if console is not None else print
     for text in result.summary.get("unused_xfails", ()):
         out(f"note: xfails entry {text} matched no case in this run (stale, or not drawn with this seed)")
+    for text in result.summary.get("too_broad_xfails", ()):
+        out(f"warning: xfails entry {text}")
+    if result.summary.get("strict_xfail_problems"):
+        out(f"--strict-xfails: {len(result.summary['strict_xfail_problems'])} stale or too-broad xfails entr"
+            f"{'y' if len(result.summary['strict_xfail_problems']) == 1 else 'ies'} fail the run")
     repros = [r for r in result.results if r.repro_path]
     for r in repros:
         out(f"reproducer for {r.case_id}: python {r.repro_path}")

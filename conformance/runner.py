@@ -73,12 +73,12 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
     if entry is not None and entry.crash:
         # a fatal CHECK in XLA would abort this process and every case after it
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
-                          status="xfail", examples=0, message=f"not run: {entry.reason}")
+                          status="xfail", examples=0, message=f"not run: crash: {entry.reason}")
     t0, c0 = time.perf_counter(), _compile_seconds()
     x0 = timing.xla_counters()
     phases: dict = {}
     if isinstance(task, base.ProgramTask):
-        out, failing = _run_program(task, xla, phases)
+        out, failing = _run_program(task, xla, entry, phases)
     else:
         failing = None
         try:
@@ -87,7 +87,9 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
             reason = unsupported_reason(e)
             out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
-                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__})
+                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__,
+                                        # which side raised inside a check is unknown: never expected
+                                        "failure": xfails_mod.exception_failure("unknown", e)})
     x1 = timing.xla_counters()
     status, message = _apply_xfail(out, entry)
     repro = None
@@ -120,34 +122,46 @@ def _split_xla(phases: dict, x0: tuple, x1: tuple) -> dict:
 
 
 def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
-    """The status after the xfails entry: xfail / xpass / unsupported, or unchanged without one."""
+    """The status after the xfails entry: xfail / xpass / unsupported when the outcome is what the
+    entry's signature describes; "error" when a listed case fails in any other way."""
     if entry is None:
         if out.status == "unsupported":
             return "error", (f"{out.message}\nThe platform cannot run this case; if that is expected, list it in "
                              "xfails/<platform>.txt as 'CASE_ID_PATTERN unsupported: REASON'.")
         return out.status, out.message
     if out.status == "pass" and entry.sometimes:
-        return "pass", f"agreed (listed as {entry.reason!r}: some data or parameters differ)"
+        return "pass", f"agreed (listed as {entry.signature}: {entry.reason}; some data or parameters differ)"
     if out.status == "pass":
-        return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.reason}"
-    if entry.unsupported and out.status == "unsupported":
-        # The entry's reason usually quotes the platform's own words: say them once.
-        return "unsupported", entry.reason if out.message in entry.reason else f"{entry.reason}\n{out.message}"
-    if entry.unsupported:
-        # listed as impossible to run, yet it ran: the entry is wrong, the result stands
-        return out.status, f"{out.message}\n(listed as {entry.reason!r}, but the platform ran it)"
-    return "xfail", f"expected failure: {entry.reason}\n{out.message}"
+        return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.signature}: {entry.reason}"
+    failure = out.details.get("failure")
+    if failure is None and out.status == "unsupported":
+        failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
+    ok, why = entry.expects(failure)
+    if ok and entry.unsupported:
+        return "unsupported", f"unsupported: {entry.reason}\n{out.message}"
+    if ok:
+        n = out.details.get("expected_failures", 1)
+        return "xfail", (f"expected failure {entry.signature} in {n} of {out.examples} example(s): {entry.reason}\n"
+                         f"{out.message}")
+    return "error", (f"{out.message}\nlisted in the xfails file as {entry.signature} ({entry.pattern!r}: {entry.reason}), "
+                     f"but this failure is not that one: {why}")
 
 
-def _run_program(task, xla, phases: dict | None = None):
+def _run_program(task, xla, entry=None, phases: dict | None = None):
     """(Outcome, failing (case, expected, comparison) or None) over a ProgramTask's examples;
-    seconds spent in refsim, the XLA side and compare are added to `phases`."""
+    seconds spent in refsim, the XLA side and compare are added to `phases`.
+
+    A failure the xfails `entry` expects does not end the task: the remaining examples still
+    run, so that a refsim crash or another failure in a later example is not masked by it.
+    """
     import refsim
+    from conformance import platform_models
     from conformance.compare import compare
     from conformance.report import case_details
 
     phases = {} if phases is None else phases
     examples = 0
+    expected = []
     for case in task.variants:
         try:
             with timing.timed(phases, "refsim"):
@@ -160,14 +174,33 @@ def _run_program(task, xla, phases: dict | None = None):
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
-                return base.Outcome("unsupported", reason, examples, case_details(case, expected=want)), None
-            return _crash("xla", case, e, examples), None
+                details = case_details(case, expected=want)
+                details["failure"] = xfails_mod.exception_failure("xla", e, unsupported=True)
+                return base.Outcome("unsupported", reason, examples, details), None
+            out = _crash("xla", case, e, examples)
+            if entry is not None and entry.expects(out.details["failure"])[0]:
+                examples += 1
+                expected.append(out)
+                continue
+            return out, None
         examples += 1
         with timing.timed(phases, "compare"):
             res = compare(want, got, case=case)
         if not res.ok:
+            models = {}
+            if entry is not None and entry.kind == "model":
+                models[entry.model] = platform_models.check(entry.model, case, got)
             details = case_details(case, res, expected=want)
-            return base.Outcome("fail", res.report(), examples, details), (case, want, res)
+            details["failure"] = xfails_mod.comparison_failure(res, models)
+            out = base.Outcome("fail", res.report(), examples, details)
+            if entry is not None and entry.expects(details["failure"])[0]:
+                expected.append(out)
+                continue
+            return out, (case, want, res)
+    if expected:
+        first = expected[0]
+        first.details["expected_failures"] = len(expected)
+        return base.Outcome(first.status, first.message, examples, first.details), None
     return base.Outcome("pass", "", examples), None
 
 
@@ -175,7 +208,8 @@ def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
     from conformance.report import case_details
 
     details = case_details(case)
-    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__)
+    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__,
+                   failure=xfails_mod.exception_failure(side, exc))
     return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
                         max(examples, 1), details)
 
@@ -269,7 +303,8 @@ def _versions() -> dict:
 
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
-        shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None) -> RunResult:
+        shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
+        strict_xfails: bool = False) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
     suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
@@ -283,6 +318,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     the next case (`conformance.workers`; `python -m conformance run` uses one per CPU core by
     default). compile_cache: a folder for JAX's persistent compilation cache
     (`conformance.compile_cache`), so a rerun skips XLA compiles; None leaves JAX's setting alone.
+    strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
+    suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
     """
     from xla_backend import platform as xplat
 
@@ -346,16 +383,29 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     finally:
         wall = time.perf_counter() - t0
         summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
-        summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
         # An entry no case matched is stale only if every suite ran: a suite-filtered run
         # never draws the other suites' cases, so their entries say nothing there.
-        every_suite = set(selected(suite)) == set(SUITES)
-        summary["unused_xfails"] = [f"{e.pattern} ({xf.source}:{e.line})" for e in xf.unused()] if every_suite else []
+        _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
         summary["plan"] = plan
         summary["phases"] = timing.totals(results, drawing)
         for r in reporters:
             r.finish(summary)
     return RunResult(results, summary)
+
+
+def _xfail_summary(summary: dict, xf, results: list, strict: bool, *, complete: bool) -> None:
+    """Add the xfails audit (`conformance.xfails.audit`) to `summary`; with `strict`, stale and
+    too-broad entries fail the run (unused entries only count in a run of every suite)."""
+    audit = xfails_mod.audit(xf, results)
+    summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
+    summary["unused_xfails"] = [f"{e.pattern} ({xf.where(e)})" for e in xf.unused()]
+    summary["too_broad_xfails"] = audit["too_broad"]
+    summary["xfail_entries"] = audit["entries"]
+    problems = summary["stale_xfails"] + audit["too_broad"] + (summary["unused_xfails"] if complete else [])
+    summary["strict_xfails"] = bool(strict)
+    if strict and problems:
+        summary["ok"] = False
+        summary["strict_xfail_problems"] = problems
 
 
 def _check_picklable(xla) -> None:

@@ -30,7 +30,7 @@ def test_cases_become_items_with_statuses(pytester):
 def test_failures_unsupported_and_xfails(pytester, tmp_path):
     xf = tmp_path / "xf.txt"
     xf.write_text("pbroadcast[* unsupported: no XLA:CPU lowering\n"
-                  "corpus:psum_x[* known difference for this test\n")
+                  "corpus:psum_x[* mismatch(value): known difference for this test\n")
     res = pytester.runpytest_subprocess(
         "-q", "--conformance-platform", "cpu", "--conformance-examples", "1",
         "--conformance-suite", "collectives", "--conformance-xfails", str(xf), "-m", "conformance", "-rs",

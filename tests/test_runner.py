@@ -17,38 +17,48 @@ from refsim import Mesh, PartitionSpec as P
 
 # -- xfails files ------------------------------------------------------------------------------
 def test_xfails_patterns_match_literally_except_star():
-    (e,) = xfails.parse("psum[axes='x',*,mesh=2:default] XLA differs here")
+    (e,) = xfails.parse("psum[axes='x',*,mesh=2:default] mismatch(value): XLA differs here")
     assert e.matches("psum[axes='x',groups=none,dtype=int32,mesh=2:default]")
     assert not e.matches("psum[axes='y',groups=none,dtype=int32,mesh=2:default]")
     # brackets are literal, not a character class as in fnmatch
-    assert not xfails.parse("p[ab] r")[0].matches("pa")
-    assert xfails.parse("p[ab] r")[0].matches("p[ab]")
+    assert not xfails.parse("p[ab] crash: r")[0].matches("pa")
+    assert xfails.parse("p[ab] crash: r")[0].matches("p[ab]")
 
 
-def test_xfails_reason_kinds_regex_and_versions():
+def test_xfails_signatures_regex_and_versions():
     text = """
     # comment
     pbroadcast[* unsupported: no CPU lowering
-    re:^ppermute\\[axes=\\('y','x' jax<0.11 sometimes: mesh order
-    pmean[* jax>=0.11 plain reason
+    re:^ppermute\\[axes=\\('y','x' jax<0.11 sometimes mismatch(value, nan-dropped): mesh order
+    pmean[* jax>=0.11 raises(JaxRuntimeError, /replica groups/): verifier
+    pmax[* model(xla-cpu-max-min): NaN ignored
     """
     es = xfails.parse(text)
-    assert [(e.unsupported, e.sometimes, e.version) for e in es] == [
-        (True, False, None), (False, True, ("<", (0, 11))), (False, False, (">=", (0, 11)))]
+    assert [(e.kind, e.sometimes, e.version) for e in es] == [
+        ("unsupported", False, None), ("mismatch", True, ("<", (0, 11))), ("raises", False, (">=", (0, 11))),
+        ("model", False, None)]
+    assert es[1].classes == ("value", "nan-dropped") and es[2].exception == "JaxRuntimeError"
+    assert es[2].signature == "raises(JaxRuntimeError, /replica groups/)" and es[3].model == "xla-cpu-max-min"
     assert es[1].matches("ppermute[axes=('y','x'),perm=cycles]")
     old = xfails.XfailList(es, jax_version="0.10.2")
     new = xfails.XfailList(es, jax_version="0.12.0")
-    assert [e.line for e in old.entries] == [3, 4]
-    assert [e.line for e in new.entries] == [3, 5]
-    assert old.lookup("pmean[x]") is None and new.lookup("pmean[x]").reason == "plain reason"
-    assert [e.line for e in new.unused()] == [3]
+    assert [e.line for e in old.entries] == [3, 4, 6]
+    assert [e.line for e in new.entries] == [3, 5, 6]
+    assert old.lookup("pmean[x]") is None and new.lookup("pmean[x]").reason == "verifier"
+    assert [e.line for e in new.unused()] == [3, 6]
 
 
 def test_xfails_errors_name_the_line_and_fix():
-    with pytest.raises(ValueError, match=r"f.txt:2: entry 'psum\[\*' has no reason; write 'CASE_ID_PATTERN REASON'"):
+    with pytest.raises(ValueError, match=r"f.txt:2: entry 'psum\[\*' has no signature and reason"):
         xfails.parse("# c\npsum[*\n", source="f.txt")
+    with pytest.raises(ValueError, match=r"f.txt:1: entry 'psum\[\*' has no signature.*SIGNATURE one of mismatch"):
+        xfails.parse("psum[* XLA differs", source="f.txt")             # a reason without a signature
     with pytest.raises(ValueError, match=r"f.txt:1: pattern 're:\(' is not a valid regular expression"):
-        xfails.parse("re:( reason", source="f.txt")
+        xfails.parse("re:( crash: reason", source="f.txt")
+    with pytest.raises(ValueError, match=r"unknown classes \['nan'\]; choose from nan-dropped"):
+        xfails.parse("x mismatch(nan): r", source="f.txt")
+    with pytest.raises(ValueError, match=r"model\(nope\) is not a platform model; choose from xla-cpu-arith"):
+        xfails.parse("x model(nope): r", source="f.txt")
     with pytest.raises(ValueError, match="xfails file 'nope.txt' does not exist"):
         xfails.load("nope.txt")
 
@@ -57,24 +67,48 @@ def test_cpu_xfails_file_parses_and_lists_unsupported_ops():
     xl = xfails.load(None, platform="cpu")
     assert xl.lookup("pbroadcast[axes='x',source=0,dtype=int32,mesh=2:default]").unsupported
     assert xl.lookup("corpus:ragged_all_to_all_moe_dispatch[mesh=4]").unsupported
-    assert xl.lookup("psum[axes='x',groups=none,dtype=float32,mesh=2:default]") is None
+    assert xl.lookup("pmax[axes='x',groups=none,dtype=float32,mesh=2:default]").model == "xla-cpu-max-min"
+    assert xl.lookup("all_gather[axes='x',groups=none,axis=0,tiled=False,dtype=float32,mesh=2:default]") is None
+    assert not any(e.too_broad() for e in xl.entries)
 
 
 # -- status rules --------------------------------------------------------------------------------
-@pytest.mark.parametrize("status,reason,want", [
-    ("pass", None, "pass"), ("fail", None, "fail"), ("error", None, "error"),
-    ("unsupported", None, "error"),                  # not listed: the platform must say so in its file
-    ("unsupported", "unsupported: no lowering", "unsupported"),
-    ("pass", "unsupported: no lowering", "xpass"),   # it ran: the entry is stale
-    ("fail", "known bug", "xfail"), ("error", "known bug", "xfail"), ("pass", "known bug", "xpass"),
-    ("pass", "sometimes: data dependent", "pass"), ("fail", "sometimes: data dependent", "xfail"),
+_VALUES = {"kind": "mismatch", "side": "xla", "classes": ["nan-dropped"], "layout": [], "models": {}}
+_RAISES = {"kind": "raises", "side": "xla", "exception": "JaxRuntimeError",
+           "exception_mro": ["JaxRuntimeError", "RuntimeError", "Exception"], "message": "replica groups should x"}
+_REFSIM_RAISES = dict(_RAISES, side="refsim", exception="ValueError", exception_mro=["ValueError"])
+
+
+@pytest.mark.parametrize("status,failure,sig,want", [
+    ("pass", None, None, "pass"), ("fail", _VALUES, None, "fail"), ("error", _RAISES, None, "error"),
+    ("unsupported", None, None, "error"),                  # not listed: the platform must say so in its file
+    ("unsupported", None, "unsupported", "unsupported"),
+    ("pass", None, "unsupported", "xpass"),                # it ran: the entry is stale
+    ("fail", _VALUES, "mismatch(nan-dropped)", "xfail"), ("pass", None, "mismatch(nan-dropped)", "xpass"),
+    ("fail", _VALUES, "mismatch(1-ulp)", "error"),         # another class of difference
+    ("fail", dict(_VALUES, layout=["index"]), "mismatch(nan-dropped)", "error"),
+    ("fail", dict(_VALUES, side="refsim"), "mismatch(any)", "error"),   # refsim outside the bound
+    ("error", _RAISES, "raises(RuntimeError, /replica groups/)", "xfail"),   # a subclass, message matches
+    ("error", _RAISES, "raises(JaxRuntimeError, /flattened/)", "error"),
+    ("error", _REFSIM_RAISES, "raises(ValueError)", "error"),            # refsim raising is never expected
+    ("error", _REFSIM_RAISES, "sometimes mismatch(any)", "error"),
+    ("fail", _VALUES, "unsupported", "error"),
+    ("pass", None, "sometimes mismatch(value)", "pass"), ("fail", _VALUES, "sometimes mismatch(nan-dropped)", "xfail"),
 ])
-def test_xfail_entry_decides_the_status(status, reason, want):
-    entry = None if reason is None else xfails.parse(f"x {reason}")[0]
-    got, message = runner._apply_xfail(base.Outcome(status, "msg"), entry)
-    assert got == want
+def test_xfail_signature_decides_the_status(status, failure, sig, want):
+    entry = None if sig is None else xfails.parse(f"x {sig}: why")[0]
+    out = base.Outcome(status, "msg", details={} if failure is None else {"failure": failure})
+    got, message = runner._apply_xfail(out, entry)
+    assert got == want, message
     if want == "error" and status == "unsupported":
         assert "unsupported: REASON" in message
+    if want == "error" and entry is not None:
+        assert "but this failure is not that one" in message
+
+
+def test_too_broad_entries_are_named():
+    es = xfails.parse("a mismatch(any): r\nb raises(ValueError): r\nc mismatch(value): r")
+    assert [bool(e.too_broad()) for e in es] == [True, True, False]
 
 
 def test_crash_entries_are_not_run():

@@ -11,7 +11,12 @@ from conformance.strategies import _validate as v
 
 # dtypes every collective test draws by default (64-bit types need jax_enable_x64).
 DEFAULT_DTYPES = ("float32", "int32", "float16", "bfloat16", "bool", "int8", "uint32", "complex64")
-MODES = ("exact", "random")
+MODES = ("exact", "random", "special")
+# Special values `arrays(mode="special")` mixes into exact-friendly data (see `special_values`).
+SPECIALS = ("nan", "inf", "-0", "subnormal", "max")
+# Every float dtype JAX has, for strategies that want them all (float8 types come from ml_dtypes).
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz",
+                "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 # Exact-friendly values are k * 2**e with |k| <= K and E_MIN <= e <= 0: with p significand
 # bits, any sum of up to 2**p / (K * 2**-E_MIN) such values is exact in any order
@@ -24,14 +29,74 @@ _INT_K = {1: 4, 2: 16, 4: 16, 8: 16}
 
 
 def _np_dtype(dtype) -> np.dtype:
-    if isinstance(dtype, str) and dtype == "bfloat16" or getattr(dtype, "__name__", "") == "bfloat16":
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", "")
+    if name == "bfloat16" or name.startswith("float8_"):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        if not hasattr(ml_dtypes, name):
+            raise InvalidArgument(f"dtype={dtype!r}: this ml_dtypes has no {name}.")
+        return np.dtype(getattr(ml_dtypes, name))
     try:
         return np.dtype(dtype)
     except TypeError:
-        raise InvalidArgument(f"dtype={dtype!r} is not a NumPy dtype (or 'bfloat16').") from None
+        raise InvalidArgument(f"dtype={dtype!r} is not a NumPy dtype (or 'bfloat16', 'float8_*').") from None
+
+
+def _is_float(dt: np.dtype) -> bool:
+    return dt.kind in "fc" or (dt.kind == "V" and "float" in dt.name)
+
+
+def special_values(dtype, kinds=SPECIALS) -> np.ndarray:
+    """The special values of a floating `dtype` for `kinds`, as a 1-D array of that dtype:
+    "nan" (the default quiet NaN and quiet NaNs with payloads and the sign bit set, where the
+    format has them), "inf" (+inf, -inf; none for formats without infinities), "-0" (none where
+    the format has no negative zero), "subnormal" (the smallest and the largest subnormal, both
+    signs), "max" (the largest finite value and the lowest, and the smallest normal).
+    Integers and bools have none (an empty array).
+
+    >>> special_values("float16", kinds=("inf", "-0"))
+    array([ inf, -inf,  -0.], dtype=float16)
+    """
+    from conformance.compare import _finfo
+
+    dt = _np_dtype(dtype)
+    v.check_options("kinds", kinds, SPECIALS)
+    if not _is_float(dt):
+        return np.zeros((0,), dt)
+    real = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
+    fi = _finfo(real)
+    ubits = np.dtype(f"u{real.itemsize}")
+    vals: list = []
+    with np.errstate(invalid="ignore", over="ignore"):
+        if "nan" in kinds:
+            q = np.array(np.nan, real).view(ubits)
+            mant = (1 << int(fi.nmant)) - 1
+            sign = np.array(1 << (8 * real.itemsize - 1), ubits)
+            for bits in (q, q | (mant & 0x5), q | (mant & 0x2), q | sign):   # payloads; a negative NaN
+                x = np.array(bits, ubits).view(real)
+                if np.isnan(x.astype(np.float64)):
+                    vals.append(x)
+        if "inf" in kinds:
+            for x in (np.inf, -np.inf):
+                y = np.array(x).astype(real)
+                if np.isinf(y.astype(np.float64)):
+                    vals.append(y)
+        if "-0" in kinds:
+            z = np.array(-0.0).astype(real)
+            if np.signbit(z.astype(np.float64)) and not np.isnan(z.astype(np.float64)):
+                vals.append(z)
+        if "subnormal" in kinds:
+            low = float(fi.smallest_subnormal)
+            high = float(fi.tiny) - low
+            for x in (low, -low, high, -high):
+                y = np.array(x).astype(real)
+                if y.astype(np.float64) != 0:
+                    vals.append(y)
+        if "max" in kinds:
+            for x in (fi.max, fi.min, fi.tiny):
+                vals.append(np.array(x).astype(real))
+    out = np.array(vals, dtype=real).reshape(-1) if vals else np.zeros((0,), real)
+    return out.astype(dt) if dt.kind == "c" else out
 
 
 def dtypes(*, include=DEFAULT_DTYPES) -> st.SearchStrategy[np.dtype]:
@@ -82,17 +147,25 @@ def _random_values(dt: np.dtype, size: int, allow_nan: bool, allow_infinity: boo
 # Module level: st.composite reads the function's source each time it decorates one (~3 ms),
 # which a closure redefined per call would pay on every draw that builds this strategy.
 @st.composite
-def _draw_array(draw, allow_infinity, allow_nan, dtype_s, mode, shape_s) -> np.ndarray:
+def _draw_array(draw, allow_infinity, allow_nan, dtype_s, mode, shape_s, kinds=SPECIALS) -> np.ndarray:
     dt = _np_dtype(draw(dtype_s))
     shp = tuple(draw(shape_s))
     size = math.prod(shp)
-    vals = draw(_exact_values(dt, size) if mode == "exact" else
-                _random_values(dt, size, allow_nan, allow_infinity))
-    return vals.reshape(shp)
+    if mode == "random":
+        vals = draw(_random_values(dt, size, allow_nan, allow_infinity))
+    else:
+        vals = draw(_exact_values(dt, size))
+        table = special_values(dt, kinds) if mode == "special" else ()
+        if len(table) and size:
+            # index 0 keeps the exact-friendly value, so shrinking removes specials first
+            picks = draw(st.lists(st.integers(0, 2 * len(table)), min_size=size, max_size=size))
+            idx = np.asarray(picks) - 1 - len(table)
+            vals = np.where(idx >= 0, table[np.clip(idx, 0, len(table) - 1)], vals)
+    return np.asarray(vals, dtype=dt).reshape(shp)
 
 
 def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
-           allow_infinity: bool = False) -> st.SearchStrategy[np.ndarray]:
+           allow_infinity: bool = False, specials=SPECIALS) -> st.SearchStrategy[np.ndarray]:
     """NumPy arrays of `dtype` and `shape` (each a value or a strategy).
 
     mode="exact" (default) draws small integers and small multiples of powers of two
@@ -100,7 +173,9 @@ def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
     nccl-tests' data is; bools and integers stay small enough not to overflow a psum over
     8 devices. mode="random" draws floats over several binades with both signs (and NaN/inf
     if allowed), which makes sums round and exercises the comparator's bound; integers
-    then span the dtype's range. Shrinks towards zeros.
+    then span the dtype's range. mode="special" draws exact-friendly data in which some
+    elements are the `special_values` of `specials` (NaN with payloads, ±inf, -0, subnormals,
+    the largest finite values); integers and bools are drawn as in "exact". Shrinks towards zeros.
 
     >>> arrays("float32", (2, 3)).example()  # doctest: +SKIP
     array([[ 0.25, -3.  ,  0.  ], [ 1.5 ,  0.  , 16.  ]], dtype=float32)
@@ -108,8 +183,10 @@ def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
     v.check_choice("mode", mode, MODES)
     v.check_bool("allow_nan", allow_nan)
     v.check_bool("allow_infinity", allow_infinity)
-    if mode == "exact" and (allow_nan or allow_infinity):
-        raise InvalidArgument("allow_nan/allow_infinity need mode='random'; exact mode draws finite values only.")
+    if mode != "random" and (allow_nan or allow_infinity):
+        raise InvalidArgument("allow_nan/allow_infinity need mode='random'; use mode='special' with specials= "
+                              "for NaN and infinities in exact-friendly data.")
+    kinds = v.check_options("specials", specials, SPECIALS)
     dtype_s = dtype if v.is_strategy(dtype) else st.just(_np_dtype(dtype))
     if v.is_strategy(shape):
         shape_s = shape
@@ -122,4 +199,4 @@ def arrays(dtype, shape, *, mode: str = "exact", allow_nan: bool = False,
             raise InvalidArgument(f"shape={shape!r} must be a tuple of non-negative ints.")
         shape_s = st.just(shape)
 
-    return _draw_array(allow_infinity, allow_nan, dtype_s, mode, shape_s)
+    return _draw_array(allow_infinity, allow_nan, dtype_s, mode, shape_s, kinds)

@@ -196,7 +196,7 @@ def _axes_label(axes) -> str:
 
 
 def _output_kind(name: str, dt: np.dtype) -> str:
-    floating = dt.kind in "fc" or dt.name == "bfloat16"
+    floating = dt.kind in "fc" or (dt.kind == "V" and "float" in dt.name) or dt.name.startswith(("bfloat16", "float8"))
     if name == "pmean":
         return "mean"
     if name in ("psum", "psum_scatter") and floating:

@@ -14,8 +14,15 @@ from typing import Callable
 import numpy as np
 
 # Data sets per drawn structure: the first is hypothesis's draw, the others refill the same
-# shapes and dtypes, so they hit xla_backend's compile cache.
+# shapes and dtypes, so they hit xla_backend's compile cache. What each refill holds is one of
+# DATA_KINDS: "exact" (exact-friendly: every sum exact in any order), "special" (exact-friendly
+# with special values: NaN with payloads, ±inf, -0, subnormals, the largest finite values),
+# "special-ieee" (only NaN, ±inf and -0, whose sums no order changes: for whole programs, which
+# have no per-element sum model), "rounding" (random floats over several binades: sums round).
 DATA_VARIANTS = 3
+DATA_KINDS = ("exact", "special", "special-ieee", "rounding")
+COLLECTIVE_DATA = ("drawn", "special", "rounding")
+PROGRAM_DATA = ("drawn", "exact", "special-ieee")
 
 
 @dataclasses.dataclass
@@ -93,23 +100,84 @@ def exact_friendly(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
     return real().astype(dt)
 
 
-def with_data_variants(case, count: int, seed: int) -> list:
-    """`case` plus `count - 1` copies with fresh exact-friendly data of the same shapes."""
+def special_fill(rng: np.random.Generator, like: np.ndarray, kinds=("nan", "inf", "-0", "subnormal", "max"),
+                 share: float = 0.3) -> np.ndarray:
+    """Exact-friendly data of `like`'s shape and dtype in which about `share` of the elements
+    (of each component of a complex dtype) are `conformance.strategies.arrays.special_values`
+    of `kinds`; integers and bools get plain exact-friendly data."""
+    from conformance.strategies.arrays import special_values
+
+    base = exact_friendly(rng, like)
+    table = special_values(base.dtype, kinds)
+    if not len(table) or not base.size:
+        return base
+    if base.dtype.kind == "c":
+        real = np.dtype(f"f{base.dtype.itemsize // 2}")
+        re = special_fill(rng, base.real.astype(real), kinds, share)
+        im = special_fill(rng, base.imag.astype(real), kinds, share)
+        return (re.astype(base.dtype) + 1j * im.astype(base.dtype)).astype(base.dtype)
+    pick = rng.random(base.shape) < share
+    return np.where(pick, table[rng.integers(0, len(table), size=base.shape)], base).astype(base.dtype)
+
+
+def rounding_fill(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
+    """Random floats of `like`'s shape and dtype over 16 binades with both signs, so sums round
+    (the comparator's bound applies); integers and bools get exact-friendly data."""
+    like = np.asarray(like)
+    dt = like.dtype
+    from conformance.strategies.arrays import _is_float
+
+    if not _is_float(dt):
+        return exact_friendly(rng, like)
+
+    from conformance.compare import _finfo
+
+    real_dt = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
+    hi = min(8, int(np.log2(float(_finfo(real_dt).max))) - 1)   # float8's range is small
+
+    def real():
+        mag = rng.uniform(1, 2, size=like.shape) * 2.0 ** rng.integers(-8, hi, size=like.shape)
+        return np.where(rng.random(like.shape) < 0.5, -mag, mag)
+
+    if dt.kind == "c":
+        return (real() + 1j * real()).astype(dt)
+    return real().astype(dt)
+
+
+def refill(rng: np.random.Generator, like: np.ndarray, kind: str) -> np.ndarray:
+    """New data of `like`'s shape and dtype of one of `DATA_KINDS`."""
+    if kind == "exact":
+        return exact_friendly(rng, like)
+    if kind == "special":
+        return special_fill(rng, like)
+    if kind == "special-ieee":
+        return special_fill(rng, like, ("nan", "inf", "-0"))
+    if kind == "rounding":
+        return rounding_fill(rng, like)
+    raise ValueError(f"data kind {kind!r}; choose from {DATA_KINDS}.")
+
+
+def with_data_variants(case, count: int, seed: int, data=None) -> list:
+    """`case` plus `count - 1` copies with fresh data of the same shapes: the i-th copy of kind
+    ``data[i]`` (`DATA_KINDS`; `data[0]` is the drawn case itself), "exact" by default."""
     rng = np.random.default_rng(seed)
     out = [case]
-    for _ in range(count - 1):
-        out.append(dataclasses.replace(case, args=tuple(exact_friendly(rng, a) for a in case.args)))
+    kinds = list(data[1:]) if data else []
+    for i in range(count - 1):
+        kind = kinds[i % len(kinds)] if kinds else "exact"
+        out.append(dataclasses.replace(case, args=tuple(refill(rng, a, kind) for a in case.args)))
     return out
 
 
 def group_tasks(suite: str, cases: list, *, seed: int, shrink_of: Callable | None = None,
-                variants: int = DATA_VARIANTS) -> list[ProgramTask]:
-    """Program cases grouped by case id into tasks, each drawn structure with `variants` data sets."""
+                variants: int = DATA_VARIANTS, data=None) -> list[ProgramTask]:
+    """Program cases grouped by case id into tasks, each drawn structure with `variants` data
+    sets of the kinds `data` names (see `with_data_variants`)."""
     tasks: dict[str, ProgramTask] = {}
     for i, case in enumerate(cases):
         cid = case.case_id
         if cid not in tasks:
             tasks[cid] = ProgramTask(cid, suite, case.family, case.dtype, [],
                                      shrink_of(case) if shrink_of else None)
-        tasks[cid].variants += with_data_variants(case, variants, seed * 7919 + i)
+        tasks[cid].variants += with_data_variants(case, variants, seed * 7919 + i, data)
     return list(tasks.values())

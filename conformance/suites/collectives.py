@@ -3,24 +3,28 @@
 Draws `examples` calls per collective with `conformance.strategies.collective_calls` over
 meshes of up to `devices` devices (1-4 axes, every device order), covering axis tuples in
 and out of mesh order, `axis_index_groups` of every kind, every `perm` kind, `tiled`,
-gather / scatter / split / concat dimensions, pbroadcast sources, pmap and shard_map.
+gather / scatter / split / concat dimensions, pbroadcast sources, pmap and shard_map. Each draw
+runs with its own exact-friendly data, with special values (NaN, ±inf, -0, subnormals, the
+largest finite values) and with rounding data (`conformance.suites.base.COLLECTIVE_DATA`).
 """
 from __future__ import annotations
 
 import zlib
 
-from conformance.suites.base import draw, group_tasks
+from conformance.suites.base import COLLECTIVE_DATA, draw, group_tasks
 
 NAME = "collectives"
+# Every dtype the strategies draw by default, plus the float8 types XLA:CPU runs collectives on.
+DTYPES = ("float32", "int32", "float16", "bfloat16", "bool", "int8", "uint32", "complex64",
+          "float8_e4m3fn", "float8_e5m2")
 
 
 def strategy(family: str, dtype: str | None, devices: int):
     """The calls of one collective (and dtype): what a failure of that case is shrunk within."""
     from conformance.strategies import collective_calls, meshes
-    from conformance.strategies.arrays import DEFAULT_DTYPES
 
     return collective_calls(meshes(max_devices=devices), collectives=(family,),
-                            dtypes=(dtype,) if dtype else DEFAULT_DTYPES)
+                            dtypes=(dtype,) if dtype else DTYPES)
 
 
 def tasks(*, examples: int, seed: int, devices: int) -> list:
@@ -30,5 +34,5 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
     for name in COLLECTIVES:
         s = seed ^ zlib.crc32(name.encode())
         calls = draw(strategy(name, None, devices), examples, s)
-        out += group_tasks(NAME, calls, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype))
+        out += group_tasks(NAME, calls, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=COLLECTIVE_DATA)
     return out

@@ -79,8 +79,10 @@ def _invalid(devices: int, kind: str):
 
 
 def check_invalid(cases: list, xla) -> Outcome:
-    """Both sides raise, with the same exception class, for every case."""
+    """Both sides raise, with the same exception class, for every case. A failure's signature
+    (`conformance.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
     import refsim
+    from conformance.xfails import exception_failure
 
     for case in cases:
         raised = {}
@@ -91,16 +93,17 @@ def check_invalid(cases: list, xla) -> Outcome:
                 raised[side] = e
         where = case.describe()
         if not raised:
-            return Outcome("fail", f"neither refsim nor XLA rejected this invalid program:\n{where}", len(cases))
+            return Outcome("fail", f"neither refsim nor XLA rejected this invalid program:\n{where}", len(cases),
+                           {"failure": {"kind": "accepted", "side": "refsim"}})
         if len(raised) == 1:
             (side, e), = raised.items()
             other = "xla" if side == "refsim" else "refsim"
             return Outcome("fail", f"only {side} rejected it ({_base(e)}: {e}); {other} accepted it:\n{where}",
-                           len(cases))
+                           len(cases), {"failure": {"kind": "accepted", "side": other}})
         r, x = _base(raised["refsim"]), _base(raised["xla"])
         if r != x:
             return Outcome("fail", f"refsim raised {r}: {raised['refsim']}\nXLA raised {x}: {raised['xla']}\n{where}",
-                           len(cases))
+                           len(cases), {"failure": exception_failure("xla", raised["xla"])})
     return Outcome("pass", examples=len(cases))
 
 

@@ -3,7 +3,8 @@
 Strategy families (`conformance.strategies.programs.FAMILIES`) compose collectives with
 elementwise / structural ops, scan / while / cond / switch, grad, vmap, nested shard_map,
 jit with shardings, sharding constraints and resharding between device orders; each is
-drawn `examples` times. Every corpus program (`conformance.corpus.PROGRAMS`) runs with
+drawn `examples` times, and each draw runs with exact-friendly data and with NaN, ±inf and -0
+mixed in (`conformance.suites.base.PROGRAM_DATA`). Every corpus program (`conformance.corpus.PROGRAMS`) runs with
 two input seeds; one XLA:CPU cannot run is checked against its NumPy `reference` and
 reported unsupported on this platform.
 """
@@ -14,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from conformance.suites.base import CheckTask, Outcome, draw, group_tasks
+from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, group_tasks
 
 NAME = "programs"
 CORPUS_SEEDS = (0, 1)
@@ -43,7 +44,7 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
     for fam in FAMILIES:
         s = seed ^ zlib.crc32(fam.encode())
         cases = draw(strategy(fam, None, devices), examples, s)
-        out += group_tasks(NAME, cases, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype))
+        out += group_tasks(NAME, cases, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=PROGRAM_DATA)
     for prog in PROGRAMS:
         if int(np.prod(prog.mesh_shape)) > devices:
             continue
