@@ -7,6 +7,7 @@
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
     python -m conformance explain ...    (conformance.explain.cli)
+    python -m conformance check [--report FILE] SCRIPT.py [ARGS...]   (conformance.oracle.cli)
 
 `run` exits 0 when every case agrees (or is an expected failure or unsupported on the
 platform), 1 on any disagreement or error, 2 on bad arguments.
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate,explain}", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate,explain,check}", parser_class=_Parser)
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
     run.add_argument("--devices", type=_positive, default=8, help="device count (virtual devices on CPU; default 8)")
@@ -114,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
     sub.add_parser("explain", help="which stage (lowering, compiler, backend) changed a reproducer's result",
                    add_help=False)
+    sub.add_parser("check", help="run a script with its distributed JAX calls checked against refsim", add_help=False)
     return ap
 
 
@@ -181,6 +183,10 @@ def main(argv=None) -> int:
         from conformance import mutate
 
         return int(mutate.main(argv[1:]) or 0)
+    if argv and argv[0] == "check":
+        from conformance.oracle import cli as oracle_cli
+
+        return int(oracle_cli.main(argv[1:]) or 0)
     ap = build_parser()
     args = ap.parse_args(argv)
     if args.command != "run":

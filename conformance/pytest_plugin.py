@@ -10,9 +10,17 @@ named ``conformance/<suite>::<case id>``: a disagreement fails it (with the comp
 report and the reproducer's path), an expected failure of the platform's xfails file is
 an xfail, a case the platform cannot run is skipped as unsupported, and a stale xfail
 entry passes with a warning.
+
+Oracle mode (docs/oracle.md): ``pytest --conformance-oracle [--conformance-oracle-report FILE]``
+checks the top-level calls of `jax.jit`, `jax.shard_map` and `jax.pmap` programs that a test
+suite makes against refsim (a disagreement fails the test that made the call) and prints
+``conformance oracle: N calls checked, D disagreed, S not checkable``. The fixture
+`conformance_check` is `conformance.check` with reproducers under the test's tmp_path.
 """
 from __future__ import annotations
 
+import functools
+import json
 import warnings
 
 import pytest
@@ -31,6 +39,110 @@ def pytest_addoption(parser):
     group.addoption("--conformance-seed", type=int, default=0, metavar="S", help="seed of every draw (default 0)")
     group.addoption("--conformance-xfails", default=None, metavar="FILE",
                     help="expected failures (default xfails/<platform>.txt)")
+    group.addoption("--conformance-oracle", action="store_true", default=False,
+                    help="oracle mode: also run every top-level jax.jit/shard_map/pmap call of a distributed "
+                         "program on refsim and fail the test on a disagreement")
+    group.addoption("--conformance-oracle-report", default=None, metavar="FILE",
+                    help="oracle mode: write the JSON report (counts, reasons, one record per call) to FILE")
+
+
+# -- oracle mode ------------------------------------------------------------------------------------
+_ORACLE: dict = {"session": None, "workers": []}
+
+
+def _start_oracle(config) -> None:
+    if _ORACLE["session"] is not None:
+        return
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    factory = getattr(config, "_tmp_path_factory", None)
+    repro = str(factory.getbasetemp() / "conformance-oracle-repros") if factory else None
+    _ORACLE["session"] = Session(repro_dir=repro)
+    intercept.install(_ORACLE["session"])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    # Before conftests and test modules are imported, so the jax.jit/shard_map/pmap they call
+    # at import time (decorators) are the oracle's.
+    if getattr(early_config.known_args_namespace, "conformance_oracle", False):
+        _start_oracle(early_config)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    s = _ORACLE["session"]
+    if s is None:
+        return (yield)
+    s.context = item.nodeid
+    try:
+        return (yield)
+    finally:
+        s.context = ""
+        s.pop_failures(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    s = _ORACLE["session"]
+    if s is not None:
+        failures = s.pop_failures(item.nodeid)
+        if failures:
+            if len(failures) > 1:
+                failures[0].args = (failures[0].args[0] + f"\n({len(failures) - 1} more disagreeing calls "
+                                    "in this test; see the oracle report)",)
+            raise failures[0]
+    return result
+
+
+def pytest_sessionfinish(session, exitstatus):
+    s = _ORACLE["session"]
+    if s is None:
+        return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:                        # a pytest-xdist worker: hand the report over
+        workeroutput["conformance_oracle"] = json.dumps(s.report())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    out = getattr(node, "workeroutput", {}).get("conformance_oracle")
+    if out:
+        _ORACLE["workers"].append(json.loads(out))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    s = _ORACLE["session"]
+    if s is None or hasattr(config, "workeroutput"):
+        return
+    from conformance.oracle import session as sess
+
+    report = sess.merge([s.report()] + _ORACLE["workers"])
+    for line in sess.summary_lines(report):
+        terminalreporter.write_line(line)
+    path = config.getoption("conformance_oracle_report")
+    if path:
+        sess.write_json(path, report)
+        terminalreporter.write_line(f"conformance oracle report: {path}")
+
+
+def pytest_unconfigure(config):
+    if _ORACLE["session"] is not None:
+        from conformance.oracle import intercept
+
+        intercept.uninstall()
+        _ORACLE["session"] = None
+        _ORACLE["workers"] = []
+
+
+@pytest.fixture
+def conformance_check(tmp_path):
+    """`conformance.check` with reproducers written under this test's tmp_path."""
+    from conformance.oracle.check import check
+
+    return functools.partial(check, repro_dir=str(tmp_path / "conformance-repros"))
 
 
 def _enabled(config) -> bool:
@@ -39,6 +151,8 @@ def _enabled(config) -> bool:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a refsim-vs-XLA conformance case (--conformance-platform)")
+    if config.getoption("conformance_oracle", False):
+        _start_oracle(config)   # when the plugin was loaded after the initial conftests
     if not _enabled(config):
         return
     from xla_backend import platform

@@ -1,0 +1,355 @@
+"""`conformance.check(fn, *args)`: run one call of your own program on refsim and on the live
+XLA platform, and compare every output device by device.
+
+    import conformance
+    result = conformance.check(train_step, params, batch)          # jax.jit / shard_map / pmap
+    result = conformance.check(f, x, mesh=mesh, in_specs=P('x'), out_specs=P())  # plain function
+    print(result.report())
+
+`fn` is any JAX callable: built with `jax.shard_map`, `jax.pmap`, or `jax.jit` (with
+shardings), or a plain function plus ``mesh=``/``in_specs=``/``out_specs=`` (run as
+``jax.jit(jax.shard_map(fn, ...))``) or ``in_shardings=``/``out_shardings=`` (run as
+``jax.jit(fn, ...)``). Arguments are placed as given (jax.Arrays keep their shardings); with
+a mesh or in_shardings, NumPy arguments are laid out by the specs first. The comparison
+policy is `conformance.oracle.policy` (docs/oracle.md). On a disagreement `ConformanceError`
+is raised; its message is the mismatch report and `.repro_path` a standalone reproducer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from conformance import compare
+from conformance.oracle import policy as policy_mod
+from conformance.oracle import program as prog
+from conformance.oracle import reproduce
+from conformance.oracle.program import NotCheckable
+
+__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSummary:
+    """One output: its shape, dtype, devices, the policy applied, where its layout came from
+    ("program": stated by out_specs/out_shardings, "xla": unstated, XLA's), and the largest
+    |xla - refsim| over its devices next to the largest difference the policy allows."""
+
+    index: int
+    shape: tuple
+    dtype: str
+    devices: int
+    policy: str
+    placement: str
+    max_abs_diff: float
+    allowed: float
+    path: str = ""
+    ulps: float | None = None
+
+    def line(self) -> str:
+        allowed = "0 (exact)" if self.allowed == 0 else f"{self.allowed:.3g}"
+        used = "" if self.ulps is None else f" ({self.ulps:.3g} ulp of max|output|)"
+        name = f"output {self.index}" + (f" {self.path}" if self.path else "")
+        return (f"{name}: {self.dtype}{list(self.shape)} on {self.devices} devices, layout from "
+                f"{self.placement}, policy {self.policy}; max |diff| {self.max_abs_diff:.3g}{used}, allowed {allowed}")
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """The outcome of `check`: `ok`, the comparison, per-output summaries, provenance and timings."""
+
+    name: str
+    entry: str
+    comparison: compare.ComparisonResult
+    outputs: list
+    provenance: dict
+    seconds: dict
+    repro_path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison.ok
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    @property
+    def policies(self) -> list[str]:
+        return [o.policy for o in self.outputs]
+
+    def report(self) -> str:
+        head = "AGREE" if self.ok else "DISAGREE"
+        p = self.provenance
+        lines = [f"{head}: {self.name} ({self.entry}) on {p.get('platform')} with {p.get('devices')} devices, "
+                 f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
+        lines += ["  " + o.line() for o in self.outputs]
+        if not self.ok:
+            lines += ["  " + ln for ln in self.comparison.report().splitlines()]
+        if self.repro_path:
+            lines.append(f"  reproducer: python {self.repro_path}")
+        return "\n".join(lines)
+
+    __str__ = report
+
+
+class ConformanceError(AssertionError):
+    """refsim and XLA disagree on a call; the message is the mismatch report.
+
+    `.result` is the `CheckResult`; `.repro_path` the standalone reproducer (None when the
+    program could not be located for one, with the reason in the message).
+    """
+
+    def __init__(self, result: CheckResult, note: str = ""):
+        self.result = result
+        self.repro_path = result.repro_path
+        super().__init__(result.report() + (f"\n  {note}" if note else ""))
+
+
+# -- building the callable -------------------------------------------------------------------------
+def _jax_mesh(mesh):
+    import jax
+
+    from refsim.layouts.mesh import Mesh
+
+    if isinstance(mesh, Mesh):
+        from xla_backend import meshes
+
+        return meshes.jax_mesh(mesh)
+    if isinstance(mesh, jax.sharding.Mesh):
+        return mesh
+    raise TypeError(f"check: mesh={mesh!r} must be a jax.sharding.Mesh or refsim.Mesh; build one with "
+                    "jax.make_mesh(shape, names).")
+
+
+def _to_jax_spec(s):
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    return s.to_jax() if isinstance(s, PartitionSpec) else s
+
+
+def _is_spec(x) -> bool:
+    import jax
+
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    return x is None or isinstance(x, (PartitionSpec, jax.sharding.PartitionSpec))
+
+
+def _place(args: tuple, shardings: list):
+    """Lay NumPy / Python leaves of `args` out by one JAX sharding per leaf (arrays keep theirs
+    unless they sit elsewhere)."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    out = []
+    for x, s in zip(leaves, shardings):
+        if s is None or (isinstance(x, jax.Array) and x.sharding == s):
+            out.append(x)
+        else:
+            out.append(jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x), s))
+    return jax.tree_util.tree_unflatten(tree, out)
+
+
+def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
+    """(callable, placed args, wrap description for the reproducer, mesh context or None)."""
+    import jax
+
+    from conformance.cases import spec_source
+    from refsim.layouts.partition_spec import PartitionSpec
+    from xla_backend import convert, placement
+
+    spec_mode = mesh is not None or in_specs is not None or out_specs is not None
+    shard_mode = in_shardings is not None or out_shardings is not None
+    if spec_mode and shard_mode:
+        raise ValueError("check: pass either mesh=/in_specs=/out_specs= (shard_map) or "
+                         "in_shardings=/out_shardings= (jit), not both.")
+    if spec_mode:
+        missing = [n for n, v in (("mesh", mesh), ("in_specs", in_specs), ("out_specs", out_specs)) if v is None]
+        if missing:
+            raise ValueError(f"check: shard_map mode needs mesh=, in_specs= and out_specs=; missing {', '.join(missing)}.")
+        jmesh = _jax_mesh(mesh)
+        j_in = jax.tree_util.tree_map(_to_jax_spec, in_specs, is_leaf=_is_spec)
+        j_out = jax.tree_util.tree_map(_to_jax_spec, out_specs, is_leaf=_is_spec)
+        kw = {} if axis_names is None else {"axis_names": set(axis_names)}
+        call = jax.jit(jax.shard_map(fn, mesh=jmesh, in_specs=j_in, out_specs=j_out, check_vma=check_vma, **kw))
+        leaf_specs = placement.broadcast_prefix(j_in, tuple(args), _is_spec, "in_specs")
+        placed = _place(tuple(args), [jax.sharding.NamedSharding(jmesh, s) for s in leaf_specs])
+        src = lambda t: reproduce._tree_source(  # noqa: E731
+            jax.tree_util.tree_map(lambda s: PartitionSpec.from_jax(s), t, is_leaf=_is_spec),
+            spec_source) if not isinstance(t, jax.sharding.PartitionSpec) else spec_source(PartitionSpec.from_jax(t))
+        wrap = {"kind": "'shard_map'", "mesh": repr(reproduce._mesh_desc(jmesh)), "in_specs": src(j_in),
+                "out_specs": src(j_out), "check_vma": repr(bool(check_vma)),
+                "axis_names": repr(None if axis_names is None else tuple(axis_names))}
+        return call, placed, wrap, None, "shard_map"
+    if shard_mode:
+        def to_j(t):
+            return jax.tree_util.tree_map(convert.to_jax_sharding, t, is_leaf=placement.is_sharding)
+        j_in, j_out = to_j(in_shardings), to_j(out_shardings)
+        kw = {}
+        if in_shardings is not None:
+            kw["in_shardings"] = j_in
+        if out_shardings is not None:
+            kw["out_shardings"] = j_out
+        call = jax.jit(fn, **kw)
+        placed = tuple(args)
+        if in_shardings is not None:
+            placed = _place(tuple(args), placement.broadcast_prefix(j_in, tuple(args), placement.is_sharding,
+                                                                    "in_shardings"))
+        named = [s for s in jax.tree_util.tree_leaves((j_in, j_out), is_leaf=placement.is_sharding)
+                 if isinstance(s, jax.sharding.NamedSharding)]
+        meshes = {s.mesh for s in named}
+        ctx = meshes.pop() if len(meshes) == 1 else None
+        wrap = None
+        if ctx is not None:
+            spec_of = lambda t: reproduce._tree_source(  # noqa: E731
+                jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s.spec), t,
+                                       is_leaf=placement.is_sharding), spec_source)
+            wrap = {"kind": "'jit'", "mesh": repr(reproduce._mesh_desc(ctx)), "in_shardings": spec_of(j_in),
+                    "out_shardings": spec_of(j_out)}
+        return call, placed, wrap, ctx, "jit"
+    return fn, tuple(args), None, None, _entry_of(fn)
+
+
+def _entry_of(fn) -> str:
+    kind = type(fn).__name__
+    if kind == "PjitFunction" or (hasattr(fn, "lower") and hasattr(fn, "trace")):
+        return "jit"
+    name = getattr(fn, "__qualname__", "") or ""
+    if "pmap" in name or kind == "PmapFunction":
+        return "pmap"
+    return "function"
+
+
+def _name(fn) -> str:
+    inner = fn
+    for _ in range(10):
+        nxt = getattr(inner, "__wrapped__", None)
+        if nxt is None:
+            break
+        inner = nxt
+    mod = getattr(inner, "__module__", None) or ""
+    qual = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
+    return f"{mod}.{qual}" if mod and mod != "__main__" else qual
+
+
+def _max_diff(e, a) -> float:
+    worst = 0.0
+    sa = {int(s.device_id): np.asarray(s.data) for s in a.shards}
+    for s in e.shards:
+        y = sa.get(int(s.device_id))
+        x = np.asarray(s.data)
+        if y is None or y.shape != x.shape or x.dtype.kind not in "fciub" or x.size == 0:
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.abs(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
+                       - y.astype(np.complex128 if y.dtype.kind == "c" else np.float64))
+        d = d[np.isfinite(d)]
+        if d.size:
+            worst = max(worst, float(d.max()))
+    return worst
+
+
+def _summaries(ref, xla, pols, where, paths) -> list:
+    out = []
+    for k, (e, a, p) in enumerate(zip(ref, xla, pols)):
+        scaled = isinstance(p, policy_mod.ScaledBound)
+        allowed = float(p.allowed(e.dtype)) if scaled else 0.0
+        diff = _max_diff(e, a)
+        out.append(OutputSummary(k, tuple(e.shape), str(np.dtype(e.dtype)), len(e.shards), p.describe(),
+                                 where[k] if k < len(where) else "xla", diff, allowed,
+                                 paths[k] if k < len(paths) else "", p.ulps_of(diff, e.dtype) if scaled else None))
+    return out
+
+
+def _provenance(ref) -> dict:
+    import jax
+
+    info = dict(getattr(ref[0], "info", {}) or {}) if ref else {}
+    devs = jax.devices()
+    return {"platform": devs[0].platform, "devices": len(devs), "jax_version": jax.__version__,
+            "independent": bool(info.get("independent", True)),
+            **({"replication": info["replication"]} if info.get("replication") else {})}
+
+
+# -- the one-call check ------------------------------------------------------------------------------
+def prepare(call, args: tuple, kwargs: dict):
+    """Trace the call and take host copies of its inputs (before XLA runs, which may donate
+    them). Raises NotCheckable when refsim cannot replay it."""
+    traced = prog.trace(call, args, kwargs)
+    prog.check_replayable(traced)
+    prog.take_host_copies(traced)
+    return traced
+
+
+def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
+           seconds=None):
+    """refsim's side of a call whose XLA result is `out`: evaluate, choose policies, compare.
+
+    Returns (CheckResult, refsim outputs, policies); NotCheckable when refsim cannot evaluate it.
+    """
+    t0 = time.perf_counter()
+    xla = prog.xla_outputs(out)
+    try:
+        ref, where = prog.refsim_outputs(traced, xla)
+    except NotCheckable:
+        raise
+    except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
+        raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
+    cmp = compare.compare(ref, xla, tolerances=pols)
+    secs = dict(seconds or {})
+    secs["refsim_and_compare"] = time.perf_counter() - t0
+    if prog.is_shard_map_program(traced) and entry != "pmap":
+        entry = {"function": "shard_map", "jit": "jit(shard_map)"}.get(entry, entry)
+    res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=_summaries(ref, xla, pols, where, prog.output_paths(out)),
+                      provenance=_provenance(ref), seconds=secs)
+    return res, ref, pols
+
+
+def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tuple[str | None, str]:
+    """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be)."""
+    try:
+        text = reproduce.source(fn, name, args, kwargs, ref, pols, wrap=wrap)
+    except reproduce.NotReproducible as e:
+        return None, f"no reproducer: {e}"
+    return reproduce.write(repro_dir, name, text), ""
+
+
+def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
+          in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
+          repro_dir: str | None = None, name: str | None = None, **kwargs) -> CheckResult:
+    """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
+
+    Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
+    report; `.repro_path`: a standalone reproducer written to `repro_dir`, default a fresh
+    temporary folder) when they disagree, and `NotCheckable` (`.reason`) when refsim cannot
+    replay the program (a host callback, side effects, a primitive refsim has no rule for).
+    `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
+    output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare` policies.
+    Other keyword arguments are passed to `fn`.
+    """
+    import contextlib
+
+    import jax
+
+    call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
+                                                 in_shardings, out_shardings)
+    label = name or _name(fn)
+    scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
+    with scope:
+        t0 = time.perf_counter()
+        traced = prepare(call, placed, kwargs)
+        t1 = time.perf_counter()
+        out = call(*placed, **kwargs)
+        t2 = time.perf_counter()
+        res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
+                                seconds={"trace": t1 - t0, "xla": t2 - t1})
+    if res.ok:
+        return res
+    directory = repro_dir or tempfile.mkdtemp(prefix="conformance-check-")
+    path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, directory)
+    res.repro_path = path
+    raise ConformanceError(res, note)

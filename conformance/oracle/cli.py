@@ -1,0 +1,70 @@
+"""`python -m conformance check SCRIPT.py [ARGS...]`: run a script in oracle mode (like `coverage run`).
+
+    python -m conformance check [--report FILE] [--platform P] [--devices N] SCRIPT.py [ARGS...]
+
+Every top-level call of a `jax.jit` / `jax.shard_map` / `jax.pmap` program the script makes
+that is distributed is also run on refsim and compared; disagreements are printed as they
+happen (report and reproducer), and at the end the summary line
+``conformance oracle: N calls checked, D disagreed, S not checkable``. Exit status: the
+script's own when it fails, else 1 if any call disagreed, else 0; 2 for bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m conformance check",
+                                 description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
+    ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
+    ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
+    ap.add_argument("--devices", type=int, default=8, help="virtual CPU devices (default 8)")
+    ap.add_argument("--repro-dir", metavar="DIR", help="where reproducers go (default: a temporary folder)")
+    ap.add_argument("script", help="the Python script to run")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if not os.path.isfile(args.script):
+        print(f"error: script {args.script!r} does not exist; pass the path of a Python file.", file=sys.stderr)
+        return 2
+    if args.devices < 1:
+        print(f"error: --devices={args.devices}; pass a positive device count.", file=sys.stderr)
+        return 2
+    if args.report and os.path.isdir(args.report):
+        print(f"error: --report {args.report!r} is a folder; pass a file name such as oracle.json.", file=sys.stderr)
+        return 2
+    from xla_backend import platform
+
+    platform.configure(args.platform, args.devices)
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session(repro_dir=args.repro_dir, echo=lambda text: print(text, file=sys.stderr))
+    session.context = args.script
+    intercept.install(session)
+    status = 0
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [args.script] + list(args.args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        status = code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        intercept.uninstall()
+    for line in session.summary_lines():
+        print(line)
+    if args.report:
+        session.write_report(args.report)
+        print(f"conformance oracle report: {args.report}")
+    if status:
+        return status
+    return 1 if session.counts()["disagreed"] else 0

@@ -1,0 +1,118 @@
+"""The tolerance policy for users' programs: exact where the result is exact, else a bound
+scaled by the magnitude of the output.
+
+A general program (matmuls, softmax, layer norm in float32) has no rigorous error bound that
+refsim could compute: XLA and NumPy legitimately sum in different orders, fuse multiply-adds,
+and use different exp/log/tanh approximations. So each output gets one of:
+
+* `Exact` when the output is an integer or bool array, or when every primitive in the program
+  is exact on floats (data movement, selection, comparison, min/max: `EXACT_PRIMITIVES`):
+  bit-exact, NaN == NaN.
+* `ScaledBound(ulps)` otherwise (floating outputs of a program that rounds): every element
+  must satisfy ``|xla - refsim| <= ulps * u * max|refsim output|`` where u is the unit
+  roundoff of the output dtype (2**-24 for float32) and the maximum runs over the whole
+  output (all devices). The default ``ulps = 256`` admits about 1.5e-5 of the output's scale
+  in float32: tens of times the reordering noise measured on the examples (a few ulps,
+  docs/oracle.md), and far below what a wrong collective, a wrong device order or a lost
+  shard produces (an O(1) relative error) or a matmul silently run in bfloat16 (~2**-9).
+  NaN must match NaN, an infinity itself.
+
+This is a documented heuristic, not a proof: an output whose elements cancel to far below
+its largest element may need a larger `ulps`, and a bug smaller than the bound passes.
+Collective-only programs stay exact, and the built-in suites keep the rigorous
+`compare.SumBound` for their sums.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from conformance import compare
+
+#: Primitives whose floating results are exact (no rounding): the program stays bit-exact.
+EXACT_PRIMITIVES = frozenset({
+    "jit", "pjit", "shard_map", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call",
+    "custom_vjp_call", "custom_vjp_call_jaxpr",
+    "reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims", "slice", "dynamic_slice",
+    "dynamic_update_slice", "concatenate", "pad", "gather", "rev", "select_n", "copy", "copy_p",
+    "iota", "eq", "ne", "lt", "le", "gt", "ge", "max", "min", "neg", "abs", "sign", "floor",
+    "ceil", "round", "and", "or", "not", "xor", "stop_gradient", "sharding_constraint", "reshard",
+    "device_put", "mesh_cast", "convert_element_type", "bitcast_convert_type", "reduce_max",
+    "reduce_min", "argmax", "argmin", "sort", "cumax", "cummin", "clamp", "is_finite",
+    "ppermute", "all_gather", "all_gather_invariant", "all_to_all", "ragged_all_to_all", "pmax",
+    "pmin", "axis_index", "pbroadcast", "pvary", "pcast",
+    "while", "cond", "scan", "split", "shift_left", "shift_right_logical", "shift_right_arithmetic",
+    "population_count", "clz", "optimization_barrier", "random_bits", "random_seed", "random_wrap",
+    "random_unwrap", "threefry2x32",
+})
+
+DEFAULT_ULPS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaledBound(compare.SumBound):
+    """``|xla - refsim| <= ulps * u * max|refsim|`` elementwise (see the module docstring).
+
+    Built with `ScaledBound.of(refsim_output, ulps)`; `exact[d]` holds device d's refsim
+    shard (float64) and `abs_sum[d]` the output-wide scale max|refsim|.
+    """
+
+    ulps: int = DEFAULT_ULPS
+
+    def describe(self) -> str:
+        return f"scaled bound: |diff| <= {self.ulps} ulp of max|output|"
+
+    @classmethod
+    def of(cls, array, ulps: int = DEFAULT_ULPS) -> "ScaledBound":
+        shards = {int(s.device_id): np.asarray(s.data) for s in array.shards}
+        finite = [np.abs(d[np.isfinite(d)]).max() for d in shards.values() if np.isfinite(d).any()]
+        scale = float(max(finite)) if finite else 0.0
+        ref = {d: v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for d, v in shards.items()}
+        return cls(n=1, exact=ref, abs_sum={d: np.float64(scale) for d in shards}, ulps=int(ulps))
+
+    def ulps_of(self, diff: float, out_dtype) -> float:
+        """`diff` in units of roundoff of the output's scale (how much of the bound it uses)."""
+        unit = compare.unit_roundoff(out_dtype) * self.scale
+        return float(diff / unit) if unit > 0 else (0.0 if diff == 0 else float("inf"))
+
+    @property
+    def scale(self) -> float:
+        return float(next(iter(self.abs_sum.values()), 0.0))
+
+    def allowed(self, out_dtype) -> float:
+        """The allowed |xla - refsim| for every element of an output of `out_dtype`."""
+        tiny = float(compare._finfo(out_dtype).smallest_subnormal)
+        return self.ulps * compare.unit_roundoff(out_dtype) * self.scale + tiny
+
+    def reference_and_bound(self, device_id: int, out_dtype):
+        ref = np.asarray(self.exact[device_id])
+        return ref, np.full(ref.shape, self.allowed(out_dtype))
+
+
+def rounds(primitives) -> list[str]:
+    """The primitives of a program that may round a floating result (sorted)."""
+    return sorted(p for p in primitives if p not in EXACT_PRIMITIVES)
+
+
+def choose(outputs, primitives, policy="auto", ulps: int = DEFAULT_ULPS) -> list:
+    """One comparison policy per refsim output.
+
+    policy: "auto" (the module docstring's rule), "exact" (bit-exact everywhere), or a
+    `compare` policy object / list of them used as given.
+    """
+    if policy == "exact":
+        return [compare.EXACT] * len(outputs)
+    if policy != "auto":
+        pols = list(policy) if isinstance(policy, (list, tuple)) else [policy] * len(outputs)
+        if len(pols) != len(outputs):
+            raise ValueError(f"policy lists {len(pols)} policies for {len(outputs)} outputs; give one per output.")
+        return pols
+    if isinstance(ulps, bool) or not isinstance(ulps, int) or ulps < 0:
+        raise ValueError(f"ulps={ulps!r}; pass a non-negative int number of units of roundoff.")
+    inexact = bool(rounds(primitives))
+    out = []
+    for a in outputs:
+        floating = compare._is_float(a.dtype)
+        out.append(ScaledBound.of(a, ulps) if floating and inexact else compare.EXACT)
+    return out

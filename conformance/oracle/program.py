@@ -1,0 +1,257 @@
+"""One call of a user's JAX program, evaluated on XLA (as the user ran it) and on refsim.
+
+`trace` records what refsim needs before the call runs on XLA (the jaxpr, and host copies
+of the inputs, taken before XLA may donate them); `refsim_outputs` interprets that jaxpr
+with refsim's NumPy rules and lays each output out the way the program states it:
+
+* a program whose body is one `shard_map` (`jax.shard_map`, `jax.jit(jax.shard_map(...))`,
+  `jax.pmap`, which JAX >= 0.10 builds from shard_map) keeps every device's own block, as
+  `refsim.shard_map` does, so replicas that disagree stay visible;
+* otherwise the global value is computed and placed by the jit's `out_shardings`, and where
+  the program states none, by the sharding XLA chose (the values on each device are still
+  checked; the placement itself is then XLA's, which `CheckResult` records per output).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+#: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
+COLLECTIVES = frozenset({
+    "psum", "psum_invariant", "pmax", "pmin", "pmean", "ppermute", "pbroadcast", "all_gather",
+    "all_gather_invariant", "all_to_all", "ragged_all_to_all", "reduce_scatter", "psum_scatter",
+    "axis_index", "shard_map", "xla_pmap", "pvary", "psum2", "pgather",
+})
+#: Primitives that call back into Python on the host: refsim cannot replay them faithfully.
+CALLBACKS = frozenset({"pure_callback", "io_callback", "debug_callback", "callback", "debug_print"})
+
+
+class NotCheckable(Exception):
+    """This call cannot be checked; `reason` is a short, countable category."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason, self.detail = reason, detail
+
+
+@dataclasses.dataclass
+class Traced:
+    """A call of `fn`: its closed jaxpr, flat host inputs and output tree."""
+
+    fn: Any
+    closed: Any
+    flat_args: list          # the inputs; after take_host_copies: refsim.Array or ndarray
+    out_tree: Any
+    primitives: frozenset
+    sharded_io: bool
+
+    @property
+    def distributed(self) -> bool:
+        """True when the program has a shard_map or collective, or sharded inputs/outputs."""
+        return self.sharded_io or bool(self.primitives & COLLECTIVES)
+
+
+def _sub_jaxprs(params):
+    from jax.extend import core as jcore
+
+    for v in params.values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(x, jcore.ClosedJaxpr):
+                yield x.jaxpr
+            elif isinstance(x, jcore.Jaxpr):
+                yield x
+
+
+def primitive_names(jaxpr) -> frozenset:
+    """Every primitive name in `jaxpr` and its sub-jaxprs (jit, shard_map, scan, cond, ...)."""
+    seen: set = set()
+    stack = [jaxpr]
+    while stack:
+        j = stack.pop()
+        for eqn in j.eqns:
+            seen.add(eqn.primitive.name)
+            stack.extend(_sub_jaxprs(eqn.params))
+    return frozenset(seen)
+
+
+def _host_copy(x):
+    """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data)."""
+    import jax
+
+    from xla_backend import convert
+
+    if isinstance(x, jax.core.Tracer):
+        raise NotCheckable("traced argument", "called under an outer JAX trace")
+    if isinstance(x, jax.Array):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            raise NotCheckable("typed PRNG key argument", f"{x.dtype}; pass jax.random.key_data(key)")
+        if not x.is_fully_addressable:
+            raise NotCheckable("multi-process array", "an input spans devices of other processes")
+        try:
+            return convert.to_refsim(x)
+        except TypeError:                                   # e.g. a PmapSharding or GSPMDSharding
+            return np.asarray(x)
+    if isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
+        return np.asarray(x)
+    raise NotCheckable("non-array argument", f"{type(x).__name__} (bind it with functools.partial)")
+
+
+def _multi_device(x) -> bool:
+    sh = getattr(x, "sharding", None)
+    return sh is not None and len(getattr(sh, "device_set", ())) > 1
+
+
+def trace(fn, args: tuple, kwargs: dict) -> Traced:
+    """Trace `fn(*args, **kwargs)` to a jaxpr (inputs kept as given until `take_host_copies`)."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+
+    def flat_fn(*xs):
+        a, k = jax.tree_util.tree_unflatten(tree, xs)
+        return fn(*a, **k)
+
+    try:
+        closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
+    except Exception as e:  # noqa: BLE001 - any tracing failure makes the call uncheckable
+        raise NotCheckable("trace failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    prims = primitive_names(closed.jaxpr)
+    out_leaves = jax.tree_util.tree_leaves(out_shape)
+    sharded = any(_multi_device(x) for x in leaves) or any(
+        len(getattr(getattr(o, "sharding", None), "device_set", ())) > 1 for o in out_leaves)
+    return Traced(fn, closed, list(leaves), jax.tree_util.tree_structure(out_shape), prims, sharded)
+
+
+def take_host_copies(traced: Traced) -> None:
+    """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
+    refsim reads them; call it before XLA runs the call, which may donate its inputs."""
+    traced.flat_args = [_host_copy(x) for x in traced.flat_args]
+
+
+def is_shard_map_program(traced: Traced) -> bool:
+    """True when the program (under top-level jits) is one shard_map producing every output."""
+    from refsim.interpreter import api
+
+    return api._is_top_shard_map(_unwrap_jit(traced.closed)[0].jaxpr)
+
+
+def check_replayable(traced: Traced) -> None:
+    """Raise NotCheckable for programs refsim cannot replay: host callbacks, side effects."""
+    cb = sorted(traced.primitives & CALLBACKS)
+    if cb:
+        raise NotCheckable("host callback", ", ".join(cb))
+    effects = getattr(traced.closed.jaxpr, "effects", ())
+    if effects:
+        raise NotCheckable("side effects", ", ".join(sorted(type(e).__name__ for e in effects)))
+
+
+# -- refsim's evaluation ----------------------------------------------------------------------
+def _unwrap_jit(closed):
+    """(innermost closed jaxpr, stated out_shardings) through top-level jit equations that
+    take the program's inputs in order and return its outputs."""
+    stated = None
+    while True:
+        j = closed.jaxpr
+        if len(j.eqns) != 1 or closed.consts or j.constvars:
+            return closed, stated
+        eqn = j.eqns[0]
+        if eqn.primitive.name not in ("jit", "pjit"):
+            return closed, stated
+        if list(eqn.invars) != list(j.invars) or list(eqn.outvars) != list(j.outvars):
+            return closed, stated
+        outs = eqn.params.get("out_shardings")
+        if outs is not None:
+            stated = [_refsim_sharding(s) for s in outs] if stated is None else [
+                _refsim_sharding(s) or prev for s, prev in zip(outs, stated)]
+        closed = eqn.params["jaxpr"]
+
+
+def _refsim_sharding(s):
+    """The refsim NamedSharding of a JAX sharding the program states (None if unspecified)."""
+    import jax
+
+    from xla_backend import convert
+
+    if isinstance(s, jax.sharding.NamedSharding) and isinstance(s.mesh, jax.sharding.Mesh):
+        return convert.from_jax_sharding(s)
+    return None
+
+
+def _top_shard_map_mesh(closed, xla_outs):
+    """The refsim Mesh of a program whose last equation is its shard_map producing every output."""
+    import jax
+
+    from refsim.interpreter import api
+    from refsim.layouts.mesh import Mesh
+
+    if not api._is_top_shard_map(closed.jaxpr):
+        return None
+    jm = closed.jaxpr.eqns[-1].params["mesh"]
+    if isinstance(jm, jax.sharding.Mesh):
+        return Mesh.from_jax(jm)
+    for o in xla_outs:                                     # an abstract mesh: devices from XLA's outputs
+        m = getattr(getattr(o, "sharding", None), "mesh", None)
+        if isinstance(m, Mesh):
+            return m
+    return None
+
+
+def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
+    """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
+    "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
+    from refsim.array import Array, device_put
+    from refsim.errors import UnsupportedPrimitive
+    from refsim.interpreter import api, core
+    from refsim.interpreter.registry import Context, load_rules
+
+    load_rules()
+    closed, stated = _unwrap_jit(traced.closed)
+    extra = api._new_extra(fallback=False, strict=False)
+    try:
+        mesh = _top_shard_map_mesh(closed, xla_outs)
+        if mesh is not None:
+            by_var = api._run_top_shard_map(closed, traced.flat_args, mesh, extra)
+            info = api._info(extra)
+            outs = [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
+            return outs, ["program"] * len(outs)
+        values = core.eval_closed_jaxpr(closed, *[api._global(a) for a in traced.flat_args],
+                                        ctx=Context(extra=extra))
+    except UnsupportedPrimitive as e:
+        raise NotCheckable("unsupported primitive", e.primitive) from e
+    info = api._info(extra)
+    outs, where = [], []
+    for k, (v, x) in enumerate(zip(values, xla_outs)):
+        s = stated[k] if stated is not None and k < len(stated) else None
+        where.append("program" if s is not None else "xla")
+        arr = device_put(np.asarray(v), s if s is not None else x.sharding)
+        arr.info = dict(info)
+        outs.append(arr)
+    return outs, where
+
+
+def output_paths(out) -> list[str]:
+    """Each output leaf's pytree path, as JAX prints it (``[0]['w1']``); "" for a single array."""
+    import jax
+
+    flat = jax.tree_util.tree_flatten_with_path(out)[0]
+    if len(flat) == 1 and not flat[0][0]:
+        return [""]
+    return [jax.tree_util.keystr(p) for p, _ in flat]
+
+
+def xla_outputs(out) -> list:
+    """XLA's result (a pytree of jax.Arrays) as refsim.Arrays, copied off each device."""
+    import jax
+
+    from xla_backend import convert
+
+    res = []
+    for x in jax.tree_util.tree_leaves(out):
+        if not isinstance(x, jax.Array):
+            x = jax.numpy.asarray(x)
+        if not x.is_fully_addressable:
+            raise NotCheckable("multi-process array", "an output spans devices of other processes")
+        res.append(convert.to_refsim(x))
+    return res

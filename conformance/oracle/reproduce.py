@@ -1,0 +1,360 @@
+"""Reproducer files for a user's program, format v1 ("program" flavour of conformance/repro.py).
+
+The file needs only JAX and NumPy (and the user's own module, which it imports to rebuild the
+program, so that a fix in JAX or XLA makes it pass). It defines PROGRAM_FILE, PROGRAM_MODULE,
+PROGRAM_NAME (where the checked callable lives), WRAP (None, or how `conformance.check`
+wrapped a plain function: shard_map / jit with its mesh and specs), the inputs and refsim's
+expected shards (base64 .npz in DATA), EXPECTED_INDEX, LAYOUTS (each input's mesh and
+PartitionSpec) and POLICIES (per output: "exact", "exact_unsigned_zero", "scaled" with the
+allowed error in ALLOWED, or "sum_bound" with per-device bounds in DATA). Run as a script it
+places the inputs as they were placed when checked, calls the program the way the user did,
+compares every device's shard and exits 1 naming the first differing elements (0 when all
+agree, 2 when it cannot run here).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+
+import numpy as np
+
+from conformance.cases import _index_source, spec_source
+
+_HEAD = '''\
+# conformance reproducer v1 (program): {name}
+"""Reproducer for a disagreement found by conformance.check in {name}
+
+Imports the program from {file}, runs it with JAX on the inputs it was checked with, and checks
+every device's shard against refsim's values ({policy}).
+
+Run: python {{this file}}   (on CPU it asks XLA for {ndev} host devices unless XLA_FLAGS already names a count)
+"""
+import base64
+import importlib
+import importlib.util
+import io
+import os
+import sys
+
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count={ndev}").strip()
+
+import numpy as np
+import jax
+from jax.sharding import PartitionSpec as P
+
+'''
+
+_MAIN = r'''
+
+def _data():
+    return np.load(io.BytesIO(base64.b64decode(DATA)), allow_pickle=False)
+
+
+def _mesh(ids, names, types):
+    devs = {d.id: d for d in jax.devices()}
+    need = sorted(int(i) for i in np.ravel(ids))
+    if not set(need) <= set(devs):
+        print(f"this program needs JAX devices {need}; have {sorted(devs)} (on CPU set "
+              "XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported)")
+        sys.exit(2)
+    grid = np.array([devs[int(i)] for i in np.ravel(ids)], dtype=object).reshape(np.shape(ids))
+    kinds = tuple(getattr(jax.sharding.AxisType, t) for t in types)
+    return jax.sharding.Mesh(grid, tuple(names), axis_types=kinds)
+
+
+def _import_program():
+    """The checked callable, imported from the user's module (or loaded from its file)."""
+    if PROGRAM_MODULE and PROGRAM_ROOT is not None:
+        sys.path.insert(0, PROGRAM_ROOT)
+        mod = importlib.import_module(PROGRAM_MODULE)
+    else:
+        spec = importlib.util.spec_from_file_location("_conformance_program", PROGRAM_FILE)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    obj = mod
+    for part in PROGRAM_NAME.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def program():
+    f = _import_program()
+    if WRAP is None:
+        return f
+    mesh = _mesh(*WRAP["mesh"])
+    named = lambda s: None if s is None else jax.sharding.NamedSharding(mesh, s)
+    if WRAP["kind"] == "shard_map":
+        kw = {} if WRAP["axis_names"] is None else {"axis_names": set(WRAP["axis_names"])}
+        return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=WRAP["in_specs"], out_specs=WRAP["out_specs"],
+                                     check_vma=WRAP["check_vma"], **kw))
+    tree = lambda t: jax.tree_util.tree_map(named, t, is_leaf=lambda x: x is None or isinstance(x, P))
+    return jax.jit(f, in_shardings=tree(WRAP["in_shardings"]), out_shardings=tree(WRAP["out_shardings"]))
+
+
+def inputs():
+    """(args, kwargs) placed on the devices, meshes and PartitionSpecs they had when checked."""
+    data = _data()
+    leaves = []
+    for i, layout in enumerate(LAYOUTS):
+        x = data[f"in{i}"]
+        if layout is not None:
+            ids, names, types, spec = layout
+            x = jax.device_put(x, jax.sharding.NamedSharding(_mesh(ids, names, types), spec))
+        leaves.append(x)
+    return ARGS(leaves)
+
+
+def run():
+    args, kwargs = inputs()
+    if WRAP is not None and WRAP["kind"] == "jit":
+        with jax.set_mesh(_mesh(*WRAP["mesh"])):
+            return program()(*args, **kwargs)
+    return program()(*args, **kwargs)
+
+
+def check(out) -> list:
+    """Every disagreement between `out` (JAX's result) and refsim's expected shards, as text."""
+    data = _data()
+    failures = []
+    leaves = jax.tree_util.tree_leaves(out)
+    if len(leaves) != len(EXPECTED_INDEX):
+        return [f"JAX returned {len(leaves)} outputs, refsim {len(EXPECTED_INDEX)}"]
+    for k, o in enumerate(leaves):
+        got = {s.device.id: s for s in o.addressable_shards}
+        if set(got) != set(EXPECTED_INDEX[k]):
+            failures.append(f"output {k}: devices {sorted(got)}, expected {sorted(EXPECTED_INDEX[k])}")
+            continue
+        norm = lambda ix: tuple(i.indices(n)[:2] if isinstance(i, slice) else (i, i + 1) for i, n in zip(ix, o.shape))
+        for dev in sorted(EXPECTED_INDEX[k]):
+            want, have = data[f"out{k}_dev{dev}"], np.asarray(got[dev].data)
+            if norm(tuple(got[dev].index)) != norm(EXPECTED_INDEX[k][dev]):
+                failures.append(f"output {k} device {dev}: index {got[dev].index}, expected {EXPECTED_INDEX[k][dev]}")
+            elif have.dtype != want.dtype or have.shape != want.shape:
+                failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
+                                f"{want.dtype}{list(want.shape)}")
+            elif POLICIES[k] in ("scaled", "sum_bound"):
+                ref = want.astype(np.float64) if POLICIES[k] == "scaled" else data[f"ref{k}_dev{dev}"]
+                tol = ALLOWED[k] if POLICIES[k] == "scaled" else data[f"tol{k}_dev{dev}"]
+                h = have.astype(np.float64)
+                with np.errstate(invalid="ignore"):
+                    err = np.abs(h - ref)
+                    ok = (err <= tol) | (np.isnan(h) & np.isnan(ref)) | (np.isinf(h) & (h == ref))
+                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
+                    failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, refsim {ref[i].item()!r}, "
+                                    f"|diff| {err[i].item()!r} > allowed {np.broadcast_to(tol, ok.shape)[i].item()!r}")
+            else:
+                same = (have == want) | ((have != have) & (want != want))
+                if have.dtype.kind in "fc" and POLICIES[k] == "exact":
+                    same &= (np.signbit(np.real(have)) == np.signbit(np.real(want))) | (have != have)
+                for i in [tuple(int(v) for v in p) for p in np.argwhere(~same)[:5]]:
+                    failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, expected {want[i].item()!r}")
+    return failures
+
+
+if __name__ == "__main__":
+    failures = check(run())
+    if failures:
+        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
+        print("\n".join(failures))
+        sys.exit(1)
+    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+'''
+
+
+class NotReproducible(ValueError):
+    """The program cannot be rebuilt by a reproducer (e.g. a closure with no module-level name)."""
+
+
+def locate(fn) -> tuple[str, str | None, str | None, str]:
+    """(file, module, sys.path root for the module, name) of the module-level binding of `fn`.
+
+    `fn` must be reachable as a global of the module its function was defined in (a decorated
+    function, or ``step = jax.jit(...)`` at module level); a closure has no such name.
+    """
+    chain, obj = [fn], fn
+    for _ in range(10):                        # the object itself, and everything it wraps
+        obj = getattr(obj, "__wrapped__", None)
+        if obj is None:
+            break
+        chain.append(obj)
+    found = None
+    for c in reversed(chain):                  # innermost first: the user's own module
+        g = getattr(c, "__globals__", None)
+        if g is None:
+            continue
+        # the outermost object with a name: `train_step`, not the `_step` it wraps
+        name = next((k for x in chain for k, v in g.items() if v is x and not k.startswith("__")), None)
+        if name is not None:
+            found = (g, name)
+            break
+    if found is None:
+        inner = chain[-1]
+        qual = getattr(inner, "__qualname__", repr(fn))
+        where = getattr(inner, "__module__", None)
+        raise NotReproducible(
+            f"{qual} has no module-level name in {where} (a closure or a local); bind the checked "
+            "callable to a module-level name so the reproducer can import it.")
+    g, name = found
+    file = os.path.abspath(g.get("__file__") or "")
+    module = g.get("__name__")
+    if not file or not os.path.exists(file):
+        raise NotReproducible(f"{name} is defined in {module}, which has no source file to import.")
+    root = None
+    if module and module != "__main__" and not module.startswith("_conformance"):
+        parts = module.split(".")
+        base = file[:-len(".py")] if file.endswith(".py") else file
+        if os.path.basename(base) == "__init__":
+            base = os.path.dirname(base)
+        root = base
+        for _ in parts:
+            root = os.path.dirname(root)
+        if os.path.join(root, *parts) not in (base,):
+            root, module = None, None
+    else:
+        module = None
+    return file, module, root, name
+
+
+def _tree_source(tree, leaf) -> str:
+    """Python source rebuilding a pytree of tuples/lists/dicts/None whose leaves `leaf(x)` writes."""
+    if tree is None:
+        return "None"
+    if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
+        items = [_tree_source(t, leaf) for t in tree]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(tree, list):
+        return "[" + ", ".join(_tree_source(t, leaf) for t in tree) + "]"
+    if isinstance(tree, dict):
+        # in sorted key order, as JAX flattens a dict (leaf numbers follow it)
+        return "{" + ", ".join(f"{k!r}: {_tree_source(tree[k], leaf)}" for k in sorted(tree)) + "}"
+    return leaf(tree)
+
+
+def _args_source(args, kwargs) -> str:
+    """`ARGS(leaves)` source: the (args, kwargs) structure with leaf i read as L[i]."""
+    import jax
+
+    counter = iter(range(10 ** 9))
+
+    def leaf(x):
+        return f"L[{next(counter)}]"
+
+    structure = (tuple(args), dict(kwargs))
+    flat_n = len(jax.tree_util.tree_leaves(structure))
+    src = _tree_source(structure, leaf)
+    if next(counter) != flat_n:
+        raise NotReproducible("the arguments hold pytree nodes other than tuple/list/dict "
+                              "(e.g. a dataclass or NamedTuple); pass plain containers.")
+    return f"ARGS = lambda L: {src}"
+
+
+def _mesh_desc(jmesh) -> tuple:
+    ids = np.vectorize(lambda d: d.id, otypes=[int])(jmesh.devices).tolist()
+    types = tuple(getattr(t, "name", str(t)) for t in getattr(jmesh, "axis_types", ()) or ())
+    if not types:
+        types = ("Auto",) * len(jmesh.axis_names)
+    return ids, tuple(jmesh.axis_names), types
+
+
+def _layout(x):
+    import jax
+
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    sh = getattr(x, "sharding", None)
+    if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:
+        ids, names, types = _mesh_desc(sh.mesh)
+        return f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(sh.spec))})"
+    return "None"
+
+
+def _policy_name(tol) -> str:
+    from conformance import compare
+    from conformance.oracle.policy import ScaledBound
+
+    if isinstance(tol, ScaledBound):
+        return "scaled"
+    if isinstance(tol, compare.SumBound):
+        return "sum_bound"
+    return "exact" if getattr(tol, "signed_zero", True) else "exact_unsigned_zero"
+
+
+def _wrap_source(wrap) -> str:
+    if wrap is None:
+        return "WRAP = None"
+    lines = ["WRAP = {"]
+    for k, v in wrap.items():
+        lines.append(f"    {k!r}: {v},")
+    return "\n".join(lines + ["}"])
+
+
+def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
+    """The reproducer of one checked call: `fn` as located by `locate`, its (args, kwargs) as
+    placed, refsim's `expected` outputs (refsim.Arrays) and the per-output `tolerances`."""
+    import jax
+
+    file, module, root, pname = locate(fn)
+    leaves = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
+    arrays: dict[str, np.ndarray] = {}
+    for i, x in enumerate(leaves):
+        arrays[f"in{i}"] = np.asarray(x)
+    pols = [_policy_name(t) for t in tolerances]
+    index_lines, allowed = [], []
+    for k, (arr, tol) in enumerate(zip(expected, tolerances)):
+        index_lines.append("    {")
+        for sh in arr.shards:
+            d = int(sh.device_id)
+            data = np.asarray(sh.data)
+            arrays[f"out{k}_dev{d}"] = data
+            index_lines.append(f"        {d}: {_index_source(sh.index)},")
+            if pols[k] == "sum_bound":
+                ref, bd = tol.reference_and_bound(d, data.dtype)
+                arrays[f"ref{k}_dev{d}"] = np.asarray(ref, np.float64)
+                arrays[f"tol{k}_dev{d}"] = np.asarray(bd, np.float64)
+        index_lines.append("    },")
+        allowed.append(float(tol.allowed(np.asarray(arr.shards[0].data).dtype)) if pols[k] == "scaled" else None)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    blob = base64.b64encode(buf.getvalue()).decode("ascii")
+    ids = [int(s.device_id) for a in expected for s in a.shards] or [0]
+    desc = ", ".join(sorted(set(pols)))
+    out = [_HEAD.format(name=name, file=file, policy=desc, ndev=max(ids) + 1)]
+    out.append(f"PROGRAM_FILE = {file!r}")
+    out.append(f"PROGRAM_MODULE = {module!r}")
+    out.append(f"PROGRAM_ROOT = {root!r}")
+    out.append(f"PROGRAM_NAME = {pname!r}")
+    out.append(_wrap_source(wrap))
+    out.append(_args_source(args, kwargs))
+    out.append("# per input leaf: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
+    out.append("LAYOUTS = [" + ", ".join(_layout(x) for x in leaves) + "]")
+    out.append("EXPECTED_INDEX = [")
+    out += index_lines
+    out.append("]")
+    out.append(f"POLICIES = {pols!r}")
+    out.append(f"ALLOWED = {allowed!r}  # 'scaled' outputs: the allowed |xla - refsim| per element")
+    out.append("# inputs in0..., refsim's shards out<k>_dev<d> (and sum bounds), as a base64 .npz")
+    width = 100
+    out.append("DATA = (")
+    out += [f"    {blob[i:i + width]!r}" for i in range(0, len(blob), width)]
+    out.append(")")
+    return "\n".join(out) + _MAIN
+
+
+def write(directory: str, name: str, text: str) -> str:
+    """Write `text` as ``<directory>/<name>.py`` (a safe file name); returns the path."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:80] or "program"
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"repro_{safe}.py")
+    k = 1
+    while os.path.exists(path):
+        k += 1
+        path = os.path.join(directory, f"repro_{safe}_{k}.py")
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+__all__ = ["NotReproducible", "locate", "source", "write"]

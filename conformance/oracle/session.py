@@ -1,0 +1,165 @@
+"""Oracle mode's bookkeeping: one `Session` per pytest run or `python -m conformance check`.
+
+Every intercepted top-level call is traced; a call whose program is distributed (a
+shard_map, a collective, or sharded inputs/outputs) is checked against refsim and recorded
+as "agree", "disagree" or "not_checkable" (with a reason); other calls are counted as
+skipped. The caller always gets XLA's result. `summary_lines()` gives the summary line
+``conformance oracle: N calls checked, D disagreed, S not checkable`` and the overhead;
+`report()` the JSON object (keys: checked, disagreed, not_checkable, skipped, overhead,
+calls, ...).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import statistics
+import tempfile
+import time
+
+from conformance.oracle import check as chk
+from conformance.oracle import program as prog
+from conformance.oracle.policy import DEFAULT_ULPS
+
+
+class Session:
+    """Counts and per-call records of one oracle run; `context` names the running test/script."""
+
+    def __init__(self, *, repro_dir: str | None = None, policy="auto", ulps: int = DEFAULT_ULPS, echo=None):
+        self.active = True
+        self.repro_dir = repro_dir or tempfile.mkdtemp(prefix="conformance-oracle-")
+        self.policy, self.ulps = policy, ulps
+        self.context = ""
+        self.calls: list[dict] = []
+        self.skipped = 0
+        self.failures: dict[str, list] = collections.defaultdict(list)
+        self.echo = echo                    # called with each disagreement's report (the CLI prints it)
+
+    # -- one call ----------------------------------------------------------------------------------
+    def call(self, inner, entry: str, args: tuple, kwargs: dict):
+        """Run `inner(*args, **kwargs)` on XLA and return its result; check it on refsim on the side."""
+        t0 = time.perf_counter()
+        try:
+            traced = prog.trace(inner, args, kwargs)
+        except prog.NotCheckable as e:
+            return self._unchecked(inner, entry, args, kwargs, e, time.perf_counter() - t0)
+        if not traced.distributed:
+            self.skipped += 1
+            return inner(*args, **kwargs)
+        try:
+            prog.check_replayable(traced)
+            prog.take_host_copies(traced)
+        except prog.NotCheckable as e:
+            return self._unchecked(inner, entry, args, kwargs, e, time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        out = inner(*args, **kwargs)          # the user's own call: exceptions reach the user
+        t2 = time.perf_counter()
+        name = chk._name(inner)
+        try:
+            res, ref, pols = chk.finish(traced, out, name=name, entry=entry, policy=self.policy, ulps=self.ulps,
+                                        seconds={"trace": t1 - t0, "xla": t2 - t1})
+        except prog.NotCheckable as e:
+            self._record(name, entry, "not_checkable", reason=e.reason, detail=e.detail,
+                         overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
+            return out
+        overhead = (t1 - t0) + (time.perf_counter() - t2)
+        rec = self._record(name, entry, "agree" if res.ok else "disagree", policy=res.policies,
+                           overhead=overhead, xla=t2 - t1)
+        if not res.ok:
+            path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
+            res.repro_path = path
+            rec["repro"] = path
+            err = chk.ConformanceError(res, note)
+            self.failures[self.context].append(err)
+            if self.echo is not None:
+                self.echo(str(err))
+        return out
+
+    def _unchecked(self, inner, entry, args, kwargs, e, overhead):
+        out = inner(*args, **kwargs)
+        self._record(chk._name(inner), entry, "not_checkable", reason=e.reason, detail=e.detail,
+                     overhead=overhead, xla=None)
+        return out
+
+    def _record(self, name, entry, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
+        rec = {"test": self.context, "entry": entry, "name": name, "outcome": outcome,
+               "policy": policy or [], "seconds": round(overhead, 6),
+               "xla_seconds": None if xla is None else round(xla, 6)}
+        if reason is not None:
+            rec["reason"] = reason
+            rec["detail"] = detail or ""
+        self.calls.append(rec)
+        return rec
+
+    # -- totals ------------------------------------------------------------------------------------
+    def pop_failures(self, context: str) -> list:
+        return self.failures.pop(context, [])
+
+    def counts(self) -> dict:
+        checked = [c for c in self.calls if c["outcome"] in ("agree", "disagree")]
+        reasons = collections.Counter(c["reason"] for c in self.calls if c["outcome"] == "not_checkable")
+        over = [c["seconds"] for c in checked]
+        return {
+            "checked": len(checked),
+            "disagreed": sum(c["outcome"] == "disagree" for c in checked),
+            "not_checkable": dict(sorted(reasons.items())),
+            "skipped": self.skipped,
+            "overhead": {"mean_seconds": statistics.fmean(over) if over else 0.0,
+                         "median_seconds": statistics.median(over) if over else 0.0,
+                         "total_seconds": sum(over)},
+        }
+
+    def summary_lines(self) -> list[str]:
+        return summary_lines(self.counts())
+
+    def report(self) -> dict:
+        import jax
+
+        devs = jax.devices()
+        return {**self.counts(), "platform": devs[0].platform, "devices": len(devs),
+                "jax_version": jax.__version__, "calls": self.calls}
+
+    def write_report(self, path: str) -> None:
+        write_json(path, self.report())
+
+
+def write_json(path: str, report: dict) -> None:
+    """Write the JSON report whole (through a temporary file, so no partial file is left)."""
+    tmp = f"{path}.tmp"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(tmp, "w") as fh:
+        json.dump(report, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def merge(reports: list[dict]) -> dict:
+    """One report from several (pytest-xdist workers): counts added, calls concatenated."""
+    out = {"checked": 0, "disagreed": 0, "not_checkable": collections.Counter(), "skipped": 0, "calls": []}
+    for r in reports:
+        for k in ("checked", "disagreed", "skipped"):
+            out[k] += r[k]
+        out["not_checkable"].update(r["not_checkable"])
+        out["calls"] += r["calls"]
+    over = [c["seconds"] for c in out["calls"] if c["outcome"] in ("agree", "disagree")]
+    out["not_checkable"] = dict(sorted(out["not_checkable"].items()))
+    out["overhead"] = {"mean_seconds": statistics.fmean(over) if over else 0.0,
+                       "median_seconds": statistics.median(over) if over else 0.0, "total_seconds": sum(over)}
+    for k in ("platform", "devices", "jax_version"):
+        if reports and k in reports[0]:
+            out[k] = reports[0][k]
+    return out
+
+
+def summary_lines(c: dict) -> list[str]:
+    """The summary line ``conformance oracle: N calls checked, D disagreed, S not checkable``,
+    then the overhead per checked call, the skipped calls and the not-checkable reasons."""
+    lines = [f"conformance oracle: {c['checked']} calls checked, {c['disagreed']} disagreed, "
+             f"{sum(c['not_checkable'].values())} not checkable"]
+    o = c["overhead"]
+    detail = [f"overhead per checked call: mean {o['mean_seconds'] * 1e3:.1f} ms, "
+              f"median {o['median_seconds'] * 1e3:.1f} ms",
+              f"{c['skipped']} single-device calls skipped"]
+    if c["not_checkable"]:
+        detail.append("not checkable: " + ", ".join(f"{k} x{v}" for k, v in c["not_checkable"].items()))
+    lines.append("  " + "; ".join(detail))
+    return lines

@@ -1,0 +1,1 @@
+"""Worked examples: realistic distributed JAX programs checked against refsim (docs/oracle.md)."""
