@@ -175,7 +175,7 @@ def locate(fn) -> tuple[str, str | None, str | None, str]:
     function, or ``step = jax.jit(...)`` at module level); a closure has no such name.
     """
     chain, obj = [fn], fn
-    for _ in range(10):                        # the object itself, and everything it wraps
+    for _ in range(10):                        # the object and what it wraps: their modules' globals
         obj = getattr(obj, "__wrapped__", None)
         if obj is None:
             break
@@ -185,8 +185,10 @@ def locate(fn) -> tuple[str, str | None, str | None, str]:
         g = getattr(c, "__globals__", None)
         if g is None:
             continue
-        # the outermost object with a name: `train_step`, not the `_step` it wraps
-        name = next((k for x in chain for k, v in g.items() if v is x and not k.startswith("__")), None)
+        # only a name for `fn` itself (or oracle mode's wrapper of it): `train_step`, never the
+        # `_step` it wraps, which would run without the jit / shard_map around it
+        name = next((k for k, v in g.items() if not k.startswith("__")
+                     and (v is fn or getattr(v, "_inner", None) is fn)), None)
         if name is not None:
             found = (g, name)
             break

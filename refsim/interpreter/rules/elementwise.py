@@ -179,6 +179,13 @@ def _nextafter(x, y):
     return np.nextafter(x, y)
 
 
+def _one_minus_square(x):
+    """jax.lax.one_minus_square (JAX >= 0.12, the JVP of tanh, asin, atanh): 1 - x**2, evaluated
+    as (1 + x)(1 - x) in x's dtype, as JAX's docstring states."""
+    one = np.ones((), x.dtype)
+    return (one + x) * (one - x)
+
+
 _FLOAT_UNARY = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
@@ -195,6 +202,7 @@ _FLOAT_BINARY = {
 _SAME_UNARY = {
     "neg": np.negative, "sign": _sign, "square": np.square, "population_count": _population_count,
     "clz": _clz, "copy": np.copy, "copy_p": np.copy, "stop_gradient": np.asarray,
+    "one_minus_square": _one_minus_square,
 }
 # computed in the operand's own type: the f32 neighbour of a bf16 value is not its bf16 one
 _NATIVE_BINARY = {"nextafter": _nextafter}

@@ -1,0 +1,149 @@
+"""conformance.check on small programs: agreement, the policy chosen, disagreement, errors."""
+from __future__ import annotations
+
+import importlib.util
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import conformance
+from conformance import compare
+from conformance.oracle import policy
+from xla_backend import faults
+
+MESH = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+RING = [(i, (i + 1) % 4) for i in range(4)]
+
+
+def shift(a):
+    return jax.lax.ppermute(a, "y", RING)
+
+
+# module level, so the reproducer can import it
+shifted = jax.jit(jax.shard_map(shift, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y")))
+
+
+def _placed(x, spec):
+    return jax.device_put(x, NamedSharding(MESH, spec))
+
+
+def test_plain_function_with_specs_agrees_with_exact_policy_for_integers():
+    x = np.arange(32, dtype=np.int32).reshape(4, 8)
+    res = conformance.check(lambda a: jax.lax.psum(a, "x"), x, mesh=MESH, in_specs=P("x", "y"),
+                            out_specs=P(None, "y"))
+    assert res.ok and res.entry == "shard_map"
+    assert res.policies == ["exact"]
+    (out,) = res.outputs
+    assert out.shape == (2, 8) and out.devices == 8 and out.placement == "program" and out.max_abs_diff == 0
+    assert "AGREE" in res.report() and "policy exact" in res.report()
+
+
+def test_float_program_gets_the_scaled_bound_and_data_movement_stays_exact():
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    res = conformance.check(shifted, _placed(x, P("x", "y")))
+    assert res.ok and res.policies == ["exact"] and res.entry == "jit(shard_map)"
+    g = jax.jit(lambda a: jnp.tanh(a @ a.T), out_shardings=NamedSharding(MESH, P("x")))
+    res = conformance.check(g, _placed(x, P("x", "y")))
+    assert res.ok and res.policies[0].startswith("scaled bound") and res.outputs[0].allowed > 0
+
+
+def test_scaled_bound_is_ulps_times_unit_roundoff_times_the_largest_magnitude():
+    import refsim
+
+    arr = refsim.device_put(np.array([0.5, -4.0, 1.0, 2.0], np.float32), refsim.NamedSharding(
+        refsim.Mesh((2,), ("x",)), refsim.P("x")))
+    b = policy.ScaledBound.of(arr, ulps=256)
+    # 256 * 2**-24 * 4, plus float32's smallest subnormal for underflow
+    assert b.allowed(np.float32) == 256 * 2.0 ** -24 * 4.0 + float(np.finfo(np.float32).smallest_subnormal)
+    ref, bound = b.reference_and_bound(0, np.float32)
+    assert ref.tolist() == [0.5, -4.0] and bound.shape == (2,)
+    over = refsim.device_put(np.array([0.5, -4.0 + 2 ** -9, 1.0, 2.0], np.float32), arr.sharding)
+    assert not compare.compare(arr, over, tolerances=[b]).ok          # 2**-9 > 256 ulp of 4 = 2**-14
+    under = refsim.device_put(np.array([0.5, -4.0 + 2 ** -15, 1.0, 2.0], np.float32), arr.sharding)
+    assert compare.compare(arr, under, tolerances=[b]).ok
+
+
+def test_policy_choice_per_output_kind():
+    import refsim
+
+    mesh = refsim.Mesh((2,), ("x",))
+    f32 = refsim.device_put(np.ones(2, np.float32), refsim.NamedSharding(mesh, refsim.P("x")))
+    i32 = refsim.device_put(np.ones(2, np.int32), refsim.NamedSharding(mesh, refsim.P("x")))
+    exact_prog, rounding_prog = {"ppermute", "reshape"}, {"ppermute", "dot_general"}
+    assert policy.choose([f32, i32], exact_prog) == [compare.EXACT, compare.EXACT]
+    pols = policy.choose([f32, i32], rounding_prog)
+    assert isinstance(pols[0], policy.ScaledBound) and pols[1] == compare.EXACT
+    assert policy.choose([f32], rounding_prog, policy="exact") == [compare.EXACT]
+    with pytest.raises(ValueError, match="ulps=-1"):
+        policy.choose([f32], rounding_prog, ulps=-1)
+
+
+def test_planted_fault_raises_with_report_and_a_reproducer_that_fails_only_under_the_fault(tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"):
+        with pytest.raises(conformance.ConformanceError) as info:
+            conformance.check(shifted, x, repro_dir=str(tmp_path))
+    err = info.value
+    assert "DISAGREE" in str(err) and "values differ" in str(err) and "device 0" in str(err)
+    assert err.repro_path and err.repro_path.startswith(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("oracle_repro_under_test", err.repro_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.PROGRAM_NAME == "shifted" and mod.POLICIES == ["exact"]
+    # device 1 (mesh position (0, 1)) receives device 0's block [0:2, 0:2] under a correct ring
+    assert mod._data()["out0_dev1"].tolist() == [[0.0, 1.0], [8.0, 9.0]]
+    assert mod.check(mod.run()) == []
+    with faults.inject("ppermute_pairs_reversed"):
+        bad = mod.check(mod.run())
+    assert bad and "device" in bad[0]
+
+
+def test_a_closure_disagreement_still_reports_and_says_why_there_is_no_reproducer(tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    local = jax.shard_map(shift, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(local, x, repro_dir=str(tmp_path))
+    assert info.value.repro_path is None and "no reproducer" in str(info.value)
+
+
+def test_host_callback_is_not_checkable_with_its_reason():
+    def cb(a):
+        jax.debug.callback(lambda v: None, a)
+        return a * 2
+    x = _placed(np.arange(8, dtype=np.float32), P(("x", "y")))
+    with pytest.raises(conformance.NotCheckable) as info:
+        conformance.check(jax.jit(cb), x)
+    assert info.value.reason == "host callback"
+
+
+def test_bad_arguments_name_what_is_missing():
+    with pytest.raises(ValueError, match="missing out_specs"):
+        conformance.check(lambda a: a, np.ones(8), mesh=MESH, in_specs=P("x"))
+    with pytest.raises(ValueError, match="not both"):
+        conformance.check(lambda a: a, np.ones(8), mesh=MESH, in_specs=P("x"), out_specs=P("x"),
+                          in_shardings=NamedSharding(MESH, P("x")))
+    with pytest.raises(TypeError, match="mesh="):
+        conformance.check(lambda a: a, np.ones(8), mesh="xy", in_specs=P("x"), out_specs=P("x"))
+
+
+def test_fixture_writes_reproducers_under_tmp_path(conformance_check, tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    assert conformance_check(shifted, x).ok
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance_check(shifted, x)
+    assert info.value.repro_path.startswith(str(tmp_path))
+
+
+@pytest.mark.skipif(not hasattr(jax.lax, "one_minus_square"), reason="jax.lax.one_minus_square is JAX >= 0.12")
+def test_refsim_one_minus_square_is_one_plus_x_times_one_minus_x():
+    # tanh's JVP in JAX >= 0.12; every example's training step needs it
+    import refsim
+
+    x = np.array([0.0, 0.5, -1.0, 2.0, 1 - 2.0 ** -20], np.float32)
+    f = lambda a: jax.lax.one_minus_square(a)  # noqa: E731
+    got = np.asarray(refsim.jit(f)(x))
+    want = (np.float32(1) + x) * (np.float32(1) - x)
+    np.testing.assert_array_equal(got, want)
