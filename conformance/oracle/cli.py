@@ -17,7 +17,9 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m conformance check",
+    from conformance.cli import _Parser   # one-line errors, exit 2, as the other subcommands
+
+    ap = _Parser(prog="python -m conformance check",
                                  description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
     ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
@@ -29,16 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     if not os.path.isfile(args.script):
-        print(f"error: script {args.script!r} does not exist; pass the path of a Python file.", file=sys.stderr)
-        return 2
+        ap.error(f"script {args.script!r} does not exist; pass the path of a Python file")
     if args.devices < 1:
-        print(f"error: --devices={args.devices}; pass a positive device count.", file=sys.stderr)
-        return 2
+        ap.error(f"--devices={args.devices}; pass a positive device count")
     if args.report and os.path.isdir(args.report):
-        print(f"error: --report {args.report!r} is a folder; pass a file name such as oracle.json.", file=sys.stderr)
-        return 2
+        ap.error(f"--report {args.report!r} is a folder; pass a file name such as oracle.json")
     from xla_backend import platform
 
     platform.configure(args.platform, args.devices)
