@@ -99,33 +99,67 @@ def transpose_copy(v: np.ndarray) -> np.ndarray:
     copy loops cost about the same per run as per element.
     """
     out = np.empty(v.shape, v.dtype)
+    _copy_into_c(out, v)
+    return out
+
+
+def empty_in_order_of(shape, like: np.ndarray) -> np.ndarray:
+    """An empty array of `shape` whose axes lie in memory in the order of `like`'s strides.
+
+    Keeping an input's memory order keeps a value in the layout of the global array it
+    came from, so assembling the global result later is a view instead of a transpose.
+    C order where `like` has a zero or negative stride (a broadcast or reversed view) or is
+    size 1 along an axis that `shape` is not.
+    """
+    st = like.strides
+    if len(shape) != like.ndim or any((x <= 0 and n > 1) or (n == 1 and m > 1)
+                                      for x, n, m in zip(st, like.shape, shape)):
+        return np.empty(shape, like.dtype)
+    order = sorted(range(like.ndim), key=lambda i: (-st[i] if like.shape[i] > 1 else 0, i))
+    base = np.empty([shape[i] for i in order], like.dtype)
+    return base.transpose(np.argsort(order))
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """`dst[...] = src` for a `dst` whose axes are a permutation of a C-contiguous array,
+    by `transpose_copy`'s cache-blocked path in `dst`'s memory order (else np.copyto)."""
+    order = sorted(range(dst.ndim), key=lambda i: (-abs(dst.strides[i]) if dst.shape[i] > 1 else 0, i))
+    d, v = dst.transpose(order), src.transpose(order)
+    if d.flags.c_contiguous:
+        _copy_into_c(d, v)
+    else:
+        np.copyto(dst, src)
+
+
+def _copy_into_c(out: np.ndarray, v: np.ndarray) -> None:
+    """out[...] = v for a C-contiguous `out` of v's shape (see `transpose_copy`)."""
     shape, strides = _coalesce(v)
     if v.size == 0 or len(shape) < 2 or v.nbytes < _SMALL or v.dtype.hasobject:
         np.copyto(out, v)
-        return out
+        return
     src, dst = v.reshape(shape), out.reshape(shape)  # views: only contiguous dims merged
     run = shape[-1] * v.itemsize
     if strides[-1] == v.itemsize:
         if run > _WIDE_RUN:  # long runs: NumPy's strided copy streams them already
             np.copyto(dst, src)
-            return out
+            return
         src, dst = _as_wide(src, shape, run), _as_wide(dst, shape, run)
         shape, strides = src.shape, src.strides
         if len(shape) < 2:
             np.copyto(dst, src)
-            return out
+            return
     q = len(shape) - 1
     p = min(range(len(shape)), key=lambda i: (abs(strides[i]) or np.inf, -i))
     area = _TILE_BYTES // (src.nbytes // (shape[p] * shape[q]))
     if p == q or strides[p] == 0 or area < 16 * 16:
         np.copyto(dst, src)
-        return out
+        return
     # near-square tiles, each side a power of two, trimmed to the axis lengths
     tp = min(shape[p], _pow2_at_most(int(area ** 0.5)))
     tq = min(shape[q], _pow2_at_most(max(1, area // tp)))
     tp = min(shape[p], _pow2_at_most(max(1, area // tq)))
     _tiled_copy(dst, src, p, q, tp, tq)
-    return out
+    return
 
 
 def _grid(groups: np.ndarray, k: int) -> str | None:
@@ -138,6 +172,42 @@ def _grid(groups: np.ndarray, k: int) -> str | None:
     if np.array_equal(groups, ar.reshape(gs, ng).T):
         return "strided"
     return None
+
+
+def _into_input_order(x, xs, lay, grid, ng, gs, p):
+    """all_to_all's result written once, straight into an array in `x`'s memory order.
+
+    `xs` is the moved view (receiver group, member, ..., sender before the concat block);
+    the destination is the stacked result laid out like `x`, viewed with the same axes.
+    When `x` is a view of the global array (a shard_map operand), the result is then in
+    the global layout of its out_specs and reading it back copies nothing. None when
+    that view of the result does not exist (several named axes not adjacent in memory).
+    """
+    local = xs.shape[2 + len(lay.others):p] + (xs.shape[p] * xs.shape[p + 1],) + xs.shape[p + 2:]
+    mesh_shape = list(x.shape[:lay.nm])
+    for a, n in zip(lay.pos, lay.sizes):
+        mesh_shape[a] = n
+    res = empty_in_order_of(tuple(mesh_shape) + local, x)
+    dst = res.transpose(lay.pos + lay.others + tuple(range(lay.nm, res.ndim)))
+    dst = _reshape_view(dst, (lay.k,) + dst.shape[len(lay.pos):])  # the K axis, as lay.to_k
+    if dst is not None:
+        dst = _reshape_view(dst, ((ng, gs) if grid == "blocks" else (gs, ng)) + dst.shape[1:])
+    if dst is not None:
+        dst = _reshape_view(dst, dst.shape[:p] + (xs.shape[p], xs.shape[p + 1]) + dst.shape[p + 1:])
+    if dst is None or dst.shape != xs.shape:
+        return None
+    copy_into(dst, xs)
+    return res
+
+
+def _reshape_view(a: np.ndarray, shape: tuple) -> np.ndarray | None:
+    """`a` reshaped to `shape` as a view of the same memory (None if NumPy would have to copy)."""
+    v = a.view()
+    try:
+        v.shape = shape
+    except AttributeError:
+        return None
+    return v
 
 
 def all_to_all(x, *, mesh, axis_name, split_axis, concat_axis, axis_index_groups=None,
@@ -179,8 +249,12 @@ def all_to_all(x, *, mesh, axis_name, split_axis, concat_axis, axis_index_groups
     xs = np.moveaxis(xs, 2, 2 + nrest + c)  # sender position right before concat dim
     if grid == "strided":
         xs = xs.swapaxes(0, 1)  # receiver (g, d) has linear index d * ng + g
-    out = transpose_copy(xs)  # the only full copy of the data
     p = 2 + nrest + c
+    if grid is not None:
+        res = _into_input_order(x, xs, lay, grid, ng, gs, p)
+        if res is not None:
+            return res
+    out = transpose_copy(xs)  # the only full copy of the data
     shape = out.shape
     out = out.reshape((lay.k,) + shape[2:p] + (shape[p] * shape[p + 1],) + shape[p + 2:])
     if grid is None:

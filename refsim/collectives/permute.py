@@ -12,6 +12,7 @@ import operator
 
 import numpy as np
 
+from refsim.collectives.alltoall import empty_in_order_of
 from refsim.collectives.groups import GroupLayout
 
 
@@ -94,15 +95,17 @@ _MAX_RUNS = 64
 def _permute_axis(x: np.ndarray, axis: int, take: np.ndarray, runs: tuple) -> np.ndarray:
     """out with out[..., t, ...] = x[..., take[t], ...] along `axis` (zeros where
     take[t] < 0), written in one pass."""
-    out = np.empty(x.shape, x.dtype)
     lead = (slice(None),) * axis
     if len(runs) <= _MAX_RUNS:
+        # in x's memory order: a shard_map operand keeps its global layout (see alltoall)
+        out = empty_in_order_of(x.shape, x)
         for t0, t1, s0 in runs:
             if s0 < 0:
                 out[lead + (slice(t0, t1),)] = 0
             else:
                 np.copyto(out[lead + (slice(t0, t1),)], x[lead + (slice(s0, s0 + t1 - t0),)])
         return out
+    out = np.empty(x.shape, x.dtype)
     got = take >= 0
     np.take(x, np.where(got, take, 0), axis=axis, out=out, mode="clip")
     if not got.all():

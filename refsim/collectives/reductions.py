@@ -26,12 +26,25 @@ def ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
     """
     n = xs.shape[0]
     rest = xs.shape[1:]
+    if n > 1 and _outer_axis_zero(xs):
+        # Reduced in place of a strided view: NumPy's iterator keeps an axis whose stride is
+        # larger than some other non-trivial axis's outside its inner loop and walks it
+        # forward (positive stride), so each output element is still x0 op x1 op ... in
+        # order, without first copying a view of the global array into group-major order.
+        return ufunc.reduce(xs, axis=0, dtype=xs.dtype)
     flat = np.ascontiguousarray(xs).reshape(n, -1)
     if flat.shape[1] >= 2 or n <= 1:
         out = ufunc.reduce(flat, axis=0, dtype=xs.dtype) if n else None
     else:
         out = ufunc.accumulate(flat, axis=0, dtype=xs.dtype)[-1]
     return out.reshape(rest)
+
+
+def _outer_axis_zero(xs: np.ndarray) -> bool:
+    """Whether axis 0 has a positive stride larger than that of some other axis of size > 1."""
+    s0 = xs.strides[0]
+    others = [abs(st) for n, st in zip(xs.shape[1:], xs.strides[1:]) if n > 1 and st != 0]
+    return s0 > 0 and bool(others) and s0 > min(others)
 
 
 def _split_axes(axes, local_ndim: int, api: str):
