@@ -3,7 +3,8 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
-        [--shrink-seconds T] [--compile-cache DIR|off]
+        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--distributed [--case-timeout T]]
+    python -m conformance merge DIR... --out DIR   (conformance.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
     python -m conformance explain ...    (conformance.explain.cli)
@@ -52,6 +53,25 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _shard(text: str) -> tuple:
+    from conformance.plan import parse_shard
+
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _timeout(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds > 0")
+    return v
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `python -m conformance run: error: ... (see --help)`, exit 2."""
 
@@ -88,10 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,bisect,mutate,explain,check}", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", metavar="{run,merge,bisect,mutate,explain,check}", parser_class=_Parser)
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
-    run.add_argument("--devices", type=_positive, default=8, help="device count (virtual devices on CPU; default 8)")
+    run.add_argument("--devices", type=_positive, default=None,
+                     help="device count (virtual devices on CPU; default 8, with --distributed every global device)")
     run.add_argument("--examples", type=_positive, default=DEFAULT_EXAMPLES,
                      help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
@@ -110,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
                      help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
                           "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
+    run.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+                     help="run only shard K of N (plan positions K-1, K-1+N, ...); merge the N report folders "
+                          "with `python -m conformance merge`")
+    run.add_argument("--distributed", action="store_true",
+                     help="one run over every process of a jax.distributed job (python -m xla_backend launch, "
+                          "Slurm, Open MPI, TPU VM); process 0 writes the report")
+    run.add_argument("--case-timeout", type=_timeout, default=None, metavar="T",
+                     help="with --distributed: seconds a process may take to send a case's results before the run "
+                          "ends naming it (default 600)")
+    sub.add_parser("merge", help="merge the report folders of a plan's shards into one", add_help=False)
     sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
                    add_help=False)
     sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
@@ -119,29 +150,34 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _start_platform(name: str, devices: int) -> None:
-    """Start JAX on `name` now, so an unknown or broken platform is a one-line error (exit 2), not a
-    run in which every case errors."""
-    from xla_backend import platform
-
-    platform.configure(name, devices)
-    try:
-        platform.require()
-    except platform.PlatformError as e:
-        raise ValueError(f"--platform {name}: " + " ".join(str(e).split())) from None
-
-
 def run_command(args, console=None) -> int:
-    from conformance import runner
-    from conformance.report import print_table
+    from conformance import preflight, runner
 
-    _start_platform(args.platform, args.devices)
+    if args.distributed:
+        from conformance import distributed
 
+        return distributed.run_command(args, console, report_result)
+    devices = args.devices or 8
+    # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
+    # in a child process, so that this parent holds no accelerator its workers need.
+    try:
+        hardware = preflight.check(args.platform, devices, in_process=False)
+    except preflight.PreflightError as e:
+        raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
     result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
-                        devices=args.devices, report_dir=args.report, progress=not args.no_progress,
+                        devices=devices, report_dir=args.report, progress=not args.no_progress,
                         resume=args.resume, xfails=args.xfails, processes=args.processes,
                         compile_cache=_compile_cache(args.compile_cache),
-                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails)
+                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
+                        shard=args.shard,
+                        plan_extra=preflight.plan_entries(hardware))
+    return report_result(args, result, console)
+
+
+def report_result(args, result, console=None) -> int:
+    """Print the table, stale xfails, reproducers and where the report is; the exit status of the run."""
+    from conformance.report import print_table
+
     print_table(result.summary, console, results=result.results)
     out = console.print if console is not None else print
     for text in result.summary.get("unused_xfails", ()):
@@ -179,6 +215,10 @@ def main(argv=None) -> int:
         from conformance.explain import cli as explain_cli
 
         return int(explain_cli.main(argv[1:]) or 0)
+    if argv and argv[0] == "merge":
+        from conformance import merge
+
+        return int(merge.main(argv[1:]) or 0)
     if argv and argv[0] == "mutate":
         from conformance import mutate
 

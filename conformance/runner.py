@@ -17,6 +17,7 @@ import tempfile
 import time
 import traceback
 
+from conformance import plan as plan_mod
 from conformance import timing
 from conformance import xfails as xfails_mod
 from conformance.results import CaseResult, summarize
@@ -170,7 +171,8 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
             return _crash("refsim", case, e, examples), None
         try:
             with timing.timed(phases, "xla"):
-                got = case.run(xla)
+                # an engine may run whole cases itself (the distributed run replays assembled results)
+                got = xla.run_case(case) if hasattr(xla, "run_case") else case.run(xla)
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
@@ -294,17 +296,18 @@ def plan_tasks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, 
 
 
 def _versions() -> dict:
+    import hypothesis
     import jax
     import numpy as np
 
     return {"jax": jax.__version__, "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
-            "numpy": np.__version__, "python": sys.version.split()[0]}
+            "numpy": np.__version__, "python": sys.version.split()[0], "hypothesis": hypothesis.__version__}
 
 
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
-        strict_xfails: bool = False) -> RunResult:
+        strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
     suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
@@ -320,6 +323,10 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     (`conformance.compile_cache`), so a rerun skips XLA compiles; None leaves JAX's setting alone.
     strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
     suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
+    shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.plan.select_shard`);
+    a resumed folder must hold the same plan and shard. plan_extra: entries added to the plan the
+    reporters record (hardware, the distributed job). executor: ``executor(todo, opts)`` yielding
+    CaseResults, instead of this process or workers (`conformance.distributed.Job.execute`).
     """
     from xla_backend import platform as xplat
 
@@ -341,7 +348,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         compile_cache = cc.enable(compile_cache)
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
     t0 = time.perf_counter()  # the wall time includes drawing the cases
-    tasks = plan_tasks(suite, examples=examples, seed=seed, devices=devices)
+    tasks = plan_mod.select_shard(plan_tasks(suite, examples=examples, seed=seed, devices=devices), shard)
     drawing = time.perf_counter() - t0
     finished: dict = {}
     reporters: list = []
@@ -359,6 +366,11 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         reporters.append(ProgressReporter(total=len(tasks), console=console))
     plan = dict(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
                 processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks), resumed=bool(resume), **_versions())
+    plan.update(plan_extra or {})
+    if shard is not None:
+        plan["shard"] = "%d/%d" % (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
+    if resume:
+        plan_mod.check_resume(report_dir, plan)  # before any reporter rewrites the folder
     for r in reporters:
         r.start(plan)
     results: list = []
@@ -375,7 +387,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
             todo.append((task, entry))
     opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
     try:
-        for res in _execute(todo, xla, opts, processes, platform, devices):
+        for res in (executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices)):
             results.append(res)
             c_total += res.compile_seconds
             for r in reporters:

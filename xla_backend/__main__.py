@@ -12,7 +12,7 @@ import json
 import sys
 
 USAGE = (
-    "usage: python -m xla_backend info [--platform P] [--devices N] [--hlo]\n"
+    "usage: python -m xla_backend info [--platform P] [--devices N] [--hardware]\n"
     "       python -m xla_backend launch --processes 2 --devices-per-process 4 -- COMMAND ...\n"
     "       python -m xla_backend selftest [--distributed] [--json PATH]"
 )
@@ -25,6 +25,8 @@ def _info(argv) -> int:
     ap.add_argument("--platform", default=None, help="cpu, cuda, rocm, tpu or a PJRT plugin name")
     ap.add_argument("--devices", type=int, default=None,
                     help="CPU: number of virtual devices; other platforms: devices required")
+    ap.add_argument("--hardware", action="store_true",
+                    help="print the hardware record (device kinds, runtime versions, topology) instead")
     args = ap.parse_args(argv)
     from xla_backend import platform
 
@@ -33,7 +35,8 @@ def _info(argv) -> int:
         platform.require(args.devices)
         from xla_backend import provenance
 
-        print(json.dumps(provenance.info(), indent=1, default=list))
+        record = provenance.hardware() if args.hardware else provenance.info()
+        print(json.dumps(record, indent=1, default=list))
     except (platform.PlatformError, ValueError, RuntimeError) as e:
         print(f"xla_backend info: error: {e}", file=sys.stderr)
         return 1

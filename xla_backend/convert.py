@@ -117,7 +117,7 @@ def from_refsim(array, sharding=None):
     jsh = to_jax_sharding(array.sharding if sharding is None else sharding)
     if sharding is not None and to_jax_sharding(array.sharding) != jsh:
         glob = np.asarray(array)
-        return jax.make_array_from_callback(glob.shape, jsh, lambda idx: glob[idx])
+        return jax.make_array_from_callback(glob.shape, jsh, lambda idx: glob[idx], dtype=glob.dtype)
     devs = {d.id: d for d in jsh.addressable_devices}
     bufs = [jax.device_put(s.data, devs[s.device_id]) for s in array.shards if s.device_id in devs]
     return jax.make_array_from_single_device_arrays(tuple(array.shape), jsh, bufs)
@@ -132,4 +132,5 @@ def put_global(value, sharding):
 
     value = np.asarray(value)
     jsh = to_jax_sharding(sharding)
-    return jax.make_array_from_callback(value.shape, jsh, lambda idx: value[idx])
+    # dtype given: a process that holds none of the devices (multi-process) cannot infer it
+    return jax.make_array_from_callback(value.shape, jsh, lambda idx: value[idx], dtype=value.dtype)
