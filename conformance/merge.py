@@ -4,9 +4,8 @@ Each DIR is a ``--report`` folder (its results.jsonl is the record). The folders
 from one plan (`conformance.plan.identity`: suites, seed, examples, devices, platform,
 versions) and hold distinct shards (or distinct cases); anything else is refused, naming
 the folder and what differs. The merged folder gets results.jsonl, junit.xml, report.html
-and repros/ as a single run writes them, with the cases in plan order (shard K/N holds plan
-positions K-1, K-1+N, ..., so interleaving the shards restores it), and a summary over all
-of them. The exit status is the merged run's: 0 when every case agrees, 1 otherwise, 2 when
+and repros/ as a single run writes them, the cases of shard 1 first (each folder's cases in
+the order it finished them), and a summary over all of them. The exit status is the merged run's: 0 when every case agrees, 1 otherwise, 2 when
 the folders cannot be merged.
 """
 from __future__ import annotations
@@ -86,17 +85,10 @@ def _check(folders: list[Folder]) -> None:
             owner[r.case_id] = f.path
 
 
-def _plan_order(folders: list[Folder]) -> list[CaseResult]:
-    """Cases in plan order: shards interleaved by position (K-1 + i*N), other folders one after another."""
-    if not all(f.shard for f in folders):
-        return [r for f in folders for r in f.cases]
-    n = folders[0].shard[1]
-    slots = {}
-    for f in folders:
-        k = f.shard[0]
-        for i, r in enumerate(f.cases):
-            slots[(k - 1) + i * n] = r
-    return [slots[p] for p in sorted(slots)]
+def _ordered(folders: list[Folder]) -> list[CaseResult]:
+    """Every folder's cases, shard 1 first (folders without a shard in the order given)."""
+    ranked = sorted(folders, key=lambda f: f.shard or (0, 0))  # sorted() is stable
+    return [r for f in ranked for r in f.cases]
 
 
 def merge(dirs, out) -> dict:
@@ -113,7 +105,7 @@ def merge(dirs, out) -> dict:
     if any(os.path.abspath(f.path) == os.path.abspath(out) for f in folders):
         raise ValueError(f"--out {out!r} is one of the folders to merge; write the merged report to a new folder.")
     _check(folders)
-    results = _plan_order(folders)
+    results = _ordered(folders)
     repro_dir = os.path.join(out, "repros")
     for r in results:
         if r.repro_path:

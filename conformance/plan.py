@@ -5,7 +5,7 @@ examples, device count, platform and the versions that shape the draws (JAX, jax
 Python, hypothesis). `--resume` continues a folder only with the same identity and shard;
 `python -m conformance merge` combines folders only of one identity. `--shard K/N` keeps the
 cases at plan positions K-1, K-1+N, K-1+2N, ... so the N shards together are the plan, each
-case in exactly one shard, and interleaving them restores the plan order.
+case in exactly one shard, and every shard gets a share of every suite and family.
 """
 from __future__ import annotations
 
