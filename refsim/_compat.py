@@ -404,3 +404,52 @@ def lowered_out_shardings(lowered) -> list:
     """The output shardings a lowered jit program was lowered with (before compiling):
     `MeshComputation.compile_args["out_shardings"]`, jax 0.10 … 0.12."""
     return list(lowered._lowering.compile_args["out_shardings"])
+# --- callbacks: JAX's own formatting for jax.debug.print ------------------------------------
+
+def debug_print_callback(fmt, np_printoptions, has_placeholders, logging_record, in_tree, static_args):
+    """The flat callable `jax.debug.print`'s `debug_print` primitive runs (jax/_src/debugging.py:
+    `_format_print_callback` wrapped by `_make_flat_callback`), so refsim prints exactly JAX's text."""
+    import functools
+
+    from jax._src import debugging
+
+    cb = functools.partial(debugging._format_print_callback, fmt, dict(np_printoptions),
+                           has_placeholders, logging_record)
+    return debugging._make_flat_callback(in_tree, cb, static_args)
+
+
+def approx_top_k_output_size(input_size, rank, k, recall_target, aggregate_to_topk, size_override) -> int:
+    """The reduction-dimension size `lax.approx_max_k` returns (jaxlib's own formula)."""
+    from jax._src.lib import _jax
+
+    return int(_jax.approx_top_k_reduction_output_size(input_size, rank, k, recall_target,
+                                                       aggregate_to_topk, size_override)[0])
+
+
+# --- primitives JAX itself lowers by tracing a Python implementation (mlir.lower_fun) ---------
+
+def lowering_decomposition(name: str):
+    """The Python function JAX's CPU lowering of primitive `name` traces (`mlir.lower_fun(fn)`),
+    called as fn(*operands, **params); None when JAX lowers `name` some other way.
+
+    random_gamma: `random.core._gamma_impl(use_vmap=True)` (Marsaglia-Tsang rejection sampling
+    on threefry keys); regularized_incomplete_beta / igamma_grad_a: `lax.special`'s series
+    and continued fractions; ragged_dot_general: `lax._ragged_dot_general_impl` (groups expanded
+    to masked dense operands, one dot_general). Same names and modules in jax 0.10 … 0.12.
+    """
+    import functools
+
+    if name == "random_gamma":
+        from jax._src.random import core as rcore
+
+        return functools.partial(rcore._gamma_impl, use_vmap=True)
+    if name == "ragged_dot_general":  # lowered via lower_fun unless the ragged_dot instruction flag is on
+        from jax._src.lax import lax as _lax
+
+        return _lax._ragged_dot_general_impl
+    if name in ("regularized_incomplete_beta", "igamma_grad_a"):
+        from jax._src.lax import special
+
+        impl = getattr(special, f"{name}_impl")
+        return lambda *args, **params: special._up_and_broadcast(impl)(*args, **params)
+    return None

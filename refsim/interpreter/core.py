@@ -16,6 +16,7 @@ from refsim._compat import physical_dtype, to_numpy
 from refsim.errors import UnsupportedPrimitive
 from refsim.interpreter import unreduced
 from refsim.interpreter.registry import RULES, Context
+from refsim.interpreter.rules.refs import RefCell
 from refsim.interpreter.unreduced import Partials
 
 # Called as hook(eqn, invals, outvals) after each equation when set in ctx.extra["probe"].
@@ -35,6 +36,8 @@ def _check_out(eqn, i: int, out: np.ndarray, aval, nm: int) -> np.ndarray:
     """Rules must return the aval's dtype and local shape; a mismatch is a rule bug."""
     shape = getattr(aval, "shape", None)
     if shape is None:  # tokens and other non-array values pass through
+        return out
+    if isinstance(out, RefCell):  # a mutable reference: its storage is checked where it is written
         return out
     if isinstance(out, Partials):  # an unreduced global value: check its stacked partial sums
         _check_out(eqn, i, out.parts, aval, out.mesh.ndim)

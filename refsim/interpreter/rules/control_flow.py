@@ -29,8 +29,9 @@ def run_jaxpr(ctx, jaxpr, args):
 
 
 def _mesh_select(nm, mask, on_true, on_false):
-    """`np.where` with `mask` holding one entry per device (mesh dims only)."""
-    m = mask.reshape(mask.shape + (1,) * (max(on_true.ndim, on_false.ndim) - nm))
+    """`np.where` with `mask` holding one entry per device (mesh dims), possibly followed by
+    leading local batch dims (a vmapped `while`'s predicate): broadcast over the rest."""
+    m = mask.reshape(mask.shape + (1,) * (max(on_true.ndim, on_false.ndim) - mask.ndim))
     return np.where(m, on_true, on_false)
 
 
@@ -126,7 +127,12 @@ def _cond(ctx, index, *operands, branches, **params):
 
 @register("while")
 def _while(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params):
-    """`lax.while_loop`: iterate the body while the predicate holds, per device."""
+    """`lax.while_loop`: iterate the body while the predicate holds, per device.
+
+    A batched predicate (`vmap` of a while_loop: shape = the carries' leading batch dims)
+    is lowered by JAX as "loop while any element holds; each element whose predicate is
+    false keeps its carry" (`_while_lowering`'s `_pred_bcast_select_hlo`); refsim does the
+    same, per device and per batch element."""
     cconsts = args[:cond_nconsts]
     bconsts = args[cond_nconsts:cond_nconsts + body_nconsts]
     carry = list(args[cond_nconsts + body_nconsts:])

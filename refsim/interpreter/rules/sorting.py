@@ -75,3 +75,52 @@ def top_k_rule(ctx, x, *, k, axis=-1, is_stable=True):
     perm = np.argsort(key, axis=ax, kind="stable")
     perm = np.take(perm, np.arange(k), axis=ax)
     return [np.take_along_axis(x, perm, axis=ax), perm.astype(np.int32)]
+
+
+# --- total-order comparisons (searchsorted, digitize, histogram) ----------------------------
+
+def _total_keys(x, y):
+    """Integer keys of x and y in StableHLO's TOTALORDER (-NaN < -inf < -0 < +0 < +inf < +NaN)."""
+    if U.is_complex(x.dtype):
+        raise TypeError(f"total-order comparison of complex dtype {x.dtype} is not defined.")
+    return total_order_key(np.asarray(x)), total_order_key(np.asarray(y))
+
+
+def _total_compare(op):
+    def rule(ctx, x, y):
+        x, y = U.bcast_local_rank(ctx.nm, [x, y])
+        kx, ky = _total_keys(x, y)
+        return op(kx, ky)
+    return rule
+
+
+for _name, _op in (("lt_to", np.less), ("le_to", np.less_equal), ("eq_to", np.equal)):
+    _rule = _total_compare(_op)
+    _rule.__name__ = _rule.__qualname__ = f"{_name}_rule"
+    _rule.__doc__ = (f"`{_name}`: {_op.__name__} under StableHLO compare's TOTALORDER type "
+                     "(what jnp.searchsorted / digitize bind), as IEEE-754 totalOrder.")
+    register(_name)(_rule)
+
+
+@register("approx_top_k")
+def approx_top_k_rule(ctx, x, *, k, reduction_dimension, recall_target, is_max_k,
+                      reduction_input_size_override, aggregate_to_topk):
+    """`lax.approx_max_k` / `approx_min_k` on CPU: XLA's ApproxTopK fallback is an exact sort
+    along the reduction dimension (comparator GT for max, LT for min) keeping the first
+    entries — k of them with aggregate_to_topk, else jaxlib's approximate output size.
+    Equal values keep index order; NaNs sort as the largest values (IEEE total order)."""
+    nm = ctx.nm
+    rank = x.ndim - nm
+    ax = nm + (reduction_dimension % rank)
+    n = x.shape[ax]
+    size = k if aggregate_to_topk else approx_top_k_size(n, rank, k, recall_target, reduction_input_size_override)
+    key = total_order_key(x)
+    perm = np.argsort(~key if is_max_k else key, axis=ax, kind="stable")
+    perm = np.take(perm, np.arange(size), axis=ax)
+    return [np.take_along_axis(x, perm, axis=ax), perm.astype(np.int32)]
+
+
+def approx_top_k_size(n, rank, k, recall_target, override) -> int:
+    from refsim import _compat
+
+    return _compat.approx_top_k_output_size(n, rank, k, recall_target, False, override)

@@ -1,0 +1,49 @@
+"""Primitives whose CPU lowering JAX builds by tracing a Python implementation.
+
+JAX lowers `random_gamma` (Marsaglia-Tsang rejection sampling), `regularized_incomplete_beta`
+and `igamma_grad_a` (series / continued fractions) and, on CPU, `ragged_dot_general` (groups
+expanded to masked dense operands) with `mlir.lower_fun(fn)`: XLA runs the
+jaxpr of `fn`. refsim traces the same `fn` (`refsim._compat.lowering_decomposition`) at the
+operands' local shapes and evaluates that jaxpr with its own rules, so the algorithm, its
+key splitting and its rounding steps are JAX's, and every primitive in it is refsim's.
+Traces are cached per (primitive, operand types, params).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from refsim import _compat
+from refsim.interpreter import core
+from refsim.interpreter.registry import register
+
+
+@functools.lru_cache(maxsize=256)
+def _traced(name: str, types: tuple, params: tuple):
+    import jax
+
+    fn = _compat.lowering_decomposition(name)
+    kw = dict(params)
+    args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in types]
+    return jax.make_jaxpr(lambda *a: fn(*a, **kw))(*args)
+
+
+def _jax_dtype(x: np.ndarray):
+    return _compat.jax_key_dtype(x.dtype) or x.dtype
+
+
+def _decomposed(name: str):
+    def rule(ctx, *args, **params):
+        nm = ctx.nm
+        types = tuple((tuple(np.shape(a)[nm:]), _jax_dtype(np.asarray(a))) for a in args)
+        closed = _traced(name, types, tuple(sorted(params.items())))
+        return core.eval_closed_jaxpr(closed, *args, ctx=ctx)[0]
+
+    rule.__name__ = rule.__qualname__ = f"{name}_rule"
+    rule.__doc__ = f"`{name}`: the jaxpr of the function JAX's CPU lowering traces, run by refsim's rules."
+    return rule
+
+
+for _name in ("random_gamma", "regularized_incomplete_beta", "igamma_grad_a", "ragged_dot_general"):
+    register(_name)(_decomposed(_name))
