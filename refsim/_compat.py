@@ -443,6 +443,18 @@ def lowering_decomposition(name: str):
         from jax._src.random import core as rcore
 
         return functools.partial(rcore._gamma_impl, use_vmap=True)
+    if name == "call_hi_primitive":  # a hijax primitive: lowered through its `expand` into lojax
+        from jax._src import hijax
+
+        return hijax._call_hi_primitive_to_lojax
+    if name == "polynomial":  # jax >= 0.12: Horner's rule (a scan past 8 coefficients)
+        from jax._src.lax import lax as _lax
+
+        return getattr(_lax, "_polynomial_lower", None)
+    if name == "one_minus_square":  # jax >= 0.12: lowered as (1 + x) * (1 - x)
+        from jax import lax as _pub
+
+        return lambda x: _pub.mul(_pub.add(_pub.full_like(x, 1), x), _pub.sub(_pub.full_like(x, 1), x))
     if name == "ragged_dot_general":  # lowered via lower_fun unless the ragged_dot instruction flag is on
         from jax._src.lax import lax as _lax
 

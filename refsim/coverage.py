@@ -27,9 +27,11 @@ _PALLAS_NAMES = ("add_dependency", "bitcast", "core_map", "delay", "dma_start", 
                  "matmul_pop", "matmul_push_rhs", "multiple_of", "num_programs", "pack_elementwise",
                  "program_id", "reciprocal", "roll", "run_scoped", "semaphore_read", "semaphore_signal",
                  "semaphore_wait", "stochastic_round", "unpack_elementwise", "with_memory_space_constraint",
-                 "einshape_lo", "fusible", "custom_fusion", "pallas_call", "pack_dtype", "unpack_dtype")
-_INTERNAL_NAMES = ("accum_grad_in_ref", "box_get", "box_set", "new_box", "call_hi_primitive",
-                   "call_hi_primitive_linearized", "create_linear", "custom_lin", "jaxpr_call",
+                 "einshape_lo", "fusible", "custom_fusion", "pallas_call", "pack_dtype", "unpack_dtype",
+                 "conv", "has_memory_space", "matmul_lhs_fifo", "matmul_pop_fifo")
+_THUNKY = ("jax 0.12's experimental `thunky` GPU runtime program (thunks, PTX kernels): not a "
+           "jaxpr-level SPMD program")
+_INTERNAL_NAMES = ("accum_grad_in_ref", "box_get", "box_set", "new_box", "call_hi_primitive_linearized", "create_linear", "custom_lin", "jaxpr_call",
                    "log_extend", "log_read", "new_log", "trace_value", "zeros_like", "remat_opt",
                    "prng_join", "prng_random_bits", "prng_seed", "prng_split", "to_edtype", "from_edtype",
                    "broadcast_to", "pin", "unpin", "stage", "run_state", "select_and_scatter",
@@ -56,6 +58,8 @@ REASONS: dict[str, str] = {
 
 def reason(name: str) -> str:
     """Why primitive `name` has no refsim rule."""
+    if name.startswith("thunky."):
+        return _THUNKY
     return REASONS.get(name, "no rule yet")
 
 

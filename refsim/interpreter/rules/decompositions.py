@@ -2,7 +2,9 @@
 
 JAX lowers `random_gamma` (Marsaglia-Tsang rejection sampling), `regularized_incomplete_beta`
 and `igamma_grad_a` (series / continued fractions) and, on CPU, `ragged_dot_general` (groups
-expanded to masked dense operands) with `mlir.lower_fun(fn)`: XLA runs the
+expanded to masked dense operands) with `mlir.lower_fun(fn)`, and a hijax `call_hi_primitive`
+through its `expand` (jax 0.12's jnp.searchsorted is one), and jax 0.12's `polynomial` (Horner)
+and `one_minus_square` ((1 + x)(1 - x)): XLA runs the
 jaxpr of `fn`. refsim traces the same `fn` (`refsim._compat.lowering_decomposition`) at the
 operands' local shapes and evaluates that jaxpr with its own rules, so the algorithm, its
 key splitting and its rounding steps are JAX's, and every primitive in it is refsim's.
@@ -29,6 +31,9 @@ def _traced(name: str, types: tuple, params: tuple):
     return jax.make_jaxpr(lambda *a: fn(*a, **kw))(*args)
 
 
+_MULTIPLE = {"call_hi_primitive": True}  # primitives with multiple results
+
+
 def _jax_dtype(x: np.ndarray):
     return _compat.jax_key_dtype(x.dtype) or x.dtype
 
@@ -38,12 +43,14 @@ def _decomposed(name: str):
         nm = ctx.nm
         types = tuple((tuple(np.shape(a)[nm:]), _jax_dtype(np.asarray(a))) for a in args)
         closed = _traced(name, types, tuple(sorted(params.items())))
-        return core.eval_closed_jaxpr(closed, *args, ctx=ctx)[0]
+        outs = core.eval_closed_jaxpr(closed, *args, ctx=ctx)
+        return outs if _MULTIPLE.get(name) else outs[0]
 
     rule.__name__ = rule.__qualname__ = f"{name}_rule"
     rule.__doc__ = f"`{name}`: the jaxpr of the function JAX's CPU lowering traces, run by refsim's rules."
     return rule
 
 
-for _name in ("random_gamma", "regularized_incomplete_beta", "igamma_grad_a", "ragged_dot_general"):
+for _name in ("random_gamma", "regularized_incomplete_beta", "igamma_grad_a", "ragged_dot_general",
+              "call_hi_primitive", "polynomial", "one_minus_square"):
     register(_name)(_decomposed(_name))

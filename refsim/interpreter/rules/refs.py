@@ -125,7 +125,7 @@ def _stack_results(ctx, res, shape_of):
 
 
 @register("new_ref")
-def new_ref_rule(ctx, x, *, memory_space=None, kind=None):
+def new_ref_rule(ctx, x, *, memory_space=None, kind=None, pin=None):
     """`jax.new_ref(x)`: a fresh cell holding a copy of x."""
     return RefCell(np.array(x, copy=True))
 

@@ -22,9 +22,10 @@ def _run(ctx, jaxpr, args):
 
 
 @register("composite")
-def composite_rule(ctx, *args, name, attributes, version, jaxpr):
-    """`lax.composite`: its decomposition (the jaxpr), as XLA:CPU inlines it."""
-    return _run(ctx, jaxpr, args)
+def composite_rule(ctx, *args, name, attributes, version, jaxpr=None, call_jaxpr=None):
+    """`lax.composite`: its decomposition (the jaxpr), as XLA:CPU inlines it. jax 0.10 binds it
+    as `jaxpr`, jax 0.12 as `call_jaxpr`; exactly one is present."""
+    return _run(ctx, jaxpr if jaxpr is not None else call_jaxpr, args)
 
 
 @register("compute_on")
@@ -37,6 +38,18 @@ def compute_on_rule(ctx, *args, jaxpr, compute_type, out_memory_spaces=None, **p
 def custom_vmap_call_rule(ctx, *args, call, rule, in_tree, out_tree):
     """`jax.custom_batching.custom_vmap`, unbatched: the function itself (JAX's impl)."""
     return _run(ctx, call, args)
+
+
+@register("program_order")
+def program_order_rule(ctx, *args, call_jaxpr, enforce, strict_in, strict_out, exclude_mask, **params):
+    """jax 0.12 `program_order`: the body's values (it only constrains XLA's schedule)."""
+    return _run(ctx, call_jaxpr, args)
+
+
+@register("xla_metadata_call")
+def xla_metadata_call_rule(ctx, *args, jaxpr, xla_metadata, ad_metadata):
+    """jax 0.12 `xla_metadata` on a function: the function's values (metadata only tags ops)."""
+    return _run(ctx, jaxpr, args)
 
 
 @register("tie")
