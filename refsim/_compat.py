@@ -451,10 +451,6 @@ def lowering_decomposition(name: str):
         from jax._src.lax import lax as _lax
 
         return getattr(_lax, "_polynomial_lower", None)
-    if name == "one_minus_square":  # jax >= 0.12: lowered as (1 + x) * (1 - x)
-        from jax import lax as _pub
-
-        return lambda x: _pub.mul(_pub.add(_pub.full_like(x, 1), x), _pub.sub(_pub.full_like(x, 1), x))
     if name == "ragged_dot_general":  # lowered via lower_fun unless the ragged_dot instruction flag is on
         from jax._src.lax import lax as _lax
 

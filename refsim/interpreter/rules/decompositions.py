@@ -3,8 +3,8 @@
 JAX lowers `random_gamma` (Marsaglia-Tsang rejection sampling), `regularized_incomplete_beta`
 and `igamma_grad_a` (series / continued fractions) and, on CPU, `ragged_dot_general` (groups
 expanded to masked dense operands) with `mlir.lower_fun(fn)`, and a hijax `call_hi_primitive`
-through its `expand` (jax 0.12's jnp.searchsorted is one), and jax 0.12's `polynomial` (Horner)
-and `one_minus_square` ((1 + x)(1 - x)): XLA runs the
+through its `expand` (jax 0.12's jnp.searchsorted is one), and jax 0.12's `polynomial` (Horner):
+XLA runs the
 jaxpr of `fn`. refsim traces the same `fn` (`refsim._compat.lowering_decomposition`) at the
 operands' local shapes and evaluates that jaxpr with its own rules, so the algorithm, its
 key splitting and its rounding steps are JAX's, and every primitive in it is refsim's.
@@ -52,5 +52,5 @@ def _decomposed(name: str):
 
 
 for _name in ("random_gamma", "regularized_incomplete_beta", "igamma_grad_a", "ragged_dot_general",
-              "call_hi_primitive", "polynomial", "one_minus_square"):
+              "call_hi_primitive", "polynomial"):
     register(_name)(_decomposed(_name))
