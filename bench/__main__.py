@@ -1,4 +1,4 @@
-"""`python -m bench [--quick] [--parts throughput,conformance,scaling,bandwidth] [--json FILE]`
+"""`python -m bench [--quick] [--parts throughput,conformance,scaling,bandwidth,stablehlo] [--json FILE]`
 
 Runs the chosen parts in one process (scaling starts one child process per measurement),
 prints a table per part and a final table of the issue's targets, and writes one JSON
@@ -11,7 +11,7 @@ import sys
 
 from bench import _common as C
 
-PARTS = ("throughput", "conformance", "scaling", "bandwidth")
+PARTS = ("throughput", "conformance", "scaling", "bandwidth", "stablehlo")
 
 
 def _module(part: str):
@@ -45,6 +45,11 @@ def targets(results: dict) -> list[tuple]:
         rows.append((f"each collective <= 3x np.copyto ({worst['mib']} MiB, all device counts)",
                      f"worst {worst['op']} @ {worst['devices']}: {worst['ratio_to_copyto']:.1f}x",
                      worst["ratio_to_copyto"] <= 3))
+    if "stablehlo" in results:
+        s = results["stablehlo"][-1]
+        if s.get("median_ratio") is not None:
+            rows.append(("StableHLO (lowered) interpretation <= ~3x jaxpr interpretation (corpus median)",
+                         f"median {s['median_ratio']:.2f}x, max {s['max_ratio']:.1f}x", s["median_ratio"] <= 3))
     return rows
 
 

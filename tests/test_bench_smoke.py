@@ -241,3 +241,14 @@ def test_interpreter_keeps_an_intermediate_that_is_also_an_output():
     s, c = refsim.eval_jaxpr(jax.make_jaxpr(f)(x), x)
     np.testing.assert_allclose(s, np.sin(x.astype(np.float64)), rtol=1e-6)
     np.testing.assert_allclose(c, 2 * np.cos(np.sin(x.astype(np.float64))), rtol=1e-6)
+
+
+def test_stablehlo_part_times_lowered_and_compiled_modules():
+    from bench import stablehlo
+
+    recs = stablehlo.run(names=["psum_x", "pbroadcast_from_source"], repeat=1)
+    by = {r["program"]: r for r in recs}
+    assert by["psum_x"]["status"] == "ok" and by["psum_x"]["lowered_s"] > 0 and by["psum_x"]["compiled_s"] > 0
+    assert by["pbroadcast_from_source"]["status"].startswith("not lowered")
+    assert by["summary"]["timed"] == 1 and by["summary"]["programs"] == 2
+    stablehlo.show(recs)

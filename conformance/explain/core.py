@@ -42,12 +42,15 @@ class Explanation:
     devices: dict = dataclasses.field(default_factory=dict)
     mesh: Any = None
     notes: list = dataclasses.field(default_factory=list)
+    elements: list = dataclasses.field(default_factory=list)  # (device, index, before, after), a few
 
     def to_json(self) -> dict:
         """One JSON-able dict: diverged_in, op, op_text, source, output, devices, stages."""
         return {
             "diverged_in": self.diverged_in, "op": self.op, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
+            "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
+                         for d, i, b, a in self.elements],
             "stages": [{"name": s.name, "agrees_with_previous": self.agrees.get(s.name),
                         "seconds": round(s.seconds, 4), "error": s.error,
                         "missing_ops": s.missing_ops} for s in self.stages],
@@ -82,6 +85,11 @@ class Explanation:
             if self.devices:
                 bad = sorted(d for d, v in self.devices.items() if v > 0)
                 out.append(f"devices that differ: {bad}")
+                names = {"lowering": ("jaxpr", "lowered"), "compiler": ("lowered", "compiled"),
+                         "backend": ("compiled", "executed")}[self.diverged_in]
+                for d, i, b, a in self.elements:
+                    out.append(f"  device {d} element {list(i)}: {names[0]} {b!r}, {names[1]} {a!r}")
+
                 pic = self.picture()
                 if pic:
                     out.append(pic)
@@ -98,11 +106,23 @@ def _num(v):
 _TOL = {"max_ulp": 0.0, "rtol": 0.0}
 
 
-def _per_device(a: np.ndarray, b: np.ndarray, device_ids, max_ulp: float) -> tuple[bool, dict]:
-    """(all devices within tolerance, {device id: max ULP error of its shard})."""
+def _first_elements(a, b, bad, device_ids, limit: int = 3) -> list:
+    """(device id, local index, value before, value after) of the first differing element of the
+    first `limit` differing devices."""
+    out = []
+    for p in np.flatnonzero(bad.any(axis=1))[:limit]:
+        k = int(np.flatnonzero(bad[p])[0])
+        idx = np.unravel_index(k, a.shape[1:]) if a.ndim > 1 else ()
+        out.append((int(device_ids[p]), tuple(int(i) for i in idx), a[p][idx].item(), b[p][idx].item()))
+    return out
+
+
+def _per_device(a: np.ndarray, b: np.ndarray, device_ids, max_ulp: float) -> tuple[bool, dict, list]:
+    """(all devices within tolerance, {device id: max ULP error of its shard}, first differing
+    elements)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
-        return False, {int(d): float("inf") for d in device_ids}
+        return False, {int(d): float("inf") for d in device_ids}, []
     ulp = diff.ulp_error(a, b).reshape(a.shape[0], -1)
     bad = ulp > max_ulp
     if _TOL["rtol"] and a.dtype.kind in "fc":
@@ -112,22 +132,23 @@ def _per_device(a: np.ndarray, b: np.ndarray, device_ids, max_ulp: float) -> tup
                 1 + np.abs(a.astype(np.float64)).reshape(a.shape[0], -1))
         bad &= ~rel
     worst = ulp.max(axis=1) if ulp.shape[1] else np.zeros(a.shape[0])
-    return not bool(bad.any()), {int(d): float(w) for d, w in zip(device_ids, worst)}
+    elements = _first_elements(a, b, bad, device_ids) if bad.any() else []
+    return not bool(bad.any()), {int(d): float(w) for d, w in zip(device_ids, worst)}, elements
 
 
 def _compare(prev, cur, device_ids, max_ulp):
-    """(agree, first differing output index, {device: max ulp})."""
+    """(agree, first differing output index, {device: max ulp}, first differing elements)."""
     if len(prev.outputs) != len(cur.outputs):
-        return False, 0, {}
+        return False, 0, {}, []
     for i, (a, b) in enumerate(zip(prev.outputs, cur.outputs)):
-        ok, devs = _per_device(a, b, device_ids, max_ulp)
+        ok, devs, elements = _per_device(a, b, device_ids, max_ulp)
         if not ok:
-            return False, i, devs
-    return True, None, {}
+            return False, i, devs, elements
+    return True, None, {}, []
 
 
 def _differs(ref, val, device_ids, max_ulp):
-    """None when the two traced values have different types (not comparable), else (agree, devices)."""
+    """None when the two traced values have different types (not comparable), else `_per_device`'s triple."""
     ref, val = np.asarray(ref), np.asarray(val)
     if ref.shape[1:] != val.shape[1:] or ref.dtype != val.dtype:
         return None
@@ -160,10 +181,10 @@ def _first_diverging_op(earlier: dict, later: dict, device_ids, max_ulp):
             continue
         res = _differs(ref, ent[1], device_ids, max_ulp)
         if res is not None and not res[0]:
-            found.append((ent[0].index, ent[0], res[1]))
+            found.append((ent[0].index, ent[0], res))
     if found:
-        _, op, devs = min(found, key=lambda t: t[0])
-        return op, devs
+        _, op, res = min(found, key=lambda t: t[0])
+        return op, res
     lines_e, lines_l = S.by_line(earlier), S.by_line(later)
     for line, ents in sorted(lines_l.items(), key=lambda kv: kv[1][-1][0].index):
         if line not in lines_e:
@@ -172,8 +193,8 @@ def _first_diverging_op(earlier: dict, later: dict, device_ids, max_ulp):
         ent = _pick(ents, ref)
         res = None if ent is None else _differs(ref, ent[1], device_ids, max_ulp)
         if res is not None and not res[0]:
-            return ent[0], res[1]
-    return None, {}
+            return ent[0], res
+    return None, None
 
 
 def _output_op(program, index: int):
@@ -232,11 +253,11 @@ def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
         if prev is None:
             prev = st
             continue
-        ok, out_idx, devs = _compare(prev, st, device_ids, max_ulp)
+        ok, out_idx, devs, elements = _compare(prev, st, device_ids, max_ulp)
         agrees[st.name] = ok
         if not ok and exp.diverged_in is None:
             exp.diverged_in = S.BOUNDARY[st.name]
-            exp.output, exp.devices = out_idx, devs
+            exp.output, exp.devices, exp.elements = out_idx, devs, elements
             if skipped:
                 exp.notes.append(f"stage(s) {skipped} could not run, so the divergence lies between {prev.name} "
                                  f"and {st.name}.")
@@ -250,9 +271,9 @@ def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
 
 
 def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
-    op, devs = (None, {})
+    op, res = None, None
     if st.name in ("lowered", "compiled") and prev.trace and st.trace:
-        op, devs = _first_diverging_op(prev.trace, st.trace, device_ids, max_ulp)
+        op, res = _first_diverging_op(prev.trace, st.trace, device_ids, max_ulp)
     if op is None and exp.output is not None:
         program = prev.program if st.name == "executed" else st.program
         op = _output_op(program, exp.output) if program is not None else None
@@ -265,8 +286,8 @@ def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
     if op is None:
         return
     exp.op, exp.op_text, exp.source = op.name, op.text, op.loc.source
-    if devs:
-        exp.devices = devs
+    if res is not None:  # the op's own value: its per-device errors and first differing elements
+        exp.devices, exp.elements = res[1], res[2]
 
 
 def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,

@@ -98,12 +98,16 @@ class Machine:
 
 
 def missing_ops(program: P.Program) -> dict[str, str]:
-    """{op name: source of its first use} for every op in `program` without a rule."""
+    """{op name: source of its first use} for every op in `program` without a rule (computed once)."""
     load()
+    cached = getattr(program, "_missing", None)
+    if cached is not None:
+        return cached
     out: dict[str, str] = {}
     for fn in program.funcs.values():
         for op in P.walk(fn.body):
             key = op_key(op)
             if key not in OPS and key not in out:
                 out[key] = op.loc.source or op.text[:80]
+    program._missing = out
     return out

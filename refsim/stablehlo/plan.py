@@ -277,13 +277,23 @@ class _Builder:
         index = len(self.ops)
         self.ops.append(None)
         regions = tuple(self.block(r) for r in op.regions)
-        asm = op.get_asm(large_elements_limit=16, enable_debug_info=False)
-        text = asm.strip().splitlines()[0][:400] if asm.strip() else op.name
+        text = _op_text(op, regions)
         out = Op(op.name, tuple(self.slot(v) for v in op.operands), tuple(self.slot(r) for r in op.results),
                  tuple(tensor_type(r.type) for r in op.results), attrs, regions, parse_loc(str(op.location)),
                  text, index)
         self.ops[index] = out
         return out
+
+
+def _op_text(op, regions) -> str:
+    """The op's first line of assembly for reports. Ops with regions are not printed whole
+    (that prints their bodies: quadratic in the nesting): their attributes are listed instead."""
+    if not regions:
+        # local scope: SSA names are numbered within the op, not by walking the whole module
+        asm = op.get_asm(large_elements_limit=16, enable_debug_info=False, use_local_scope=True).strip()
+        return asm.splitlines()[0][:400] if asm else op.name
+    attrs = ", ".join(f"{n} = {str(op.attributes[n])[:120]}" for n in _compat.attribute_names(op))
+    return f'"{op.name}"(...) <{{{attrs}}}> ({len(regions)} region(s))'[:400]
 
 
 def _func_attrs(f, key: str, ir) -> list:

@@ -35,10 +35,22 @@ _CHLO = {
 }
 
 
+# Integer (and bool) operands of one dtype and rank: refsim's kernel for these ops is the plain
+# ufunc (wrapping arithmetic, bitwise logic, exact max/min), so it is called directly and the
+# float-normalisation wrapper is skipped (random-bit generators are hundreds of such ops).
+_INT_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+               "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
+
+
 def _make(prim: str):
     kernel = RULES[prim]
+    fast = _INT_UFUNCS.get(prim)
 
     def rule(m, op, env, *xs):
+        if fast is not None:
+            x, y = xs
+            if x.dtype == y.dtype and x.ndim == y.ndim and x.dtype.kind in "iub":
+                return fast(x, y)
         return kernel(m.ctx, *xs)
 
     rule.__name__ = rule.__qualname__ = f"{prim}_rule"

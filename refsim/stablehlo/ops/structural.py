@@ -12,8 +12,12 @@ from refsim.stablehlo.registry import register
 
 @register("stablehlo.constant", "mhlo.constant")
 def constant_rule(m, op, env):
-    """The attribute's value, the same on every device."""
-    return m.lift(op.attrs["value"])
+    """The attribute's value, the same on every device (lifted once, then reused: values are
+    never written in place)."""
+    lifted = op.attrs.get("_lifted")
+    if lifted is None:
+        lifted = op.attrs["_lifted"] = m.lift(op.attrs["value"])
+    return lifted
 
 
 @register("stablehlo.iota")

@@ -1,0 +1,111 @@
+"""refsim.stablehlo beside refsim's jaxpr interpreter, program by program on the corpus.
+
+For every program of `conformance.corpus` that lowers on this platform: the time refsim
+takes to run it from its jaxpr (`refsim.shard_map` / `jit` / `pmap`, trace cached: the
+second and later calls), and the time `refsim.stablehlo.interpret` takes on the module JAX
+lowered and on XLA's compiled per-device module (module walked once beforehand: `load`
+column). Times are the best of N. The issue's target: interpreting the lowered module costs
+no more than ~3x the jaxpr interpretation. Prints a table and one JSON line per program.
+
+    python -m bench --parts stablehlo        or        python bench/stablehlo.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from bench import _common as C
+
+QUICK = ("psum_x", "ppermute_ring", "psum_in_scan", "explicit_reshard_sum", "pmap_psum")
+
+
+def _measure(prog, repeat: int) -> dict:
+    import numpy as np
+
+    import refsim.stablehlo as sh
+    from conformance.explain.program import from_corpus
+    from refsim import _compat
+
+    rec = dict(bench="stablehlo", program=prog.name, family=prog.family, kind=prog.kind)
+    try:
+        staged = from_corpus(prog)
+    except Exception as e:  # noqa: BLE001 - e.g. no CPU lowering: reported, not timed
+        return rec | dict(status=f"not lowered: {type(e).__name__}")
+    run = prog.refsim_callable()
+    args = prog.inputs(0)
+    run(*args)  # trace once, as the conformance runner's later examples reuse it
+    rec["jaxpr_s"] = C.best_of(lambda: run(*args), repeat)
+    kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
+    gargs = [staged.global_args[i] for i in kept]
+    t = time.perf_counter()
+    plan = sh.load(staged.lowered.compiler_ir("stablehlo"))
+    rec["lowered_load_s"] = time.perf_counter() - t
+    rec["lowered_s"] = C.best_of(lambda: sh.interpret(plan, *gargs), repeat)
+    rec["ratio"] = rec["lowered_s"] / rec["jaxpr_s"]
+    try:
+        compiled = staged.compiled()
+    except Exception as e:  # noqa: BLE001 - XLA:CPU cannot compile it (ragged-all-to-all)
+        return rec | dict(status=f"lowered only ({type(e).__name__})")
+    from conformance.explain.stages import _flat_in_shardings, _shards_by_index
+
+    ids = _compat.partition_device_ids(compiled)
+    shards = [_shards_by_index(np.asarray(a)[None], s, ids) for a, s in zip(gargs, _flat_in_shardings(compiled))]
+    t = time.perf_counter()
+    cplan = sh.load(_compat.hlo_module_to_stablehlo(compiled))
+    rec["compiled_load_s"] = time.perf_counter() - t
+    rec["compiled_s"] = C.best_of(lambda: sh.interpret(cplan, *shards, per_device=True, num_partitions=len(ids)),
+                                  repeat)
+    return rec | dict(status="ok")
+
+
+def run(quick: bool = False, names=None, repeat: int | None = None) -> list[dict]:
+    from xla_backend import platform
+
+    platform.configure("cpu", 8)
+    from conformance import corpus
+
+    progs = [corpus.by_name(n) for n in (names or (QUICK if quick else [p.name for p in corpus.PROGRAMS]))]
+    repeat = repeat or (2 if quick else 5)
+    recs = [_measure(p, repeat) for p in progs]
+    for r in recs:
+        C.emit(r)
+    timed = [r for r in recs if "ratio" in r]
+    ratios = [r["ratio"] for r in timed]
+    summary = dict(bench="stablehlo", program="summary", programs=len(recs), timed=len(timed),
+                   median_ratio=statistics.median(ratios) if ratios else None,
+                   max_ratio=max(ratios) if ratios else None,
+                   over_3x=[r["program"] for r in timed if r["ratio"] > 3])
+    C.emit(summary)
+    return recs + [summary]
+
+
+def show(records: list[dict]) -> None:
+    rows = []
+    for r in records:
+        if r["program"] == "summary":
+            continue
+        rows.append((r["program"], C.fmt_seconds(r.get("jaxpr_s")), C.fmt_seconds(r.get("lowered_s")),
+                     C.fmt_ratio(r.get("ratio")), C.fmt_seconds(r.get("compiled_s")),
+                     C.fmt_seconds(r.get("lowered_load_s")), r["status"]))
+    s = records[-1]
+    med = "-" if s["median_ratio"] is None else f"{s['median_ratio']:.2f}x"
+    mx = "-" if s["max_ratio"] is None else f"{s['max_ratio']:.2f}x"
+    C.table(f"StableHLO interpretation vs jaxpr interpretation ({s['timed']} of {s['programs']} corpus programs "
+            f"timed; lowered/jaxpr median {med}, max {mx}; over 3x: {s['over_3x'] or 'none'})",
+            ["program", "jaxpr", "lowered", "lowered/jaxpr", "compiled", "load (walk module)", "status"], rows)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"{len(QUICK)} programs, 2 repeats")
+    ap.add_argument("--programs", help="comma-separated corpus program names")
+    ap.add_argument("--repeat", type=int)
+    args = ap.parse_args(argv)
+    recs = run(args.quick, args.programs.split(",") if args.programs else None, args.repeat)
+    show(recs)
+    return recs
+
+
+if __name__ == "__main__":
+    main()
