@@ -3,7 +3,7 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
-        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--distributed [--case-timeout T]]
+        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
     python -m conformance merge DIR... --out DIR   (conformance.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
@@ -105,7 +105,7 @@ def _compile_cache(value: str | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.runner import DEFAULT_EXAMPLES, SHRINK_SECONDS
+    from conformance.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{run,merge,bisect,mutate,explain,check}", parser_class=_Parser)
@@ -138,8 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="one run over every process of a jax.distributed job (python -m xla_backend launch, "
                           "Slurm, Open MPI, TPU VM); process 0 writes the report")
     run.add_argument("--case-timeout", type=_timeout, default=None, metavar="T",
-                     help="with --distributed: seconds a process may take to send a case's results before the run "
-                          "ends naming it (default 600)")
+                     help=f"seconds a case may run before it is killed with its worker and recorded as timeout "
+                          f"(default {DEFAULT_CASE_TIMEOUT:g}); with --distributed: seconds a process may take to "
+                          "send a case's results before the run ends naming it (default 600)")
     sub.add_parser("merge", help="merge the report folders of a plan's shards into one", add_help=False)
     sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
                    add_help=False)
@@ -169,6 +170,7 @@ def run_command(args, console=None) -> int:
                         resume=args.resume, xfails=args.xfails, processes=args.processes,
                         compile_cache=_compile_cache(args.compile_cache),
                         shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
+                        case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
                         shard=args.shard,
                         plan_extra=preflight.plan_entries(hardware))
     return report_result(args, result, console)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-STATUSES = ("pass", "fail", "error", "xfail", "xpass", "unsupported")
+STATUSES = ("pass", "fail", "error", "timeout", "xfail", "xpass", "unsupported")
 
 
 @dataclasses.dataclass
@@ -19,7 +19,8 @@ class CaseResult:
     status: "pass" (agreed), "fail" (disagreed), "error" (a side crashed or rejected a
     valid case), "xfail" (disagreed as the platform's xfails file expects), "xpass"
     (agreed although listed in xfails: the entry is stale), "unsupported" (the
-    platform cannot run it at all; never counted as a pass).
+    platform cannot run it at all; never counted as a pass), "timeout" (still running after the
+    run's per-case time limit: killed with its worker).
     """
 
     case_id: str
@@ -88,5 +89,5 @@ def summarize(results: list[CaseResult], *, wall_seconds: float, compile_seconds
         "examples_per_second": examples / wall_seconds if wall_seconds > 0 else 0.0,
         "compile_seconds": compile_seconds,
         "compile_share": compile_seconds / wall_seconds if wall_seconds > 0 else 0.0,
-        "ok": by_status["fail"] == 0 and by_status["error"] == 0,  # xpass: a stale xfail, warned about
+        "ok": by_status["fail"] == 0 and by_status["error"] == 0 and by_status["timeout"] == 0,  # xpass: a stale xfail, warned about
     }

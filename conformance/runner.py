@@ -24,12 +24,14 @@ from conformance.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_EXAMPLES", "RunResult", "plan_tasks", "run", "run_task"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "RunResult", "plan_tasks", "run", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
 DEFAULT_EXAMPLES = 20
 SHRINK_SECONDS = 60.0
+# A case (all its examples) normally takes seconds; one still running after this is a hang.
+DEFAULT_CASE_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass
@@ -266,16 +268,23 @@ def _shrink_and_write(task, failing, xla, repro_dir, devices, seconds, seed) -> 
     small = shrink(task, case, xla, devices=devices, seconds=seconds, seed=seed) if seconds > 0 else case
     try:
         expected = want if small is case else small.run(refsim)
-        text = small.repro(expected=expected)
+        path = write_repro(task, small, repro_dir, expected=expected)
     except Exception as e:  # noqa: BLE001 - the failure is reported even if no reproducer can be built
         return None, f"no reproducer: {type(e).__name__}: {e}"
+    note = "" if small is case else f"shrunk to {small.case_id} ({_shape_text(small)})"
+    return path, note
+
+
+def write_repro(task, case, repro_dir: str | None, expected=None) -> str:
+    """Write `case`'s standalone reproducer (refsim's `expected` result embedded; computed when
+    None) as ``repro_dir/<task's case id>.py`` and return its path."""
+    text = case.repro(expected=expected)
     repro_dir = repro_dir or os.path.join(tempfile.gettempdir(), "conformance-repros")
     os.makedirs(repro_dir, exist_ok=True)
     path = os.path.join(repro_dir, _slug(task.case_id) + ".py")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
-    note = "" if small is case else f"shrunk to {small.case_id} ({_shape_text(small)})"
-    return path, note
+    return path
 
 
 def _shape_text(case) -> str:
@@ -307,7 +316,8 @@ def _versions() -> dict:
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
-        strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None) -> RunResult:
+        strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None,
+        case_timeout: float | None = None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
     suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
@@ -327,6 +337,9 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     a resumed folder must hold the same plan and shard. plan_extra: entries added to the plan the
     reporters record (hardware, the distributed job). executor: ``executor(todo, opts)`` yielding
     CaseResults, instead of this process or workers (`conformance.distributed.Job.execute`).
+    case_timeout: seconds a case may run (in a worker; needs `processes`) before it is killed
+    with its worker and recorded as "timeout" (`python -m conformance run --case-timeout`,
+    default `DEFAULT_CASE_TIMEOUT`); None: no limit.
     """
     from xla_backend import platform as xplat
 
@@ -341,6 +354,12 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
                          "the cases in this process.")
     if processes is not None and xla is not None:
         _check_picklable(xla)
+    if case_timeout is not None:
+        if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or not case_timeout > 0:
+            raise ValueError(f"case_timeout={case_timeout!r}; pass a positive number of seconds, or None for no limit.")
+        if processes is None:
+            raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
+                             "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
     xplat.configure(platform, devices)
     if compile_cache is not None:
         from conformance import compile_cache as cc
@@ -387,7 +406,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
             todo.append((task, entry))
     opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
     try:
-        for res in (executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices)):
+        for res in (executor(todo, opts) if executor else
+                    _execute(todo, xla, opts, processes, platform, devices, case_timeout)):
             results.append(res)
             c_total += res.compile_seconds
             for r in reporters:
@@ -430,9 +450,9 @@ def _check_picklable(xla) -> None:
                          "instance of a module-level class, or processes=None to run it in this process.") from None
 
 
-def _execute(todo, xla, opts, processes, platform, devices):
+def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None):
     """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
-    workers that survive a crashing case (`conformance.workers`)."""
+    workers that survive a crashing or hanging case (`conformance.workers`)."""
     if processes is None:
         for task, entry in todo:
             yield run_task(task, xla, entry, **opts)
@@ -440,4 +460,4 @@ def _execute(todo, xla, opts, processes, platform, devices):
     from conformance import workers
 
     yield from workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices,
-                                      xla=xla, opts=opts)
+                                      xla=xla, opts=opts, case_timeout=case_timeout)

@@ -6,6 +6,12 @@ worker dies its task is recorded as status "error" with the reason (the signal o
 the last lines the worker wrote to stderr while running it) and a fresh worker takes the next
 task. Workers are started with "spawn" (no forked XLA state) and write their stderr to a log
 file, which keeps XLA's warnings off the progress bar and lets the parent read a crash's last words.
+
+A task that runs longer than `case_timeout` seconds (counted from when its worker is ready, so
+a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous never returns
+to Python, so the parent kills that worker, records the task as status "timeout" with its
+layout and a reproducer, and a fresh worker takes the next task. `fault` names an
+`xla_backend.faults` fault every worker runs its tasks under (the mutation run).
 """
 from __future__ import annotations
 
@@ -25,9 +31,11 @@ _READY = "ready"      # a worker's first message: it imported and configured the
 _PENDING = object()   # receive(): nothing finished yet
 
 
-def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=None, opts: dict):
+def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=None, opts: dict,
+                   case_timeout: float | None = None, fault: str | None = None):
     """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
-    workers; a task whose worker dies yields an "error" result naming the signal or exit code.
+    workers; a task whose worker dies yields an "error" result naming the signal or exit code,
+    one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
 
     `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object.
     """
@@ -41,14 +49,22 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
     try:
         while pending or any(w.job is not None for w in workers):
             while pending and len(workers) < processes:
-                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla))
+                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
+                                       fault))
                 started += 1
             for w in workers:
                 if w.job is None and pending:
                     w.send(pending.pop(), opts)
             busy = [w for w in workers if w.job is not None]
-            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]))
+            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
+                                        timeout=_next_deadline(busy, case_timeout)))
             for w in busy:
+                if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
+                    result = w.timeout_result(case_timeout, opts)
+                    w.kill()
+                    workers.remove(w)
+                    yield result
+                    continue
                 if w.conn not in ready and w.proc.sentinel not in ready:
                     continue
                 result = w.receive()
@@ -69,19 +85,39 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
         os.rmdir(logs)
 
 
+def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
+    """Seconds until the first running task's time is up (None: wait without a limit)."""
+    if case_timeout is None:
+        return None
+    left = [w.started + case_timeout - time.perf_counter() for w in busy if w.started is not None]
+    return max(0.0, min(left)) if left else 1.0   # a worker still starting: look again soon
+
+
 class _Worker:
     """One spawned worker process, its pipe, its stderr log and the task it is running."""
 
-    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla):
+    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla, fault: str | None = None):
         self.conn, child = ctx.Pipe()
         self.log_path = log_path
-        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla, fault),
+                                daemon=True)
         self.proc.start()
         child.close()
         self.job = None
         self.ready = False
         self.log_offset = 0
         self.t0 = 0.0
+        self.t_ready = None
+
+    @property
+    def started(self) -> float | None:
+        """When the task in flight started to run: sent, and the worker ready (None: not yet)."""
+        if self.job is None or self.t_ready is None:
+            return None
+        return max(self.t0, self.t_ready)
+
+    def overdue(self, case_timeout: float) -> bool:
+        return self.started is not None and time.perf_counter() - self.started > case_timeout
 
     def send(self, job, opts) -> None:
         self.job, self.t0 = job, time.perf_counter()
@@ -97,6 +133,7 @@ class _Worker:
                 msg = self.conn.recv()
                 if msg == _READY:
                     self.ready = True
+                    self.t_ready = time.perf_counter()
                     continue
                 self.job = None
                 return msg
@@ -133,6 +170,37 @@ class _Worker:
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details={"worker_exit": how, "exitcode": code, "stderr_tail": tail})
 
+    def timeout_result(self, case_timeout: float, opts: dict) -> CaseResult:
+        """The "timeout" record of the task in flight: its layout, the worker's last stderr lines
+        and a reproducer of its first example (all examples share the structure that hung)."""
+        task, _entry = self.job
+        tail = self._stderr_tail(self.log_offset)
+        details: dict = {"timeout_seconds": case_timeout, "stderr_tail": tail}
+        repro = None
+        variants = getattr(task, "variants", None)
+        if variants:
+            try:
+                from conformance import runner
+                from conformance.report import case_details
+
+                details.update(case_details(variants[0]))
+                repro = runner.write_repro(task, variants[0], opts.get("repro_dir"))
+            except Exception as e:  # noqa: BLE001 - the timeout is reported even without a reproducer
+                details["repro_error"] = f"{type(e).__name__}: {e}"
+        where = f"\n{details['description']}" if "description" in details else ""
+        message = (f"still running after {case_timeout:g} s (--case-timeout): killed with its worker; the run went "
+                   f"on with a fresh worker. A hang in XLA (e.g. a collective rendezvous that never completes) "
+                   f"looks like this.{where}" + (f"\nlast stderr lines:\n{tail}" if tail else ""))
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="timeout", examples=0, seconds=time.perf_counter() - self.t0, message=message,
+                          repro_path=repro, details=details)
+
+    def kill(self) -> None:
+        """End a hung worker now (SIGKILL: a thread stuck in C++ ignores anything gentler)."""
+        self.proc.kill()
+        self.proc.join(timeout=5)
+        self.close()
+
     def _stderr_tail(self, offset: int) -> str:
         try:
             with open(self.log_path, "rb") as fh:
@@ -158,16 +226,27 @@ class _Worker:
         self.conn.close()
 
 
-def _worker_main(conn, log_path: str, platform: str, devices: int, xla) -> None:
+def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: str | None = None) -> None:
     """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
-    run (task, entry, opts) messages until None."""
+    run (task, entry, opts) messages until None, under `fault` if one is named."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
+    import contextlib
+
     from conformance import runner
     from xla_backend import platform as xplat
 
     xplat.configure(platform, devices)
+    with contextlib.ExitStack() as stack:
+        if fault is not None:
+            from xla_backend import faults
+
+            stack.enter_context(faults.inject(fault))
+        _serve(conn, runner, xla)
+
+
+def _serve(conn, runner, xla) -> None:
     conn.send(_READY)
     while True:
         msg = conn.recv()

@@ -72,7 +72,7 @@ def test_progress_counts_and_failure_lines():
         rep.case_finished(r)
     rep.finish({})
     out = buf.getvalue()
-    assert rep.counts == {"pass": 2, "fail": 1, "error": 0, "xfail": 1, "xpass": 1, "unsupported": 1}
+    assert rep.counts == {"pass": 2, "fail": 1, "error": 0, "timeout": 0, "xfail": 1, "xpass": 1, "unsupported": 1}
     assert rep.examples == 18  # 6+2+5+3 and 1 each by default
     assert "conformance run: platform cpu, devices 8" in out
     assert "FAIL psum[b]: device 3 differs (reproducer: /tmp/repro_psum.py)" in out

@@ -239,3 +239,34 @@ def test_processes_give_the_same_results(tmp_path):
     one = runner.run(suite="layouts", examples=1, progress=False)
     two = runner.run(suite="layouts", examples=1, progress=False, processes=2)
     assert sorted((r.case_id, r.status) for r in one.results) == sorted((r.case_id, r.status) for r in two.results)
+
+
+# -- an xfails entry never masks a refsim-side failure ---------------------------------------------
+def _listed_ppermute():
+    src = "def f(a):\n    return jax.lax.ppermute(a, ('y', 'x'), perm=[(0, 1), (1, 2), (2, 3), (3, 0)])\n"
+    return CollectiveCall(family="ppermute", source=src, entry="shard_map", mesh=Mesh((2, 2), ("x", "y")),
+                          args=(np.arange(8.0, dtype=np.float32),), in_specs=(P(("x", "y")),),
+                          out_specs=P(("x", "y")), labels=(("axes", "('y','x')"), ("perm", "cycles")),
+                          name="ppermute", params={"axis_name": ("y", "x"),
+                                                   "perm": [(0, 1), (1, 2), (2, 3), (3, 0)]})
+
+
+def test_a_refsim_exception_in_a_listed_case_fails_the_run_as_an_error(monkeypatch):
+    from refsim.interpreter import registry
+
+    call = _listed_ppermute()
+    task = base.group_tasks("collectives", [call], seed=0)[0]
+    entry = xfails.load(None, platform="cpu").lookup(task.case_id)
+    assert entry is not None and not entry.crash          # the shipped file lists this case
+
+    def planted(*a, **k):
+        raise RuntimeError("planted refsim bug in ppermute")
+
+    registry.load_rules()
+    monkeypatch.setitem(registry.RULES, "ppermute", planted)
+    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: [task])
+    res = runner.run(suite="collectives", progress=False, shrink_seconds=0)
+    (r,) = res.results
+    assert r.status == "error" and not res.ok, r.message
+    assert "refsim raised RuntimeError on a valid case: planted refsim bug in ppermute" in r.message
+    assert "the failure is on the refsim side" in r.message

@@ -83,3 +83,46 @@ def test_processes_argument_and_unpicklable_doubles_are_rejected():
     with pytest.raises(ValueError, match=r"xla=<module 'xla_backend'.* cannot be sent to worker processes .*"
                                          r"or processes=None to run it in this process"):
         runner.run(suite="errors", processes=2, xla=xla_backend, progress=False)
+
+
+class HangingXla:
+    """xla_backend, except that the first shard_map call anywhere never returns (as a collective
+    whose rendezvous never completes does); the marker file makes it happen exactly once."""
+
+    def __init__(self, folder: str):
+        self.marker = os.path.join(folder, "hung")
+
+    def shard_map(self, f, **kw):
+        if _claim(self.marker):
+            import time
+
+            while True:          # a deadlock: nothing returns to the runner
+                time.sleep(60)
+        return xla_backend.shard_map(f, **kw)
+
+    def __getattr__(self, name):
+        return getattr(xla_backend, name)
+
+
+def test_a_hanging_case_is_a_timeout_and_the_run_goes_on(tmp_path):
+    got = runner.run(suite="collectives", examples=1, progress=False, processes=1, xla=HangingXla(str(tmp_path)),
+                     case_timeout=4, shrink_seconds=0, report_dir=tmp_path / "rep")
+    timeouts = [r for r in got.results if r.status == "timeout"]
+    assert len(timeouts) == 1, [(r.case_id, r.status) for r in got.results]
+    (t,) = timeouts
+    assert t.case_id == got.results[0].case_id or t.case_id in {r.case_id for r in got.results}
+    assert "still running after 4 s (--case-timeout): killed with its worker" in t.message
+    assert "mesh:" in t.message and "function:" in t.message          # the case's layout
+    assert t.repro_path and os.path.exists(t.repro_path)
+    assert "conformance reproducer" in open(t.repro_path).read()
+    others = [r for r in got.results if r is not t]
+    assert others and all(r.status in ("pass", "xfail", "unsupported") for r in others), \
+        [(r.case_id, r.status, r.message[:200]) for r in others if r.status not in ("pass", "xfail", "unsupported")]
+    assert not got.ok and got.summary["by_status"]["timeout"] == 1
+
+
+def test_case_timeout_needs_workers():
+    with pytest.raises(ValueError, match="case_timeout needs processes=K"):
+        runner.run(suite="errors", examples=1, progress=False, case_timeout=5)
+    with pytest.raises(ValueError, match="case_timeout=-1; pass a positive number of seconds"):
+        runner.run(suite="errors", examples=1, progress=False, processes=1, case_timeout=-1)

@@ -13,8 +13,8 @@ from conformance.results import STATUSES, CaseResult
 
 __all__ = ["ProgressReporter", "print_table", "summary_line", "versions_line"]
 
-_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "xfail": "dim", "xpass": "yellow",
-          "unsupported": "blue"}
+_STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "timeout": "bold magenta", "xfail": "dim",
+          "xpass": "yellow", "unsupported": "blue"}
 
 
 def _console(console):
@@ -66,6 +66,8 @@ class ProgressReporter:
         text = f"[green]{c['pass']} pass[/] [red]{c['fail']} fail[/]"
         if c["error"]:
             text += f" [magenta]{c['error']} error[/]"
+        if c["timeout"]:
+            text += f" [magenta]{c['timeout']} timeout[/]"
         other = [f"{c[s]} {s}" for s in ("xfail", "xpass", "unsupported") if c[s]]
         return text + (" [dim]" + " ".join(other) + "[/]" if other else "")
 
@@ -77,10 +79,10 @@ class ProgressReporter:
         elapsed = max(time.perf_counter() - self._t0, 1e-9)
         self._progress.update(self._task, advance=1, counts=self._counts_text(),
                               rate=f"{self.examples / elapsed:.1f} ex/s", elapsed=f"{elapsed:.1f} s")
-        if result.status in ("fail", "error", "xpass"):
+        if result.status in ("fail", "error", "timeout", "xpass"):
             from rich.markup import escape
 
-            label = {"fail": "FAIL", "error": "ERROR", "xpass": "STALE XFAIL"}[result.status]
+            label = {"fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "xpass": "STALE XFAIL"}[result.status]
             first = result.message.strip().splitlines()[0] if result.message.strip() else ""
             repro = f" (reproducer: {escape(result.repro_path)})" if result.repro_path else ""
             where = (result.details or {}).get("stage", {}).get("diverged_in")
@@ -127,7 +129,7 @@ def print_table(summary: dict, console=None, *, results=None):
 
     console = _console(console)
     by = summary.get("by_status", {})
-    ok = summary.get("ok", not (by.get("fail") or by.get("error")))
+    ok = summary.get("ok", not (by.get("fail") or by.get("error") or by.get("timeout")))
     # Rows grouped by suite under a heading row, so a terminal of 80 columns fits every count
     # with its full header; long family names fold onto a second line.
     table = rich.table.Table(title="refsim vs XLA conformance", show_footer=True, box=rich.box.SIMPLE_HEAD,
@@ -135,7 +137,9 @@ def print_table(summary: dict, console=None, *, results=None):
     total = {s: by.get(s, 0) for s in STATUSES}
     table.add_column("family", footer="total", overflow="fold", min_width=12)
     table.add_column("dtype", overflow="fold", min_width=8)
-    for s in STATUSES:
+    # "timeout" gets a column only when a case timed out: the table stays within 80 columns
+    shown = [s for s in STATUSES if s != "timeout" or total[s]]
+    for s in shown:
         table.add_column(s, justify="right", footer=str(total[s]), min_width=len(s), no_wrap=True)
     table.add_column("examples", justify="right", footer=str(summary.get("examples", 0)), min_width=8, no_wrap=True)
     suite = None
@@ -144,9 +148,9 @@ def print_table(summary: dict, console=None, *, results=None):
             suite = row.get("suite")
             table.add_row(f"[bold]{escape(str(suite))}[/]", end_section=False)
         cells = []
-        for s in STATUSES:
+        for s in shown:
             v = row.get(s, 0)
-            cells.append(f"[{_STYLE[s]}]{v}[/]" if v and s in ("fail", "error", "xpass") else (str(v) if v else "·"))
+            cells.append(f"[{_STYLE[s]}]{v}[/]" if v and s in ("fail", "error", "timeout", "xpass") else (str(v) if v else "·"))
         table.add_row("  " + escape(str(row.get("family", ""))), escape(str(row.get("dtype", ""))), *cells,
                       str(row.get("examples", 0)))
     console.print(table)
@@ -168,5 +172,6 @@ def print_table(summary: dict, console=None, *, results=None):
         console.print(f"[yellow]warning:[/] {by['xpass']} stale xfail entr{'y' if by['xpass'] == 1 else 'ies'} "
                       "(status xpass): remove them from the platform's xfails file")
     console.print("[bold green]AGREE[/]" if ok else
-                  f"[bold red]DISAGREE[/]: {by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)")
+                  f"[bold red]DISAGREE[/]: {by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)"
+                  + (f", {by['timeout']} timeout(s)" if by.get("timeout") else ""))
     return table

@@ -232,7 +232,7 @@ def _summary_table(summary: dict) -> str:
         cells = []
         for c in cols:
             v = row.get(c, 0)
-            cls = "l" if c in ("suite", "family", "dtype") else ("bad" if c in ("fail", "error") and v else "")
+            cls = "l" if c in ("suite", "family", "dtype") else ("bad" if c in ("fail", "error", "timeout") and v else "")
             cells.append(f'<td class="{cls}">{_e(v)}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -245,7 +245,7 @@ def render_page(results: list[CaseResult], plan: dict, summary: dict | None = No
         summary = summarize(results, wall_seconds=0.0, compile_seconds=sum(r.compile_seconds for r in results))
     sections = {} if sections is None else sections
     by = summary.get("by_status", {})
-    ok = summary.get("ok", not (by.get("fail") or by.get("error")))
+    ok = summary.get("ok", not (by.get("fail") or by.get("error") or by.get("timeout")))
     verdict = ("AGREE" if ok else "DISAGREE") if finished else "IN PROGRESS"
     out = [f"<h1>refsim vs XLA conformance: {_e(verdict)}</h1>"]
     if not finished:
@@ -271,7 +271,7 @@ def render_page(results: list[CaseResult], plan: dict, summary: dict | None = No
             out.append(f"<h2>{_e(title)} ({len(rs)})</h2><table>"
                        + "".join(f'<tr><td class="l">{_e(r.case_id)}</td><td class="l">{_message(r.message)}</td></tr>'
                                  for r in rs) + "</table>")
-    failures = [r for r in results if r.status in ("fail", "error")]
+    failures = [r for r in results if r.status in ("fail", "error", "timeout")]
     out.append(f"<h2>Failures ({len(failures)})</h2>")
     if failures:
         out.append("<ol>" + "".join(f'<li><a href="#case-{n}">{_e(r.case_id)}</a> ({_e(r.status)})</li>'

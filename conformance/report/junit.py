@@ -54,9 +54,9 @@ def _case_element(r: CaseResult) -> ET.Element:
         el = ET.SubElement(tc, "failure", message=_clean(_first_line(r.message) or "refsim and XLA disagree"),
                            type="mismatch")
         el.text = _clean(body)
-    elif r.status == "error":
-        el = ET.SubElement(tc, "error", message=_clean(_first_line(r.message) or "error"),
-                           type=_clean(r.details.get("exception_type", "error")))
+    elif r.status in ("error", "timeout"):
+        el = ET.SubElement(tc, "error", message=_clean(_first_line(r.message) or r.status),
+                           type=_clean("timeout" if r.status == "timeout" else r.details.get("exception_type", "error")))
         el.text = _clean(body + ("\n\n" + r.details["traceback"] if r.details.get("traceback") else ""))
     elif r.status in ("xfail", "unsupported"):
         what = "expected failure" if r.status == "xfail" else "unsupported on this platform"
@@ -79,7 +79,7 @@ def _counts(results) -> dict:
     return {
         "tests": len(results),
         "failures": sum(r.status == "fail" for r in results),
-        "errors": sum(r.status == "error" for r in results),
+        "errors": sum(r.status in ("error", "timeout") for r in results),
         "skipped": sum(r.status in ("xfail", "unsupported") for r in results),
         "time": sum(r.seconds for r in results),
     }
