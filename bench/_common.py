@@ -1,9 +1,11 @@
-"""Shared benchmark plumbing: timing (best of N), peak RSS, machine facts, output.
+"""Shared benchmark plumbing: interleaved timing with medians and spread, peak RSS, machine facts, output.
 
 Every figure is one dict with a ``"bench"`` key; `emit` prints it as one JSON line
 (and appends it to a file when asked), `table` prints a group of them with rich.
-Times are the minimum over repeats: on a shared machine other processes only ever
-add time, so the minimum is the best estimate of the program's own cost.
+Things compared with each other are timed in equal, interleaved passes (`interleaved`:
+a, b, a, b, ...), so a burst of load from other processes hits both alike, and each is
+reported as the median of its passes with their spread (`stats`): the median is what a
+user of this machine sees, the spread says how much to trust it.
 """
 from __future__ import annotations
 
@@ -16,6 +18,44 @@ import time
 from typing import Callable, Iterable, Sequence
 
 _JSON_SINK: list = []  # open file objects that also receive every JSON line
+
+
+def interleaved(fns: dict, passes: int) -> dict:
+    """{name: [seconds of each pass]}: `passes` rounds, each calling every fn once in turn."""
+    if passes < 1:
+        raise ValueError(f"passes={passes} must be >= 1; pass how many timed rounds to take medians over.")
+    times: dict = {k: [] for k in fns}
+    for _ in range(passes):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return times
+
+
+def stats(times: Sequence[float]) -> dict:
+    """Median, min, max and spread ((max - min) / median) of a list of timings (seconds)."""
+    if not times:
+        raise ValueError("stats() needs at least one timing.")
+    xs = sorted(float(t) for t in times)
+    n = len(xs)
+    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return {"median": med, "min": xs[0], "max": xs[-1], "spread": (xs[-1] - xs[0]) / med if med > 0 else 0.0,
+            "passes": n}
+
+
+def fmt_stat(st: dict | None, rate_of: float | None = None) -> str:
+    """``12.3 ms (11.0–15.2)``: the median and, over several passes, the range of the passes;
+    with `rate_of`, the rate for that many items (``41.0/s (38.2–44.0)``)."""
+    if not st:
+        return "-"
+    if rate_of is not None:
+        med, lo, hi = rate_of / st["median"], rate_of / st["max"], rate_of / st["min"]
+        return f"{med:.1f}/s" + (f" ({lo:.1f}–{hi:.1f})" if st.get("passes", 1) > 1 else "")
+    if st.get("passes", 1) <= 1:
+        return fmt_seconds(st["median"])
+    scale, unit = (1e3, "ms") if st["max"] < 1 else (1.0, "s")
+    return f"{fmt_seconds(st['median'])} ({st['min'] * scale:.3g}–{st['max'] * scale:.3g} {unit})"
 
 
 def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
@@ -75,8 +115,23 @@ def children_peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
 
 
+def git_commit(root: str | None = None) -> str:
+    """The checkout's commit (short hash, "+dirty" with uncommitted changes), or "unknown"."""
+    import subprocess
+
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + ("+dirty" if dirty else "")) if head else "unknown"
+
+
 def machine() -> dict:
-    """Facts that make a figure comparable: CPU, cores, memory, Python, NumPy, JAX versions."""
+    """Facts that make a figure comparable: CPU, cores, memory, load, Python, NumPy, JAX versions, commit."""
     import numpy as np
 
     cpu = _platform.processor() or _platform.machine()
@@ -99,8 +154,16 @@ def machine() -> dict:
         jax_version = version("jax")
     except Exception:  # pragma: no cover - jax is a project dependency
         jax_version = "unknown"
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        load = None
+    import datetime
+
     return {
-        "bench": "machine", "cpu": cpu, "cores": os.cpu_count(),
+        "bench": "machine", "commit": git_commit(), "host": _platform.node(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": load, "cpu": cpu, "cores": os.cpu_count(),
         "memory_gib": round(mem / 2**30, 1) if mem else None,
         "python": _platform.python_version(), "numpy": np.__version__, "jax": jax_version,
     }
@@ -115,6 +178,15 @@ def open_json(path: str | None) -> None:
 def close_json() -> None:
     while _JSON_SINK:
         _JSON_SINK.pop().close()
+    _RECORD_SINKS.clear()
+
+
+_RECORD_SINKS: list = []  # lists that also collect every emitted record (until close_json)
+
+
+def add_sink(records: list) -> None:
+    """Also append every emitted record (a dict) to `records`."""
+    _RECORD_SINKS.append(records)
 
 
 def _jsonable(v):
@@ -129,6 +201,8 @@ def emit(record: dict) -> None:
     """Print one figure as one JSON line (and to the --json file)."""
     line = json.dumps({k: _jsonable(v) for k, v in record.items()})
     print(line, flush=True)
+    for sink in _RECORD_SINKS:
+        sink.append(json.loads(line))
     for f in _JSON_SINK:
         f.write(line + "\n")
         f.flush()

@@ -11,12 +11,26 @@ Without the runner (or with ``--source loop``) it times a loop over strategy-dra
 collective cases (`collective_calls` over `meshes(max_devices=8)`, fixed seed), each run on
 refsim and XLA:CPU and compared with `conformance.compare`, and says so in the record.
 
+Side by side (`side_by_side`, ``--against DIR``): the default ``python -m conformance run``
+(same seed and examples, no shrinking, its own default worker count) of this checkout and of
+another one (e.g. ``git worktree add ../base <commit>``), each in a fresh process with its
+own PYTHONPATH, in interleaved passes: baseline, this checkout with an empty compilation
+cache ("cold"), this checkout again on the cache the cold pass wrote ("rerun"). Figures are
+the runner's own examples/s (medians over passes, with spread) and the share of each phase.
+
     python -m bench.conformance_rate [--quick] [--source auto|runner|loop] [--examples N]
+    python -m bench.conformance_rate --against ../base [--examples 20] [--passes 2]
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 
 from bench import _common as C
@@ -141,7 +155,100 @@ def _run_loop(quick: bool, examples: int | None, note: str | None) -> list[dict]
     return [rec]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli_pass(root: str, *, examples: int, seed: int = 0, suite: str = "all", cache: str | None = None,
+             timeout: float = 1800) -> dict:
+    """One default `python -m conformance run` of the checkout at `root` in a fresh process:
+    the summary its JSONL report ends with, and the process's own wall time."""
+    report = tempfile.mkdtemp(prefix="bench-conformance-")
+    env = dict(os.environ, PYTHONPATH=root, CONFORMANCE_COMPILE_CACHE=cache or "off")
+    env.pop("XLA_FLAGS", None)
+    cmd = [sys.executable, "-m", "conformance", "run", "--no-progress", "--examples", str(examples), "--seed",
+           str(seed), "--suite", suite, "--shrink-seconds", "0", "--report", report]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        process_s = time.perf_counter() - t0
+        summary = None
+        path = os.path.join(report, "results.jsonl")
+        if os.path.exists(path):
+            with open(path) as fh:
+                for line in fh:
+                    rec = json.loads(line)
+                    if rec.get("type") == "summary":
+                        summary = rec
+        if summary is None:
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"conformance run in {root} wrote no summary (exit {p.returncode}): {tail}")
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
+    return dict(examples=summary["examples"], cases=summary["cases"], wall_s=summary["wall_seconds"],
+                examples_per_s=summary["examples_per_second"], process_s=process_s,
+                compile_s=summary.get("compile_seconds"), phases=summary.get("phases"),
+                by_status=summary["by_status"], processes=(summary.get("plan") or {}).get("processes"))
+
+
+def side_by_side(against: str, *, examples: int = 20, seed: int = 0, passes: int = 2, suite: str = "all") -> list:
+    """Interleaved passes of the baseline checkout `against`, this checkout cold and this checkout
+    rerun on its own compilation cache; one record per variant plus one with the speed-ups."""
+    against = os.path.abspath(against)
+    if not os.path.isdir(os.path.join(against, "conformance")):
+        raise ValueError(f"against={against!r} is not a checkout with a conformance/ package; create one with "
+                         "`git worktree add DIR COMMIT`.")
+    runs: dict = {"baseline": [], "cold": [], "rerun": []}
+    for _ in range(passes):
+        cache = tempfile.mkdtemp(prefix="bench-xla-cache-")
+        try:
+            runs["baseline"].append(cli_pass(against, examples=examples, seed=seed, suite=suite))
+            runs["cold"].append(cli_pass(ROOT, examples=examples, seed=seed, suite=suite, cache=cache))
+            runs["rerun"].append(cli_pass(ROOT, examples=examples, seed=seed, suite=suite, cache=cache))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    commits = {"baseline": C.git_commit(against), "cold": C.git_commit(ROOT), "rerun": C.git_commit(ROOT)}
+    recs = []
+    med = {}
+    for name, rs in runs.items():
+        rates = [r["examples_per_s"] for r in rs]
+        st = C.stats([1 / x for x in rates])  # seconds per example: median and spread
+        med[name] = 1 / st["median"]
+        mid = sorted(rs, key=lambda r: r["examples_per_s"])[len(rs) // 2]
+        recs.append(dict(bench="conformance_side_by_side", variant=name, commit=commits[name], suite=suite,
+                         seed=seed, examples=mid["examples"], cases=mid["cases"], passes=passes,
+                         examples_per_s=med[name], examples_per_s_each=rates, spread=st["spread"],
+                         wall_s_each=[r["wall_s"] for r in rs], process_s_each=[r["process_s"] for r in rs],
+                         processes=mid["processes"], phases=mid["phases"], by_status=mid["by_status"]))
+    recs.append(dict(bench="conformance_speedup", examples=examples, seed=seed, suite=suite,
+                     cold_over_baseline=med["cold"] / med["baseline"],
+                     rerun_over_baseline=med["rerun"] / med["baseline"]))
+    for r in recs:
+        C.emit(r)
+    return recs
+
+
+def show_side_by_side(records: list[dict]) -> None:
+    from conformance.timing import LABELS
+
+    rows = []
+    for r in records:
+        if r.get("bench") != "conformance_side_by_side":
+            continue
+        ph = r.get("phases") or {}
+        total = sum(ph.values()) or 1.0
+        shares = " · ".join(f"{LABELS.get(k, k)} {100 * v / total:.0f}%" for k, v in ph.items() if v > 0)
+        rows.append((r["variant"], r["commit"], r["processes"], r["examples"],
+                     f"{r['examples_per_s']:.1f} ±{50 * r['spread']:.0f}%",
+                     ", ".join(f"{x:.1f}" for x in r["examples_per_s_each"]), shares or "(not recorded)"))
+    sp = next(r for r in records if r.get("bench") == "conformance_speedup")
+    C.table(f"conformance run side by side (suite {sp['suite']}, examples {sp['examples']}, seed {sp['seed']}): "
+            f"cold {sp['cold_over_baseline']:.2f}x, rerun {sp['rerun_over_baseline']:.2f}x the baseline",
+            ["variant", "commit", "workers", "examples", "examples/s (median)", "each pass", "phases"], rows)
+
+
 def show(records: list[dict]) -> None:
+    if any(r.get("bench") == "conformance_speedup" for r in records):
+        return show_side_by_side(records)
     r = records[0]
     C.table(f"conformance examples/s ({r['source']})",
             ["examples", "distinct cases", "examples/s", "XLA compiles / cache hits", "compile share",
@@ -156,8 +263,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="runner: collectives suite, 1 draw per family; loop: 8")
     ap.add_argument("--examples", type=int, help="runner: draws per family; loop: examples")
     ap.add_argument("--source", choices=("auto", "runner", "loop"), default="auto")
+    ap.add_argument("--against", metavar="DIR", help="side by side with the checkout in DIR (a git worktree)")
+    ap.add_argument("--passes", type=int, default=2, help="side by side: interleaved passes (default 2)")
+    ap.add_argument("--suite", default="all", help="side by side: suite (default all)")
     args = ap.parse_args(argv)
-    recs = run(args.quick, args.examples, args.source)
+    if args.against:
+        recs = side_by_side(args.against, examples=args.examples or 20, passes=args.passes, suite=args.suite)
+    else:
+        recs = run(args.quick, args.examples, args.source)
     show(recs)
     return recs
 

@@ -1,4 +1,4 @@
-"""Scaling: the five-collective program from 8 to 16384 virtual devices, refsim against XLA:CPU.
+"""Scaling: the five-collective program from 8 to 65536 virtual devices, refsim against XLA:CPU.
 
 The program (ring ppermute, tiled all_to_all, tiled psum_scatter, tiled all_gather, psum)
 runs over a 2-D mesh ('x', 'y') on one float32 array of 4 or 64 MiB laid out P('x', 'y');
@@ -7,11 +7,18 @@ every intermediate holds at most the array's bytes over all devices. Each
 ``--xla_force_host_platform_device_count=devices`` and a timeout (XLA:CPU refuses more
 than 2048 devices in one process and can hang on large all_to_all).
 
-refsim's time is a whole call (JAX tracing + interpretation, NumPy in, refsim.Array out);
-XLA's is a steady run of the compiled executable on device-resident data. Peak RSS is
-counted above the process's RSS just before the first call (imports, backend, input).
+Each timed call reads its result back with `np.asarray` (the global value on the host).
+refsim: NumPy in, `refsim.shard_map` (its trace cached after the first call), `np.asarray`
+of the refsim.Array out. XLA: the compiled executable on device-resident input, and
+`np.asarray` of its output. Both engines get the same number of repeated calls; the
+figure is their median, with the spread; the first call (refsim: with tracing; XLA: after
+compiling) is reported apart. Peak RSS is counted above the process's RSS just before the
+first call (imports, backend, input).
 
-    python -m bench.scaling [--quick] [--devices 8 64 ...] [--mib 4 64] [--timeout 300]
+The "overhead" program (`--program tiny`) is a ring ppermute and a psum over one float32
+element per device: what a cached call costs apart from moving data.
+
+    python -m bench.scaling [--quick] [--devices 8 64 ...] [--mib 4 64] [--timeout 300] [--program five|tiny]
 """
 from __future__ import annotations
 
@@ -28,10 +35,14 @@ import numpy as np
 
 from bench import _common as C
 
-DEVICES = (8, 64, 256, 1024, 4096, 16384)
-XLA_DEVICES = (8, 64, 256, 1024, 4096)  # XLA:CPU's refusal above 2048 is reported as its own error
+DEVICES = (8, 64, 256, 1024, 4096, 16384, 65536)
+# XLA:CPU's all_to_all rendezvous never completes at 1024 devices and it refuses more than 2048
+# in one process (both recorded in docs/performance.md); measuring them again costs minutes.
+XLA_DEVICES = (8, 64, 256)
+TINY_DEVICES = (8, 64, 256, 1024, 4096, 16384, 65536)
 SIZES_MIB = (4, 64)
 QUICK = dict(devices=(8, 64), mib=(1,), repeat=2, timeout=120)
+REPEAT = 5
 
 
 def layout(devices: int, mib: float) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -72,6 +83,40 @@ def program(x_size: int):
     return five_collectives
 
 
+def tiny_layout(devices: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(mesh shape, global shape) of the overhead program: one element per device on X x Y."""
+    if devices < 1 or devices & (devices - 1):
+        raise ValueError(f"devices={devices} must be a power of two (the mesh is X x Y, powers of two).")
+    y = 2 ** (int(math.log2(devices)) // 2)
+    return (devices // y, y), (devices // y, y)
+
+
+def tiny_program(x_size: int):
+    """A ring ppermute over x and a psum over x on one element per device."""
+    from jax import lax
+
+    ring = [(j, (j + 1) % x_size) for j in range(x_size)]
+
+    def ppermute_psum(a):
+        return lax.psum(lax.ppermute(a, "x", ring), "x")
+
+    return ppermute_psum
+
+
+def tiny_expected(a: np.ndarray) -> np.ndarray:
+    """Every device of column j ends with the sum of column j (the ring only reorders x)."""
+    return a.sum(axis=0, keepdims=True, dtype=np.float64).astype(np.float32)
+
+
+def _setup(program_name: str, devices: int, mib: float):
+    """(mesh shape, global shape, fn of x_size, expected(a, mesh_shape), out spec names)."""
+    if program_name == "tiny":
+        mesh_shape, shape = tiny_layout(devices)
+        return mesh_shape, shape, tiny_program, lambda a, ms: tiny_expected(a)
+    mesh_shape, shape = layout(devices, mib)
+    return mesh_shape, shape, program, expected
+
+
 def make_input(shape) -> np.ndarray:
     """Small integers (0..6): every sum is exact in float32 in any order."""
     a = np.empty(shape, np.float32)
@@ -98,40 +143,52 @@ def expected(a: np.ndarray, mesh_shape) -> np.ndarray:
 
 # -- child processes: one (engine, devices, size) each ----------------------------------------
 
-def _child_refsim(devices: int, mib: float, repeat: int) -> dict:
+def _timed_calls(call, repeat: int) -> tuple[float, dict]:
+    """(first call's seconds, stats of `repeat` further calls); each call reads its result back."""
+    t0 = time.perf_counter()
+    out = call()
+    first = time.perf_counter() - t0
+    del out
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = call()
+        times.append(time.perf_counter() - t0)
+        del out
+    return first, C.stats(times)
+
+
+def _child_refsim(devices: int, mib: float, repeat: int, program_name: str = "five") -> dict:
     from xla_backend import platform
 
     platform.configure("cpu", 1)
     import refsim
     from refsim import Mesh, P
 
-    mesh_shape, shape = layout(devices, mib)
+    mesh_shape, shape, prog, want = _setup(program_name, devices, mib)
     a = make_input(shape)
-    fn = refsim.shard_map(program(mesh_shape[0]), mesh=Mesh(mesh_shape, ("x", "y")),
+    fn = refsim.shard_map(prog(mesh_shape[0]), mesh=Mesh(mesh_shape, ("x", "y")),
                           in_specs=P("x", "y"), out_specs=P(None, "y"))
     base = C.current_rss()
     C.reset_peak_rss()
-    t0 = time.perf_counter()
-    out = fn(a)
-    first = time.perf_counter() - t0
-    del out
-    steady = C.best_of(lambda: fn(a), repeat)
+    first, st = _timed_calls(lambda: np.asarray(fn(a)), repeat)
     peak = C.peak_rss() - base
-    ok = bool(np.array_equal(np.asarray(fn(a)), expected(a, mesh_shape)))
-    return dict(first_s=first, seconds=steady, rss_above_baseline=peak, baseline_rss=base, correct=ok)
+    ok = bool(np.array_equal(np.asarray(fn(a)), want(a, mesh_shape)))
+    return dict(first_s=first, seconds=st["median"], timing=st, rss_above_baseline=peak, baseline_rss=base,
+                data_bytes=a.nbytes, correct=ok)
 
 
-def _child_xla(devices: int, mib: float, repeat: int) -> dict:
+def _child_xla(devices: int, mib: float, repeat: int, program_name: str = "five") -> dict:
     from xla_backend import platform
 
     platform.configure("cpu", devices)
     import jax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    mesh_shape, shape = layout(devices, mib)
+    mesh_shape, shape, prog, want = _setup(program_name, devices, mib)
     a = make_input(shape)
     mesh = Mesh(np.asarray(platform.require(devices)[:devices]).reshape(mesh_shape), ("x", "y"))
-    f = jax.jit(jax.shard_map(program(mesh_shape[0]), mesh=mesh, in_specs=P("x", "y"),
+    f = jax.jit(jax.shard_map(prog(mesh_shape[0]), mesh=mesh, in_specs=P("x", "y"),
                               out_specs=P(None, "y")))
     base = C.current_rss()
     C.reset_peak_rss()
@@ -139,14 +196,11 @@ def _child_xla(devices: int, mib: float, repeat: int) -> dict:
     arg = jax.device_put(a, NamedSharding(mesh, P("x", "y")))
     exe = f.lower(arg).compile()
     compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(exe(arg))
-    first = time.perf_counter() - t0
-    steady = C.best_of(lambda: jax.block_until_ready(exe(arg)), repeat)
+    first, st = _timed_calls(lambda: np.asarray(exe(arg)), repeat)
     peak = C.peak_rss() - base
-    ok = bool(np.array_equal(np.asarray(out), expected(a, mesh_shape)))
-    return dict(compile_s=compile_s, first_s=first, seconds=steady, rss_above_baseline=peak,
-                baseline_rss=base, correct=ok)
+    ok = bool(np.array_equal(np.asarray(exe(arg)), want(a, mesh_shape)))
+    return dict(compile_s=compile_s, first_s=first, seconds=st["median"], timing=st, rss_above_baseline=peak,
+                baseline_rss=base, data_bytes=a.nbytes, correct=ok)
 
 
 def _reason(text: str) -> str:
@@ -161,16 +215,17 @@ def _reason(text: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
-def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: float) -> dict:
+def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: float, program_name: str = "five") -> dict:
     """Run one measurement in a fresh interpreter; a timeout or crash becomes `status`."""
     cmd = [sys.executable, "-m", "bench.scaling", "--child", engine, "--devices", str(devices),
-           "--mib", str(mib), "--repeat", str(repeat)]
+           "--mib", str(mib), "--repeat", str(repeat), "--program", program_name]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the child configures its own device count
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    rec = dict(bench="scaling", engine=engine, devices=devices, mib=mib,
-               mesh=list(layout(devices, mib)[0]))
+    mesh_shape = tiny_layout(devices)[0] if program_name == "tiny" else layout(devices, mib)[0]
+    rec = dict(bench="overhead" if program_name == "tiny" else "scaling", engine=engine, devices=devices,
+               mib=mib, mesh=list(mesh_shape))
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
@@ -184,20 +239,22 @@ def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: floa
 
 
 def run(quick: bool = False, devices=None, mibs=None, repeat: int | None = None,
-        timeout: float | None = None) -> list[dict]:
-    """Measure every (size, devices) on refsim and, up to XLA_DEVICES, on XLA; one record each."""
-    devices = tuple(devices or (QUICK["devices"] if quick else DEVICES))
-    mibs = tuple(mibs or (QUICK["mib"] if quick else SIZES_MIB))
-    repeat = repeat or (QUICK["repeat"] if quick else 3)
+        timeout: float | None = None, program_name: str = "five", xla_devices=None) -> list[dict]:
+    """Measure every (size, devices) on refsim and, for `xla_devices` (default XLA_DEVICES), on
+    XLA; one record each. `program_name="tiny"`: the overhead program (sizes ignored)."""
+    devices = tuple(devices or (QUICK["devices"] if quick else (TINY_DEVICES if program_name == "tiny" else DEVICES)))
+    mibs = (0,) if program_name == "tiny" else tuple(mibs or (QUICK["mib"] if quick else SIZES_MIB))
+    repeat = repeat or (QUICK["repeat"] if quick else REPEAT)
     timeout = timeout or (QUICK["timeout"] if quick else 300)
+    xla_devices = tuple(XLA_DEVICES if xla_devices is None else xla_devices)
     out = []
     for mib in mibs:
         for n in devices:
-            rs = _run_child("refsim", n, mib, repeat, timeout)
+            rs = _run_child("refsim", n, mib, repeat, timeout, program_name)
             C.emit(rs)
             out.append(rs)
-            if n <= max(XLA_DEVICES):
-                xs = _run_child("xla", n, mib, repeat, timeout)
+            if n in xla_devices:
+                xs = _run_child("xla", n, mib, repeat, timeout, program_name)
                 if rs.get("status") == "ok" and xs.get("status") == "ok":
                     xs["ratio_xla_over_refsim"] = xs["seconds"] / rs["seconds"]
                 C.emit(xs)
@@ -206,28 +263,36 @@ def run(quick: bool = False, devices=None, mibs=None, repeat: int | None = None,
 
 
 def show(records: list[dict]) -> None:
+    tiny = bool(records) and records[0].get("bench") == "overhead"
     by = {(r["mib"], r["devices"], r["engine"]): r for r in records}
     rows, notes = [], []
     for mib, n in dict.fromkeys((r["mib"], r["devices"]) for r in records):
         rs, xs = by.get((mib, n, "refsim"), {}), by.get((mib, n, "xla"), {})
 
-        def cell(r, key, f):
+        def cell(r, f):
             if not r:
                 return "not run"
             if r["status"] == "ok":
-                return f(r[key])
+                return f(r)
             text = f"{r['engine']} at {r['devices']} devices, {r['mib']} MiB: {r['status']}, {r['reason']}"
             if text not in notes:
                 notes.append(text)
             return f"{r['status']} [{notes.index(text) + 1}]"
 
-        rows.append((f"{mib} MiB", n, "x".join(map(str, rs.get("mesh", xs.get("mesh", [])))),
-                     cell(rs, "seconds", C.fmt_seconds), cell(rs, "rss_above_baseline", C.fmt_bytes),
-                     cell(xs, "seconds", C.fmt_seconds), cell(xs, "rss_above_baseline", C.fmt_bytes),
+        def mem(r):
+            if tiny:  # a few bytes of data: the ratio would say nothing
+                return C.fmt_bytes(r["rss_above_baseline"])
+            return f"{C.fmt_bytes(r['rss_above_baseline'])} = {r['rss_above_baseline'] / r['data_bytes']:.1f}x"
+
+        rows.append((("-" if tiny else f"{mib:g} MiB"), n, "x".join(map(str, rs.get("mesh", xs.get("mesh", [])))),
+                     cell(rs, lambda r: C.fmt_stat(r["timing"])), cell(rs, lambda r: C.fmt_seconds(r["first_s"])),
+                     cell(rs, mem), cell(xs, lambda r: C.fmt_stat(r["timing"])),
+                     cell(xs, lambda r: C.fmt_seconds(r["first_s"])), cell(xs, mem),
                      C.fmt_ratio(xs.get("ratio_xla_over_refsim"))))
-    C.table("scaling: ppermute + all_to_all + psum_scatter + all_gather + psum",
-            ["size", "devices", "mesh", "refsim time", "refsim peak RSS", "XLA time", "XLA peak RSS",
-             "XLA/refsim"], rows)
+    title = ("overhead: ring ppermute + psum on one element per device, result read back" if tiny else
+             "scaling: ppermute + all_to_all + psum_scatter + all_gather + psum, result read back")
+    C.table(title, ["size", "devices", "mesh", "refsim call (median)", "refsim first", "refsim peak RSS / data",
+                    "XLA call (median)", "XLA first", "XLA peak RSS / data", "XLA/refsim"], rows)
     for i, text in enumerate(notes, 1):
         print(f"[{i}] {text}")
 
@@ -239,14 +304,17 @@ def main(argv=None):
     ap.add_argument("--mib", type=float, nargs="+")
     ap.add_argument("--repeat", type=int)
     ap.add_argument("--timeout", type=float, help="seconds per child process (default 300)")
+    ap.add_argument("--program", choices=("five", "tiny"), default="five",
+                    help="five collectives on --mib MiB (default), or the overhead program (one element per device)")
+    ap.add_argument("--xla-devices", type=int, nargs="*", help=f"device counts XLA runs at (default {XLA_DEVICES})")
     ap.add_argument("--child", choices=("refsim", "xla"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         fn = _child_refsim if args.child == "refsim" else _child_xla
-        res = fn(args.devices[0], args.mib[0], args.repeat or 3)
+        res = fn(args.devices[0], args.mib[0], args.repeat or REPEAT, args.program)
         print(json.dumps(res))
         return res
-    records = run(args.quick, args.devices, args.mib, args.repeat, args.timeout)
+    records = run(args.quick, args.devices, args.mib, args.repeat, args.timeout, args.program, args.xla_devices)
     show(records)
     return records
 

@@ -6,9 +6,11 @@ autodiff, vmap, nested shard_map), keeping the first `count` distinct case ids. 
 engine runs every program end to end, as a CI oracle would: refsim traces and
 interprets; XLA traces, compiles, runs and fetches every device's shard (xla_backend).
 Each timed pass uses fresh function objects and empty compile caches, so nothing
-traced or compiled for one program or pass is reused by another.
+traced or compiled for one program or pass is reused by another. The engines get the
+same number of passes, interleaved (refsim, XLA, refsim, XLA, ...); each figure is the
+median of its passes, with the spread.
 
-    python -m bench.throughput [--quick] [--count 60] [--repeat 2]
+    python -m bench.throughput [--quick] [--count 60] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from bench import _common as C
 
 SEED = 20240610
 QUICK = dict(count=6, repeat=1)
+PASSES = 3
 
 
 def draw_corpus(count: int, seed: int = SEED, max_devices: int = 8) -> list:
@@ -90,7 +93,7 @@ def run(quick: bool = False, count: int | None = None, repeat: int | None = None
     from conformance import compare
 
     count = count or (QUICK["count"] if quick else 60)
-    repeat = repeat or (QUICK["repeat"] if quick else 2)
+    repeat = repeat or (QUICK["repeat"] if quick else PASSES)
     corpus = draw_corpus(count)
     # Warm-up on other programs: JAX's and NumPy's one-time start-up costs are not per-program.
     for api in (refsim, xla_backend):
@@ -104,29 +107,27 @@ def run(quick: bool = False, count: int | None = None, repeat: int | None = None
     disagree = [p.case_id for p in common
                 if not compare.compare(ref_out[p.case_id], xla_out[p.case_id], tolerances=p.tolerances(), case=p).ok]
 
-    best = {"refsim": float("inf"), "xla": float("inf")}
-    compile_share = None
-    for _ in range(repeat):
-        # refsim's pass is short, so a burst of load from other processes can dominate one;
-        # it gets three passes per XLA pass (each with fresh functions)
-        for _ in range(3):
-            t, _, _ = _pass(_fresh(common), refsim)
-            best["refsim"] = min(best["refsim"], t)
+    times: dict = {"refsim": [], "xla": []}
+    shares = []
+    for _ in range(repeat):  # equal passes, interleaved: load bursts hit both engines alike
+        times["refsim"].append(_pass(_fresh(common), refsim)[0])
         xla_backend.clear_cache()
         xla_backend.reset_stats()
         t, _, _ = _pass(_fresh(common), xla_backend)
-        if t < best["xla"]:
-            best["xla"] = t
-            compile_share = xla_backend.stats()["compile_seconds"] / t
+        times["xla"].append(t)
+        shares.append(xla_backend.stats()["compile_seconds"] / t)
+    st = {k: C.stats(v) for k, v in times.items()}
     n = len(common)
     recs = [
-        dict(bench="throughput", engine="refsim", programs=n, seconds=best["refsim"],
-             programs_per_s=n / best["refsim"], failed=sorted(ref_err)),
-        dict(bench="throughput", engine="xla", programs=n, seconds=best["xla"], programs_per_s=n / best["xla"],
-             compile_share=compile_share, failed=sorted(xla_err)),
+        dict(bench="throughput", engine="refsim", programs=n, seconds=st["refsim"]["median"],
+             programs_per_s=n / st["refsim"]["median"], timing=st["refsim"], failed=sorted(ref_err)),
+        dict(bench="throughput", engine="xla", programs=n, seconds=st["xla"]["median"],
+             programs_per_s=n / st["xla"]["median"], timing=st["xla"], compile_share=C.stats(shares)["median"],
+             failed=sorted(xla_err)),
         dict(bench="throughput", engine="ratio", programs=n, drawn=len(corpus), agree=n - len(disagree),
-             disagree=disagree,
-             ratio_refsim_over_xla=best["xla"] / best["refsim"]),
+             disagree=disagree, passes=repeat,
+             ratio_refsim_over_xla=st["xla"]["median"] / st["refsim"]["median"],
+             ratio_per_pass=[x / r for r, x in zip(times["refsim"], times["xla"])]),
     ]
     for r in recs:
         C.emit(r)
@@ -141,11 +142,13 @@ def show(records: list[dict]) -> None:
     ref, xla, ratio = by["refsim"], by["xla"], by["ratio"]
     C.table(f"throughput: {ratio['programs']} distinct small programs on <= 8 devices "
             f"({ratio['agree']} agree bit for bit; {ratio['drawn'] - ratio['programs']} skipped)",
-            ["engine", "programs/s", "total", "XLA compile share (trace + lower + compile)"],
-            [("refsim (trace + interpret)", f"{ref['programs_per_s']:.1f}", C.fmt_seconds(ref["seconds"]), "-"),
-             ("XLA:CPU (trace + lower + compile + run + fetch)", f"{xla['programs_per_s']:.1f}",
-              C.fmt_seconds(xla["seconds"]), f"{100 * (xla['compile_share'] or 0):.0f}%"),
-             ("refsim / XLA", C.fmt_ratio(ratio["ratio_refsim_over_xla"]), "", "")])
+            ["engine", "programs/s (median ± half spread)", "pass time", "XLA compile share"],
+            [("refsim (trace + interpret)", C.fmt_stat(ref["timing"], ref["programs"]), C.fmt_stat(ref["timing"]), "-"),
+             ("XLA:CPU (trace + lower + compile + run + fetch)", C.fmt_stat(xla["timing"], xla["programs"]),
+              C.fmt_stat(xla["timing"]), f"{100 * (xla['compile_share'] or 0):.0f}%"),
+             ("refsim / XLA (ratio of medians; per pass: "
+              + ", ".join(f"{r:.1f}" for r in ratio["ratio_per_pass"]) + ")",
+              C.fmt_ratio(ratio["ratio_refsim_over_xla"]), "", "")])
 
 
 def main(argv=None):

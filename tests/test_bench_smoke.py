@@ -13,7 +13,8 @@ import pytest
 
 from bench import __main__ as bench_main
 from bench import _common as C
-from bench import bandwidth, conformance_rate, scaling, throughput
+from bench import bandwidth, conformance_rate, overhead, scaling, throughput
+from bench import docs as bench_docs
 
 
 # -- the scaling program: layout and expected value ------------------------------------------
@@ -75,9 +76,22 @@ def test_scaling_runs_both_engines_in_child_processes():
     for r in recs:
         assert r["status"] == "ok", r
         assert r["correct"] is True and r["mesh"] == [4, 2]
-        assert r["seconds"] > 0 and r["rss_above_baseline"] >= 0
+        assert r["seconds"] > 0 and r["rss_above_baseline"] >= 0 and r["data_bytes"] == 2**18
+        assert r["timing"]["passes"] == 1 and r["timing"]["median"] == r["seconds"] and r["first_s"] > 0
     assert "compile_s" in by["xla"] and by["xla"]["ratio_xla_over_refsim"] > 0
     scaling.show(recs)
+
+
+def test_overhead_program_on_one_element_per_device():
+    assert scaling.tiny_layout(8) == ((4, 2), (4, 2)) and scaling.tiny_layout(65536) == ((256, 256), (256, 256))
+    a = np.arange(8, dtype=np.float32).reshape(4, 2)
+    np.testing.assert_array_equal(scaling.tiny_expected(a), [[12.0, 16.0]])  # column sums by hand
+    recs = scaling.run(devices=(8,), repeat=2, program_name="tiny", xla_devices=())  # XLA's child: above
+    assert {r["engine"] for r in recs} == {"refsim"}
+    for r in recs:
+        assert r["bench"] == "overhead" and r["status"] == "ok" and r["correct"] is True, r
+        assert r["timing"]["passes"] == 2 and r["timing"]["min"] <= r["seconds"] <= r["timing"]["max"]
+    overhead.show(recs)
 
 
 def test_scaling_reports_a_timed_out_child():
@@ -140,17 +154,22 @@ def test_conformance_rate_rejects_unknown_source():
 
 
 def test_bandwidth_quick():
-    recs = bandwidth.run(mib=0.25, devices=(8,), repeat=1)
+    recs = bandwidth.run(mib=0.25, devices=(8,), repeat=1, two_d=False)
     assert [r["op"] for r in recs] == ["psum", "all_gather", "all_to_all", "ppermute", "psum_scatter"]
     for r in recs:
-        assert r["bytes_moved"] == 2**18  # every op reads or writes the whole 0.25 MiB stack
-        assert r["ratio_to_copyto"] > 0
+        assert r["bytes_moved"] == 2**18  # every op reads the whole 0.25 MiB global input
+        assert r["ratio_to_copyto"] > 0 and r["layout"] == "8"
     bandwidth.show(recs)
 
 
 def test_bandwidth_rejects_indivisible_size():
     with pytest.raises(ValueError, match=r"devices=64 gives 16 elements per device, not a multiple of 64"):
         bandwidth.run(mib=2**12 / 2**20, devices=(64,), repeat=1)
+
+
+def test_conformance_side_by_side_names_a_bad_baseline(tmp_path):
+    with pytest.raises(ValueError, match="is not a checkout with a conformance/ package"):
+        conformance_rate.side_by_side(str(tmp_path))
 
 
 # -- the command line ------------------------------------------------------------------------
@@ -161,9 +180,10 @@ def test_cli_writes_one_json_line_per_figure(tmp_path, capsys):
     lines = [json.loads(ln) for ln in path.read_text().splitlines()]
     kinds = [ln["bench"] for ln in lines]
     assert kinds[0] == "machine" and kinds.count("bandwidth") == 5 and kinds[-1] == "target"
+    assert lines[0]["commit"] and lines[0]["date"]
     assert lines[-1]["quick"] is True
     out = capsys.readouterr().out
-    assert "bandwidth: refsim collective time" in out and "targets" in out
+    assert "bandwidth: refsim.shard_map call" in out and "targets" in out
     assert sum(1 for ln in out.splitlines() if ln.startswith("{")) == len(lines)
 
 
@@ -171,25 +191,62 @@ def test_cli_rejects_unknown_part(capsys):
     with pytest.raises(SystemExit) as e:
         bench_main.main(["--parts", "throughput,speed"])
     assert e.value.code == 2
-    assert "unknown part(s) ['speed']; choose from throughput,conformance,scaling,bandwidth" in capsys.readouterr().err
+    assert ("unknown part(s) ['speed']; choose from throughput,conformance,overhead,scaling,bandwidth,stablehlo"
+            in capsys.readouterr().err)
 
 
 def test_targets_table_judges_each_target():
     results = {
         "throughput": [dict(engine="ratio", ratio_refsim_over_xla=12.5)],
-        "scaling": [dict(engine="refsim", devices=4096, mib=64, status="ok", seconds=1.5,
+        "conformance": [dict(bench="conformance_speedup", cold_over_baseline=1.8, rerun_over_baseline=2.6)],
+        "overhead": [dict(engine="refsim", devices=16384, status="ok", seconds=0.0008)],
+        "scaling": [dict(engine="refsim", devices=4096, mib=64, status="ok", seconds=1.5, data_bytes=64 * 2**20,
                          rss_above_baseline=2 * 64 * 2**20),
-                    dict(engine="refsim", devices=16384, mib=4, status="ok", correct=True)],
-        "bandwidth": [dict(op="psum", devices=8, mib=64, ratio_to_copyto=0.5),
-                      dict(op="all_to_all", devices=512, mib=64, ratio_to_copyto=3.5)],
+                    dict(engine="refsim", devices=65536, mib=64, status="ok", seconds=0.4, first_s=2.5,
+                         data_bytes=64 * 2**20, rss_above_baseline=2 * 64 * 2**20, correct=True)],
+        "bandwidth": [dict(op="psum", layout="8", mib=64, ratio_to_copyto=0.5),
+                      dict(op="all_to_all", layout="512", mib=64, ratio_to_copyto=3.5)],
     }
     rows = bench_main.targets(results)
-    assert [ok for _, _, ok in rows] == [True, False, True, True, False]
+    # 10x yes; 2x conformance no (1.8); 1 ms yes; 4096 in 1 s no; 65536: 0.4 s yes, first 2.5 s no,
+    # 2x memory yes, runs yes; bandwidth 3.5x no
+    assert [ok for _, _, ok in rows] == [True, False, True, False, True, False, True, True, False]
     assert rows[-1][1] == "worst all_to_all @ 512: 3.5x"
+
+
+def test_docs_page_renders_every_part_from_records(tmp_path):
+    recs = [dict(bench="machine", commit="abc123", date="2026-11-22 23:00 UTC", host="vm", cpu="EPYC", cores=2,
+                 memory_gib=23.5, load_average=[1.0, 2.0, 3.0], python="3.11", numpy="2.4", jax="0.10.2"),
+            dict(bench="throughput", engine="refsim", programs=10, seconds=0.5,
+                 timing=dict(median=0.5, min=0.4, max=0.6, spread=0.4, passes=3)),
+            dict(bench="throughput", engine="xla", programs=10, seconds=5.0, compile_share=0.9,
+                 timing=dict(median=5.0, min=4.0, max=6.0, spread=0.4, passes=3)),
+            dict(bench="throughput", engine="ratio", programs=10, drawn=10, agree=10, disagree=[], passes=3,
+                 ratio_refsim_over_xla=10.0, ratio_per_pass=[9.0, 10.0, 11.0]),
+            dict(bench="target", target="refsim >= 10x", measured="10.0x", met=True, quick=False)]
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [dict(bench="machine", commit="old")] + recs) + "\n")
+    out = tmp_path / "perf.md"
+    assert bench_docs.main([str(path), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert "| commit | `abc123` |" in page and "`old`" not in page  # the last run only
+    assert "| refsim (trace + interpret) | 20.0/s (16.7–25.0) | 500.0 ms (400–600 ms) | – |" in page
+    assert "**10.0×** (per pass: 9.0, 10.0, 11.0)" in page
+    assert "| refsim >= 10x | 10.0x | yes |" in page
+    assert "Not measured in this run (`python -m bench --parts scaling`)." in page
+    assert "```python" not in page  # the docs runner executes python blocks; this page has none
+    assert bench_docs.main([str(tmp_path / "missing.jsonl")]) == 2
 
 
 def test_common_helpers():
     assert C.best_of(lambda: None, 3) >= 0
+    calls = []
+    t = C.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    assert calls == ["a", "b"] * 3 and len(t["a"]) == len(t["b"]) == 3
+    assert C.stats([3.0, 1.0, 2.0]) == dict(median=2.0, min=1.0, max=3.0, spread=1.0, passes=3)
+    assert C.stats([1.0, 3.0])["median"] == 2.0
+    assert C.fmt_stat(C.stats([0.010, 0.012, 0.011])) == "11.0 ms (10–12 ms)"
+    assert C.fmt_stat(C.stats([2.0, 4.0, 4.0]), rate_of=8) == "2.0/s (2.0–4.0)"
     with pytest.raises(ValueError, match="repeat=0 must be >= 1"):
         C.best_of(lambda: None, 0)
     assert C.peak_rss() >= C.current_rss() > 0

@@ -1,0 +1,267 @@
+"""Write docs/performance.md from a bench run's JSON lines: no figure in that page is typed by hand.
+
+    python -m bench --json figures.jsonl [--against ../base]      # measure
+    python -m bench.docs figures.jsonl --out docs/performance.md  # render
+
+`render(records)` turns the records of one run (the `machine` record first, then each
+part's) into the page: the machine and commit that produced them, the targets, and one
+table per part with what it measures. Parts missing from the run are said to be missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bench import _common as C
+
+TITLE = "# Performance: refsim against XLA:CPU"
+
+INTRO = """refsim is meant to be a fast CI oracle that scales past what XLA:CPU can simulate. The
+benchmarks in `bench/` measure that side by side, on the same programs, in one run. This page
+is generated from one run's JSON lines by `python -m bench.docs`; every figure below comes from
+that file."""
+
+RERUN = """## Rerun
+
+```bash
+git worktree add ../base <older-commit>                   # the baseline of the conformance part
+python -m bench --json figures.jsonl --against ../base    # every part (about 25 min on 2 cores)
+python -m bench.docs figures.jsonl --out docs/performance.md
+python -m bench --quick                                   # tiny sizes: checks the code paths only
+python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
+```
+
+Method: things compared are timed in equal, interleaved passes (a, b, a, b, ...), so a burst of
+load from other processes hits both alike; each figure is the median of its passes, with the
+range of the passes in brackets. Ratios are ratios of medians. Each scaling and overhead cell is
+its own process, so its peak memory is its own. `tests/test_bench_smoke.py` runs every part in a
+tiny configuration so the code cannot rot; it asserts no timings."""
+
+NOTES = {
+    "throughput": """Distinct small programs drawn with a fixed seed from `conformance.strategies.programs` over
+`meshes(max_devices=8)` (collectives with elementwise/structural ops, scan, while, cond, switch,
+grad, vmap, nested shard_map, jit with shardings, pmap with groups). Each pass uses fresh function
+objects and empty caches, so every program is traced (and, for XLA, lowered and compiled) once.""",
+    "conformance": """The default `python -m conformance run` (same seed and examples, no shrinking) of this commit
+and of the baseline commit, each in a fresh process, in interleaved passes: baseline, this commit
+with an empty compilation cache ("cold"), this commit again on the cache the cold pass wrote
+("rerun": a second run on the same machine). examples/s is the runner's own figure (drawing
+included, interpreter start-up not). The phases are the cold pass's work split by
+`conformance.timing`; with one worker per core they overlap, so they add up to more than the wall
+time.""",
+    "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
+result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
+`Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
+compiled executable on device-resident input, output fetched.""",
+    "scaling": """`ppermute` (ring over x) → `all_to_all` (tiled, over y) → `psum_scatter` (tiled, over y) →
+`all_gather` (tiled, over y) → `psum` (over x) on one float32 array laid out `P('x', 'y')` over an
+X×Y mesh, the result (`P(None, 'y')`) read back with `np.asarray` and checked against a direct
+NumPy computation. Peak RSS is above the process's RSS just before the first call, relative to
+the array's bytes. XLA:CPU runs up to 256 devices here: its all_to_all rendezvous never completes
+at 1024 devices ("Expected 32 threads to join the rendezvous, but only 7 of them arrived") and it
+refuses more than 2048 devices in one process ("Multiprocess computations aren't implemented on
+the CPU backend").""",
+    "bandwidth": """Each collective as its own `refsim.shard_map` program: NumPy in, `np.asarray` of the result out,
+divided by `np.copyto` of the bytes it must move (the larger of its global input and output),
+timed in interleaved passes. 1-D meshes lay the array out `P('i')`; the 64×64 mesh `P('x', 'y')`.
+Results invariant over the axis (psum, all_gather) are stored once and read back as a view.""",
+    "stablehlo": """For every program of `conformance.corpus`: refsim's jaxpr interpretation (the entry point of its
+kind, trace cached) beside `refsim.stablehlo.interpret` on the module JAX lowered and on XLA's
+compiled per-device module (each walked once beforehand: the `load` column); best of N
+(`bench.stablehlo`). The target: interpreting the lowered module costs no more than ~3× the
+jaxpr interpretation. The known exceptions are `jax.random` programs: refsim evaluates a
+`threefry2x32` equation with one vectorised kernel, while the lowered module spells it out as
+~700 executed scalar-sized ops; matching a function by name to skip it would defeat the purpose
+(a wrong lowering of threefry must show), so that cost stays.""",
+}
+
+
+def _md_table(header: list, rows: list) -> str:
+    out = ["| " + " | ".join(str(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join("-" if v is None else str(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _machine(m: dict) -> str:
+    rows = [("commit", f"`{m.get('commit', 'unknown')}`"), ("date", m.get("date", "-")),
+            ("host", m.get("host", "-")), ("CPU", f"{m.get('cpu')}, {m.get('cores')} cores"),
+            ("memory", f"{m.get('memory_gib')} GiB"),
+            ("load average at start (1, 5, 15 min)", ", ".join(map(str, m.get("load_average") or [])) or "-"),
+            ("software", f"Python {m.get('python')}, NumPy {m.get('numpy')}, JAX {m.get('jax')}")]
+    return _md_table(["", ""], rows)
+
+
+def _throughput(recs: list) -> str:
+    by = {r["engine"]: r for r in recs if r.get("bench") == "throughput"}
+    ref, xla, ratio = by["refsim"], by["xla"], by["ratio"]
+    rows = [("refsim (trace + interpret)", C.fmt_stat(ref["timing"], ref["programs"]), C.fmt_stat(ref["timing"]), "–"),
+            ("XLA:CPU via xla_backend (trace + lower + compile + run + fetch)",
+             C.fmt_stat(xla["timing"], xla["programs"]), C.fmt_stat(xla["timing"]),
+             f"{100 * (xla.get('compile_share') or 0):.0f}%"),
+            ("**refsim / XLA**", f"**{ratio['ratio_refsim_over_xla']:.1f}×** (per pass: "
+             + ", ".join(f"{x:.1f}" for x in ratio.get("ratio_per_pass", [])) + ")", "", "")]
+    text = _md_table(["engine", "programs/s", "pass time", "compile share"], rows)
+    text += (f"\n\n{ratio['programs']} programs ({ratio['drawn']} drawn), {ratio['passes']} passes per engine; "
+             f"{ratio['agree']} agree bit for bit")
+    if ratio.get("disagree"):
+        text += f"; disagreeing (for the conformance suite to triage): {', '.join(ratio['disagree'])}"
+    return text + "."
+
+
+def _conformance(recs: list) -> str:
+    side = [r for r in recs if r.get("bench") == "conformance_side_by_side"]
+    if not side:
+        r = next(r for r in recs if r.get("bench") == "conformance_rate")
+        return (f"Only this commit was measured ({r['source']}): {r['examples']} examples, "
+                f"{r['examples_per_s']:.1f} examples/s, {100 * r['compile_share']:.0f}% compiling.")
+    from conformance.timing import LABELS
+
+    sp = next(r for r in recs if r.get("bench") == "conformance_speedup")
+    rows = []
+    for r in side:
+        rates = ", ".join(f"{x:.1f}" for x in r["examples_per_s_each"])
+        walls = ", ".join(f"{x:.0f}" for x in r["wall_s_each"])
+        rows.append((r["variant"], f"`{r['commit']}`", r["processes"], r["cases"], r["examples"],
+                     f"{r['examples_per_s']:.1f} ({rates})", walls))
+    text = _md_table(["variant", "commit", "workers", "cases", "examples", "examples/s, median (each pass)",
+                      "wall s (each pass)"], rows)
+    text += (f"\n\n**This commit: {sp['cold_over_baseline']:.2f}× the baseline's examples/s on a cold cache, "
+             f"{sp['rerun_over_baseline']:.2f}× on a rerun** (suite `{sp['suite']}`, `--examples {sp['examples']}`, "
+             f"`--seed {sp['seed']}`, {side[0]['passes']} interleaved passes).")
+    for r in side:
+        ph = r.get("phases") or {}
+        total = sum(ph.values())
+        if total > 0:
+            parts = ", ".join(f"{LABELS.get(k, k)} {100 * v / total:.0f}%" for k, v in ph.items() if v > 0)
+            text += f"\n\nPhases of the {r['variant']} run ({total:.0f} s of work): {parts}."
+    return text
+
+
+def _scaling_like(recs: list, tiny: bool) -> str:
+    by = {(r["mib"], r["devices"], r["engine"]): r for r in recs}
+    rows, notes = [], []
+
+    def cell(r, f):
+        if not r:
+            return "not run"
+        if r.get("status") == "ok":
+            return f(r)
+        text = f"{r['engine']} at {r['devices']} devices: {r['status']}, {r.get('reason', '')}"
+        if text not in notes:
+            notes.append(text)
+        return f"{r['status']} [{notes.index(text) + 1}]"
+
+    def mem(r):
+        if tiny:
+            return C.fmt_bytes(r["rss_above_baseline"])
+        return f"{C.fmt_bytes(r['rss_above_baseline'])} ({r['rss_above_baseline'] / r['data_bytes']:.2f}×)"
+
+    for mib, n in dict.fromkeys((r["mib"], r["devices"]) for r in recs):
+        rs, xs = by.get((mib, n, "refsim"), {}), by.get((mib, n, "xla"), {})
+        mesh = "×".join(map(str, rs.get("mesh", xs.get("mesh", []))))
+        row = ([] if tiny else [f"{mib:g} MiB"]) + [n, mesh,
+               cell(rs, lambda r: C.fmt_stat(r["timing"])), cell(rs, lambda r: C.fmt_seconds(r["first_s"])),
+               cell(rs, mem), cell(xs, lambda r: C.fmt_stat(r["timing"])),
+               cell(xs, lambda r: C.fmt_seconds(r["first_s"])), cell(xs, mem),
+               C.fmt_ratio(xs.get("ratio_xla_over_refsim")).replace("x", "×")]
+        rows.append(row)
+    header = ([] if tiny else ["size"]) + ["devices", "mesh", "refsim call (median)", "refsim first call",
+                                            "refsim peak RSS", "XLA call (median)", "XLA first call",
+                                            "XLA peak RSS", "XLA / refsim"]
+    text = _md_table(header, rows)
+    for i, t in enumerate(notes, 1):
+        text += f"\n\n[{i}] {t}"
+    return text
+
+
+def _bandwidth(recs: list) -> str:
+    lays = list(dict.fromkeys(r["layout"] for r in recs))
+    ops = list(dict.fromkeys(r["op"] for r in recs))
+    by = {(r["op"], r["layout"]): r for r in recs}
+    copy = {lay: min(r["copyto_seconds"] for r in recs if r["layout"] == lay) for lay in lays}
+    rows = [["`np.copyto`", *(C.fmt_seconds(copy[lay]) for lay in lays)]]
+    for op in ops:
+        rows.append([op, *(f"{by[op, lay]['ratio_to_copyto']:.1f}× ({C.fmt_seconds(by[op, lay]['seconds'])})"
+                           for lay in lays)])
+    mib = recs[0]["mib"]
+    return (f"{mib:g} MiB float32; collective time / `np.copyto` time of the bytes moved.\n\n"
+            + _md_table(["collective", *(f"{lay} devices" if lay.isdigit() else lay for lay in lays)], rows))
+
+
+def _stablehlo(recs: list) -> str:
+    s = next((r for r in recs if r.get("program") == "summary"), None)
+    rows = [(f"`{r['program']}`", C.fmt_seconds(r.get("jaxpr_s")), C.fmt_seconds(r.get("lowered_s")),
+             "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×", C.fmt_seconds(r.get("compiled_s")),
+             C.fmt_seconds(r.get("lowered_load_s")), r.get("status", "-"))
+            for r in recs if r.get("program") != "summary"]
+    text = _md_table(["program", "jaxpr", "lowered", "lowered / jaxpr", "compiled", "load (walk module)", "status"],
+                     rows)
+    if s and s.get("median_ratio") is not None:
+        text = (f"{s['timed']} of {s['programs']} programs timed; lowered / jaxpr median {s['median_ratio']:.2f}×, "
+                f"max {s['max_ratio']:.1f}×; over 3×: {', '.join(s['over_3x']) or 'none'}.\n\n" + text)
+    return text
+
+
+SECTIONS = (("throughput", "Throughput: many distinct small programs", ("throughput",), _throughput),
+            ("conformance", "Conformance run: examples/s against the baseline commit",
+             ("conformance_side_by_side", "conformance_speedup", "conformance_rate"), _conformance),
+            ("overhead", "Overhead of a call: one element per device", ("overhead",),
+             lambda r: _scaling_like(r, tiny=True)),
+            ("scaling", "Scaling: the five-collective program", ("scaling",), lambda r: _scaling_like(r, tiny=False)),
+            ("bandwidth", "Bandwidth: each collective against `np.copyto`", ("bandwidth",), _bandwidth),
+            ("stablehlo", "StableHLO interpretation beside jaxpr interpretation", ("stablehlo",), _stablehlo))
+
+
+def render(records: list[dict]) -> str:
+    """The Markdown page for one run's records."""
+    machine = next((r for r in records if r.get("bench") == "machine"), {})
+    quick = any(r.get("quick") for r in records if r.get("bench") == "target")
+    out = [TITLE, "", INTRO, "", RERUN, "", "## The run these figures come from", "", _machine(machine), "",
+           "The machine is shared with other engineers' jobs, so absolute times are noisy (compare the "
+           "load average with the 2 cores); both sides of every comparison ran under the same load, "
+           "interleaved, and the ratios are the figures to read."]
+    if quick:
+        out += ["", "**This run used `--quick`: sizes too small to judge any target.**"]
+    targets = [r for r in records if r.get("bench") == "target"]
+    if targets:
+        out += ["", "## Targets", "",
+                _md_table(["target", "measured", "met"],
+                          [(t["target"], t["measured"], "yes" if t["met"] else "**no**") for t in targets])]
+    for n, (key, title, kinds, fn) in enumerate(SECTIONS, 1):
+        recs = [r for r in records if r.get("bench") in kinds]
+        out += ["", f"## {n}. {title}", "", NOTES[key], ""]
+        out.append(fn(recs) if recs else f"Not measured in this run (`python -m bench --parts {key}`).")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def load(path: str) -> list[dict]:
+    """The records of the last run in a JSON-lines file (a run starts at its `machine` record)."""
+    with open(path) as fh:
+        recs = [json.loads(line) for line in fh if line.strip().startswith("{")]
+    starts = [i for i, r in enumerate(recs) if r.get("bench") == "machine"]
+    if not starts:
+        raise ValueError(f"{path} has no 'machine' record: write it with `python -m bench --json {path}`.")
+    return recs[starts[-1]:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.docs", description=__doc__.splitlines()[0])
+    ap.add_argument("figures", help="JSON lines written by `python -m bench --json FILE`")
+    ap.add_argument("--out", help="write the page here (default: stdout)")
+    args = ap.parse_args(argv)
+    try:
+        text = render(load(args.figures))
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
