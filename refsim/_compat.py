@@ -461,3 +461,4 @@ def lowering_decomposition(name: str):
         impl = getattr(special, f"{name}_impl")
         return lambda *args, **params: special._up_and_broadcast(impl)(*args, **params)
     return None
+

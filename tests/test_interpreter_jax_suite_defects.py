@@ -231,3 +231,23 @@ def test_pmap_in_axes_prefix_error_names_the_argument_as_jax_does():
     with pytest.raises(ValueError, match=r"pmap in_axes\[0\]") as got:
         refsim.pmap(lambda x, y: x + y, in_axes=((0,),))(*args)
     assert "different lengths of tuple" in str(want.value) and "different lengths of tuple" in str(got.value)
+
+
+# --- item 8: Python control flow on a collective's result -------------------------------------
+
+def test_python_control_flow_on_collectives_raises_jax_error_with_the_fix():
+    mesh = Mesh((4,), ("x",))
+
+    def eager_only(x):
+        return x * (1.0 if jax.lax.psum(jax.lax.axis_index("x"), "x") > 0 else -1.0)
+
+    with pytest.raises(jax.errors.ConcretizationTypeError) as err:
+        refsim.shard_map(eager_only, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones(4, np.float32))
+    assert any("jax.lax.cond" in n for n in getattr(err.value, "__notes__", []))
+
+    def traced(x):  # the same decision written for tracing: 0+1+2+3 = 6 > 0 on every device
+        s = jax.lax.psum(jax.lax.axis_index("x"), "x")
+        return x * jax.lax.cond(s > 0, lambda: 1.0, lambda: -1.0)
+
+    out = refsim.shard_map(traced, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.arange(4.0, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(out), [0.0, 1.0, 2.0, 3.0])

@@ -281,7 +281,15 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
             "shard_map", f, rmesh.abstract_mesh, tmesh, tree, trace_cache.avals_key(avals),
             trace_cache.tree_key(in_specs, _is_spec), trace_cache.tree_key(out_specs, _is_spec),
             check_vma, None if axis_names is None else frozenset(axis_names))
-        closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
+        try:
+            closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
+        except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
+            e.add_note(
+                "refsim.shard_map traces the function to a jaxpr before evaluating it (as "
+                "jax.jit(jax.shard_map(...)) does), so Python control flow on a traced value, such as "
+                "`if psum(...) > 0`, cannot run there even where eager jax.shard_map allows it; use "
+                "jax.lax.cond / jnp.where instead (docs/interpreter.md, 'Eager shard_map').")
+            raise
         extra = _with_intermediates(_new_extra(fallback, strict), intermediates, rmesh)
         outs = _evaluate_outputs(closed, flat, rmesh, extra)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)

@@ -1,0 +1,150 @@
+"""Measure refsim's transcendental accuracy: `python -m bench.accuracy [--samples N] [--json FILE]`.
+
+For every float primitive in `refsim.interpreter.accuracy.OPS` and each of float32 /
+float64, draws N inputs over the op's domain (log-uniform magnitudes, both signs where
+the domain allows, plus the domain's edges) and reports the largest distance in ulps of
+
+- refsim's rule from the correctly rounded result (float32: the float64 result rounded
+  once; float64: not measured, no wider reference is installed),
+- XLA:CPU (`jax.jit` of the primitive) from the correctly rounded result,
+- refsim from XLA:CPU.
+
+The figures in `refsim/interpreter/accuracy.py` and docs/primitives.md come from this
+script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on x86-64). It prints one table
+and one JSON line per (op, dtype).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+
+def _ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| in units in the last place of a's dtype (order-preserving integer map; NaN=NaN -> 0)."""
+    bits = {np.dtype(np.float32): (np.int32, 32), np.dtype(np.float64): (np.int64, 64)}[a.dtype]
+    it, nbits = bits
+    ia, ib = a.view(it).astype(np.int64), b.view(it).astype(np.int64)
+    if nbits == 64:
+        ia, ib = a.view(np.int64).astype(object), b.view(np.int64).astype(object)
+    lo = -(1 << (nbits - 1))
+    ma = np.where(ia < 0, lo - ia, ia)
+    mb = np.where(ib < 0, lo - ib, ib)
+    d = np.abs(np.asarray(ma - mb, dtype=object if nbits == 64 else np.int64))
+    both_nan = np.isnan(a) & np.isnan(b)
+    one_nan = np.isnan(a) ^ np.isnan(b)
+    d = np.where(both_nan, 0, d)
+    return np.where(one_nan, np.iinfo(np.int64).max, d).astype(np.float64)
+
+
+def _samples(lo: float, hi: float, n: int, dtype, rng) -> np.ndarray:
+    """n values in [lo, hi]: log-uniform magnitudes on each side of 0, plus the interval edges."""
+    parts = []
+    for sign, a, b in ((1, max(lo, 0.0), hi), (-1, max(-hi, 0.0), -lo)):
+        if b <= 0 or b <= a:
+            continue
+        a = max(a, 1e-30 if dtype == np.float32 else 1e-300)
+        mags = np.exp(rng.uniform(np.log(a), np.log(b), n // 2))
+        parts.append(sign * mags)
+    edge = [v for v in (lo, hi, 0.0, 1.0, -1.0, 0.5) if lo <= v <= hi]
+    x = np.concatenate(parts + [np.array(edge)]).astype(dtype)
+    return x[np.isfinite(x)]
+
+
+def _mixed(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| / (eps * max(1, |b|)): ulps relative to the result, or to 1 near a zero of the
+    function (where any absolute error is many ulps of the tiny result)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ok = np.isfinite(a64) & np.isfinite(b64)
+    if not ok.any():
+        return 0.0
+    err = np.abs(a64[ok] - b64[ok]) / (np.finfo(a.dtype).eps * np.maximum(1.0, np.abs(b64[ok])))
+    return float(err.max())
+
+
+def _reference(name: str, args: list[np.ndarray]) -> np.ndarray:
+    """The correctly rounded float32 result: the op in float64, rounded once."""
+    from refsim.interpreter.accuracy import REFERENCE_F64
+
+    wide = [a.astype(np.float64) for a in args]
+    with np.errstate(all="ignore"):
+        return np.asarray(REFERENCE_F64[name](*wide)).astype(np.float32)
+
+
+def _refsim(name: str, args: list[np.ndarray]) -> np.ndarray:
+    import refsim
+    from refsim.interpreter.accuracy import lax_function
+
+    with np.errstate(all="ignore"):
+        return np.asarray(refsim.jit(lax_function(name))(*args))
+
+
+def _xla(name: str, args: list[np.ndarray]) -> np.ndarray:
+    import jax
+
+    from refsim.interpreter.accuracy import lax_function
+
+    return np.asarray(jax.jit(lax_function(name))(*args))
+
+
+def measure(samples: int = 200_000, seed: int = 0, dtypes=(np.float32, np.float64), ops=None) -> list[dict]:
+    """One row per (op, dtype). float64 turns on jax_enable_x64 for the rest of the process."""
+    import jax
+
+    from refsim.interpreter.accuracy import OPS
+
+    if np.float64 in dtypes:
+        jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, spec in OPS.items():
+        if ops is not None and name not in ops:
+            continue
+        for dtype in dtypes:
+            args = [_samples(lo, hi, samples, dtype, rng) for lo, hi in spec.domains]
+            n = min(len(a) for a in args)
+            args = [a[:n] for a in args]
+            ours, theirs = _refsim(name, args), _xla(name, args)
+            tiny = np.finfo(dtype).tiny
+            # Results below the smallest normal: XLA:CPU flushes them to zero (FTZ), refsim
+            # (NumPy) keeps the subnormal; counted apart, not in the ulp figures.
+            sub = (np.abs(ours) < tiny) | (np.abs(theirs) < tiny)
+            row = {"bench": "accuracy", "op": name, "dtype": np.dtype(dtype).name, "samples": n,
+                   "refsim_vs_xla_ulp": float(_ulp_distance(ours[~sub], theirs[~sub]).max()),
+                   "refsim_vs_xla_mixed": _mixed(ours[~sub], theirs[~sub]),
+                   "subnormal_disagreements": int(np.sum(sub & (ours != theirs)))}
+            if dtype == np.float32:
+                ref = _reference(name, args)
+                fin = np.isfinite(ref) & ~sub & (np.abs(ref) >= tiny)
+                row["refsim_vs_correct_ulp"] = float(_ulp_distance(ours[fin], ref[fin]).max())
+                row["xla_vs_correct_ulp"] = float(_ulp_distance(theirs[fin], ref[fin]).max())
+                row["xla_vs_correct_mixed"] = _mixed(theirs[fin], ref[fin])
+            rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samples", type=int, default=200_000)
+    p.add_argument("--json", default=None, help="append the JSON lines to this file")
+    a = p.parse_args(argv)
+    rows = measure(a.samples)
+    print(f"{'op':<12}{'dtype':<9}{'refsim~correct':>15}{'xla~correct':>12}{'(mixed)':>9}"
+          f"{'refsim~xla':>11}{'(mixed)':>9}{'ftz':>6}")
+    for r in rows:
+        print(f"{r['op']:<12}{r['dtype']:<9}{r.get('refsim_vs_correct_ulp', float('nan')):>15.0f}"
+              f"{r.get('xla_vs_correct_ulp', float('nan')):>12.0f}{r.get('xla_vs_correct_mixed', float('nan')):>9.1f}"
+              f"{r['refsim_vs_xla_ulp']:>11.0f}{r['refsim_vs_xla_mixed']:>9.1f}{r['subnormal_disagreements']:>6}")
+    sink = open(a.json, "a") if a.json else None
+    for r in rows:
+        line = json.dumps(r)
+        print(line)
+        if sink:
+            sink.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
