@@ -141,7 +141,9 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
         failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
     ok, why = entry.expects(failure)
     if ok and entry.unsupported:
-        return "unsupported", f"unsupported: {entry.reason}\n{out.message}"
+        # The entry's reason usually quotes the platform's own words: say them once.
+        said = "" if out.message in entry.reason else f"\n{out.message}"
+        return "unsupported", f"unsupported: {entry.reason}{said}"
     if ok:
         n = out.details.get("expected_failures", 1)
         return "xfail", (f"expected failure {entry.signature} in {n} of {out.examples} example(s): {entry.reason}\n"

@@ -174,7 +174,7 @@ def test_unsupported_message_is_said_once():
 
 def test_a_suite_filtered_run_does_not_call_other_suites_entries_stale(tmp_path):
     xf = tmp_path / "xf.txt"
-    xf.write_text("pbroadcast[* unsupported: a collectives entry\nnever_drawn_case sometimes: matches nothing\n")
+    xf.write_text("pbroadcast[* unsupported: a collectives entry\nnever_drawn_case sometimes mismatch(value): matches nothing\n")
     res = runner.run(suite="errors", examples=1, progress=False, xfails=str(xf), shrink_seconds=0)
     assert res.ok and res.summary["unused_xfails"] == []
 
