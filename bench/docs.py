@@ -32,6 +32,10 @@ python -m bench --quick                                   # tiny sizes: checks t
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
 ```
 
+`bench/` is not installed with the package (a top-level `bench` module would clash with other
+projects): run these commands from the repository root, or from anywhere with
+`PYTHONPATH=/path/to/checkout python -m bench`.
+
 Method: things compared are timed in equal, interleaved passes (a, b, a, b, ...), so a burst of
 load from other processes hits both alike; each figure is the median of its passes, with the
 range of the passes in brackets. Ratios are ratios of medians. Each scaling and overhead cell is
