@@ -14,9 +14,10 @@ ends the run with a message naming it within the case timeout (`DistributedRunEr
 watchdog in every process).
 
 Only suites of programs (collectives, programs) run distributed: the layouts, errors and
-mpmd suites check single-process behaviour. pmap cases follow JAX's multi-process
-convention: each process passes the rows of its own devices and only the processes owning
-one of the devices take part.
+mpmd suites check single-process behaviour. A pmap case runs on the process that owns all
+its devices; one whose devices span processes is "unsupported" (not run): multi-process
+`jax.pmap` takes each process's own rows, not the case's global arguments. Cross-process
+collectives are checked through shard_map, which the collectives suite draws for every one.
 """
 from __future__ import annotations
 
@@ -36,8 +37,6 @@ __all__ = ["DEFAULT_CASE_TIMEOUT_S", "DISTRIBUTED_SUITES", "DistributedRunError"
 DEFAULT_CASE_TIMEOUT_S = 600.0
 DISTRIBUTED_SUITES = ("collectives", "programs")
 _NS = "conformance"
-# JAX's refusal of host-local pmap inputs whose devices interleave processes
-_PMAP_HOST_LOCAL = "devices connected to a single host must form a contiguous subcube"
 # Test hook: "hang:P:N" makes process P sleep at its N-th case, "die:P:N" makes it exit 17 there.
 FAULT_ENV = "CONFORMANCE_DISTRIBUTED_FAULT"
 
@@ -182,6 +181,13 @@ class Job:
                     self._finished(n)
                     continue
                 variants = [remap_case(c, table) for c in task.variants]
+                if any(c.entry == "pmap" and self._pmap_owner(c) is None for c in variants):
+                    # decided from the case alone, so every process skips it alike
+                    if self.is_coordinator:
+                        yield _spanning_pmap(task, variants)
+                    self.log(f"case #{n} {task.case_id}: not run (pmap over devices of several processes)")
+                    self._finished(n)
+                    continue
                 local = [self._run_xla(c) for c in variants]
                 if not self.is_coordinator:
                     self.client.key_value_set_bytes(f"{_NS}/case/{n}/{self.process_index}",
@@ -200,11 +206,6 @@ class Job:
                 mapped = dataclasses.replace(task, variants=variants)
                 # shrinking draws new cases on one process only: the others could not take part
                 result = runner.run_task(mapped, replay, entry, **{**opts, "shrink_seconds": 0})
-                if result.status == "error" and _PMAP_HOST_LOCAL in result.message and task.variants[0].entry == "pmap":
-                    result = dataclasses.replace(result, status="unsupported", message=(
-                        "multi-process pmap takes each process's rows as host-local inputs, and JAX requires every "
-                        "process's devices to be contiguous in pmap's `devices`; this case's device order "
-                        f"interleaves processes, so JAX cannot run it\n{result.message}"))
                 self.log(f"case #{n} {task.case_id}: {result.status}")
                 self._finished(n)
                 yield result
@@ -246,9 +247,11 @@ class Job:
 
         try:
             if case.entry == "pmap":
-                out = self._run_pmap(case)
-                if out is None:
-                    return ("absent",)
+                if self._pmap_owner(case) != self.process_index:
+                    return ("absent",)  # pmap runs on the process that owns its devices only
+                # devices always named: pmap's default is every device of every process
+                ids = [int(i) for i in np.asarray(case.mesh.device_ids).ravel()]
+                out = xla_backend.pmap(case.fn, axis_name=case.mesh.axis_names[0], devices=ids)(*case.args)
             else:
                 out = case.run(xla_backend)
         except Exception as e:  # noqa: BLE001 - the case's result, reported by process 0
@@ -261,16 +264,10 @@ class Job:
 
         return ("ok", jax.tree_util.tree_map(leaf, out, is_leaf=lambda x: isinstance(x, (Array, LocalResult))))
 
-    def _run_pmap(self, case):
-        """JAX's multi-process pmap: each process passes the rows of its own devices; None if it owns none."""
-        import xla_backend
-
-        ids = [int(i) for i in np.asarray(case.mesh.device_ids).ravel()]
-        rows = [k for k, i in enumerate(ids) if self.owner[i] == self.process_index]
-        if not rows:
-            return None
-        args = [np.asarray(a)[rows] for a in case.args]
-        return xla_backend.pmap(case.fn, axis_name=case.mesh.axis_names[0], devices=ids)(*args)
+    def _pmap_owner(self, case):
+        """The one process owning every device of a pmap case; None when they span processes."""
+        owners = {self.owner[int(i)] for i in np.asarray(case.mesh.device_ids).ravel()}
+        return owners.pop() if len(owners) == 1 else None
 
     def _maybe_fault(self, n: int) -> None:
         if self._fault is None or self._fault[1] != n:
@@ -289,6 +286,18 @@ class Job:
             if self._log is not None:
                 self._log.close()
             xdist.shutdown()
+
+
+def _spanning_pmap(task, variants):
+    from conformance.results import CaseResult
+
+    ids = sorted({int(i) for c in variants for i in np.asarray(c.mesh.device_ids).ravel()})
+    return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                      status="unsupported", examples=0, message=(
+                          f"not run: pmap over devices {ids} of several processes. Multi-process jax.pmap takes "
+                          "each process's own rows (host-local inputs), another calling convention than the "
+                          "global arguments of the case, and JAX refuses device orders that interleave "
+                          "processes; the distributed run checks cross-process collectives through shard_map."))
 
 
 def _parse_fault(text: str, me: int):
@@ -313,6 +322,13 @@ class RemoteError(RuntimeError):
 
 def _assemble(parts: list, job: Job):
     """The whole result of one case from every process's part, or the exception to re-raise."""
+    try:
+        return _assemble_parts(parts, job)
+    except Exception as e:  # noqa: BLE001 - e.g. shards whose indices do not tile the array: the case's error
+        return _Raise(0, type(e).__module__, type(e).__name__, str(e), traceback.format_exc(), e)
+
+
+def _assemble_parts(parts: list, job: Job):
     import jax
 
     from refsim.array import Array
@@ -409,6 +425,22 @@ class _Watchdog:
                 os._exit(3)
 
 
+# -- expected failures -------------------------------------------------------------------------
+def multiprocess_xfails(platform: str):
+    """The xfails of a multi-process run: ``xfails/<platform>-multiprocess.txt`` (differences that
+    show only when collectives cross processes) ahead of ``xfails/<platform>.txt``; the first
+    entry whose pattern matches a case applies, so the multi-process entries take precedence."""
+    from conformance import xfails as xf
+
+    entries, sources = [], []
+    for path in (xf.default_path(f"{platform}-multiprocess"), xf.default_path(platform)):
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as fh:
+                entries += xf.parse(fh.read(), source=path)
+            sources.append(path)
+    return xf.XfailList(entries, source=" + ".join(sources) or xf.default_path(platform))
+
+
 # -- the command line -------------------------------------------------------------------------
 def run_command(args, console, report_result) -> int:
     """`python -m conformance run --distributed ...` on this process; the exit status.
@@ -441,7 +473,8 @@ def run_command(args, console, report_result) -> int:
         job.log(f"joined: {n} devices over {job.process_count} processes ({hardware.get('topology', '')})")
         result = runner.run(suite=",".join(suites), examples=args.examples, seed=args.seed, platform=args.platform,
                             devices=n, report_dir=args.report if lead else None,
-                            progress=lead and not args.no_progress, resume=args.resume and lead, xfails=args.xfails,
+                            progress=lead and not args.no_progress, resume=args.resume and lead,
+                            xfails=args.xfails or (multiprocess_xfails(args.platform) if job.process_count > 1 else None),
                             processes=None, shrink_seconds=0, console=console, shard=getattr(args, "shard", None),
                             plan_extra=extra, executor=job.execute)
         code = report_result(args, result, console) if lead else 0
