@@ -21,7 +21,7 @@ from refsim.layouts import stacking
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
-from refsim.values import as_jax_array
+from refsim.values import as_jax_array, canonical_dtype, check_numeric_dtype
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -407,6 +407,15 @@ def make_array_from_callback(shape, sharding, data_callback: Callable[[tuple], A
         values = [once] * len(index_map)
     else:
         values = [call(idx) for idx in index_map.values()]
+    if dtype is not None:  # JAX canonicalises the requested dtype too (float64 -> float32, x64 off)
+        asked = check_numeric_dtype(dtype, arg="dtype", api="refsim.make_array_from_callback")
+        dtype = canonical_dtype(asked)
+        if dtype != asked:
+            import warnings
+
+            warnings.warn(f"Explicitly requested dtype {asked} requested in refsim.make_array_from_callback is not "
+                          f"available, and will be truncated to dtype {dtype} (as in JAX). To enable more dtypes, set "
+                          "the jax_enable_x64 configuration option.", UserWarning, stacklevel=2)
     dtype = _check_dtype(values, dtype, "make_array_from_callback")
     shards = [Shard(d, idx, v) for (d, idx), v in zip(index_map.items(), values)]
     return Array(shape, dtype, sharding, shards)

@@ -61,6 +61,13 @@ def test_device_put_canonicalises_64_bit_values_as_jax(value):
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
     cb = refsim.make_array_from_callback((8,), NamedSharding(MESH, P("x")), lambda idx: value[idx])
     assert cb.dtype == theirs.dtype
+    with pytest.warns(UserWarning, match=f"requested dtype {value.dtype} .* truncated to dtype {theirs.dtype}"):
+        asked = refsim.make_array_from_callback((8,), NamedSharding(MESH, P("x")), lambda idx: value[idx],
+                                                dtype=value.dtype)  # JAX canonicalises dtype= as well, and warns
+    with pytest.warns(UserWarning, match="truncated"):
+        jax_asked = jax.make_array_from_callback((8,), jax.sharding.NamedSharding(JMESH, JP("x")),
+                                                 lambda idx: value[idx], dtype=value.dtype)
+    assert asked.dtype == jax_asked.dtype
     np.testing.assert_array_equal(np.asarray(cb), np.asarray(theirs))
 
 
