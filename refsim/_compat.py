@@ -353,16 +353,28 @@ def hlo_module_to_stablehlo(compiled) -> bytes:
     hlo = compiled.runtime_executable().hlo_modules()[0]
     text = hlo.to_string()
     if "replica_groups=mesh[" not in text:
-        return xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
-    # Replica groups in XLA's mesh-axes form: jaxlib's converter drops their device order
-    # (`device_ids=([2,4]T(1,0))`) and emits an attribute `mhlo.all_to_all` rejects. Respell
-    # them as explicit groups in the HLO text and convert that module instead.
+        data = xc._xla.mlir.hlo_to_stablehlo(hlo.as_serialized_hlo_module_proto())
+        if _verifies(data):
+            return data
+    # Two shapes of XLA's HLO that jaxlib's converter mistranslates, respelled in the HLO text
+    # (refsim.stablehlo.hlo_text) and converted again: replica groups in the mesh-axes form (their
+    # device order is dropped, and `mhlo.all_to_all` rejects the attribute), and 8-bit float
+    # collectives widened to f16 around a reduction body still typed f8 (fails the verifier).
     from jaxlib import _hlo
 
-    from refsim.stablehlo.hlo_text import explicit_groups
+    from refsim.stablehlo.hlo_text import explicit_groups, reduction_types_match_operands
 
-    text = explicit_groups(text)
+    text = reduction_types_match_operands(explicit_groups(text))
     return xc._xla.mlir.hlo_to_stablehlo(_hlo.hlo_module_from_text(text).as_serialized_hlo_module_proto())
+
+
+def _verifies(data: bytes) -> bool:
+    try:
+        with mlir_context():
+            mlir_ir().Module.parse(data)
+        return True
+    except Exception:  # noqa: BLE001 - MLIRError: the converter's output fails its own verifier
+        return False
 
 
 def compile_edited_module(lowered, edit):

@@ -158,42 +158,50 @@ def _differs(ref, val, device_ids, max_ulp):
 
 
 def _pick(entries, ref):
-    """The last of a group's (op, value) entries whose value has the type of `ref`."""
+    """The last of a group's (op, Runs) entries whose value has the type of `ref`."""
     ref = np.asarray(ref)
-    fit = [e for e in entries if np.asarray(e[1]).shape[1:] == ref.shape[1:] and np.asarray(e[1]).dtype == ref.dtype]
+    fit = [e for e in entries
+           if np.asarray(e[1].value).shape[1:] == ref.shape[1:] and np.asarray(e[1].value).dtype == ref.dtype]
     return fit[-1] if fit else None
 
 
+def _first_differing_run(ref_runs, runs, device_ids, max_ulp):
+    """(evaluation counter, comparison) of the first evaluation where the two differ, or None:
+    the k-th evaluation of one side is paired with the k-th of the other."""
+    for (_, r), (counter, v) in zip(ref_runs, runs):
+        res = _differs(r, v, device_ids, max_ulp)
+        if res is None:
+            return None
+        if not res[0]:
+            return counter, res
+    return None
+
+
 def _first_diverging_op(earlier: dict, later: dict, device_ids, max_ulp):
-    """The first op (program order) of `later` whose value differs from its partner in `earlier`:
-    paired by op name, source line and occurrence, else by the last op of each source line."""
+    """The op of `later` whose value first differs (in evaluation order) from its partner's in
+    `earlier`: paired by op name, source line and occurrence, else by what each source line
+    computed last. Returns (op, `_per_device` triple) or (None, None)."""
     found = []
     for key, entries in later.items():
         if key not in earlier:
             continue
-        partner = earlier[key]
-        ref = partner[1] if not isinstance(partner, list) else _pick(partner, entries[-1][1])
-        if ref is None:
-            continue
-        ref = ref if not isinstance(partner, list) else ref[1]
-        ent = _pick(entries, ref)
-        if ent is None:
-            continue
-        res = _differs(ref, ent[1], device_ids, max_ulp)
-        if res is not None and not res[0]:
-            found.append((ent[0].index, ent[0], res))
+        partner = _pick(earlier[key], entries[-1][1].value)
+        ent = None if partner is None else _pick(entries, partner[1].value)
+        hit = None if ent is None else _first_differing_run(partner[1], ent[1], device_ids, max_ulp)
+        if hit is not None:
+            found.append((hit[0], ent[0], hit[1]))
     if found:
         _, op, res = min(found, key=lambda t: t[0])
         return op, res
     lines_e, lines_l = S.by_line(earlier), S.by_line(later)
-    for line, ents in sorted(lines_l.items(), key=lambda kv: kv[1][-1][0].index):
+    for line, ents in sorted(lines_l.items(), key=lambda kv: kv[1][-1][1][0][0]):
         if line not in lines_e:
             continue
         ref = lines_e[line][-1][1]
-        ent = _pick(ents, ref)
-        res = None if ent is None else _differs(ref, ent[1], device_ids, max_ulp)
-        if res is not None and not res[0]:
-            return ent[0], res
+        ent = _pick(ents, ref.value)
+        hit = None if ent is None else _first_differing_run(ref, ent[1], device_ids, max_ulp)
+        if hit is not None:
+            return ent[0], hit[1]
     return None, None
 
 
@@ -321,3 +329,18 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
     return explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol)
+
+
+def explain_case(case, **kw) -> Explanation:
+    """`explain` for a conformance case (`conformance.cases.Program`: shard_map, jit or pmap entry)."""
+    if case.entry == "shard_map":
+        return explain(case.fn, *case.args, mesh=case.mesh, in_specs=case.in_specs, out_specs=case.out_specs,
+                       axis_names=case.axis_names, **kw)
+    if case.entry == "jit":
+        return explain(case.fn, *case.args, mesh=case.mesh, in_shardings=case.in_shardings,
+                       out_shardings=case.out_shardings, **kw)
+    if case.entry == "pmap":
+        ids = [int(i) for i in np.asarray(case.mesh.device_ids).ravel()]
+        return explain(case.fn, *case.args, pmap_kwargs=dict(axis_name=case.mesh.axis_names[0], devices=ids), **kw)
+    raise ValueError(f"case {case.case_id} has entry {case.entry!r}: a device_put has no program to lower; "
+                     "use conformance.debug (bisect) for it.")

@@ -78,11 +78,16 @@ def build(fn, args, *, mesh: Mesh | None = None, in_specs=None, out_specs=None, 
 
     args = [placement.canonical_numpy(a) for a in jax.tree_util.tree_leaves(tuple(args))]
     if pmap_kwargs is not None:
-        pm = jax.pmap(fn, **pmap_kwargs)
-        lowered = pm.lower(*args)
+        kw = dict(pmap_kwargs)
+        if kw.get("devices") is not None:  # device ids (refsim's view) -> JAX devices
+            kw["devices"] = list(xla_backend.meshes.jax_devices([int(i) for i in kw["devices"]]))
+        pm = jax.pmap(fn, **kw)
+        lowered = _lower(pm, args, platforms) if platforms else pm.lower(*args)
         n = max(np.shape(a)[0] for a in args)
-        ids = np.array([d.id for d in jax.devices()[:n]])
-        return Staged(lowered, list(args), list(args), ids, lambda: _leaves(refsim.pmap(fn, **pmap_kwargs)(*args)))
+        ids = np.array([d.id for d in kw["devices"]]) if kw.get("devices") else np.array(
+            [d.id for d in jax.devices()[:n]])
+        return Staged(lowered, list(args), list(args), ids, lambda: _leaves(refsim.pmap(fn, **pmap_kwargs)(*args)),
+                      platforms=platforms)
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a refsim.Mesh (xla_backend.mesh(shape, names)), got {type(mesh).__name__}.")
     jmesh = xla_backend.jax_mesh(mesh)

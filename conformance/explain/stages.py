@@ -14,6 +14,7 @@ by shard. Each stage also records a trace (op key -> first value it produced) th
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from typing import Any, Callable
 
@@ -70,32 +71,49 @@ def loc_key(loc) -> tuple | None:
     return loc.key if loc.name and loc.file else None
 
 
+_SRC = re.compile(r"^(.*?):(\d+):\d+(?: \(.*\))?$")
+
+
 def eqn_key(eqn) -> tuple | None:
     src = _compat.eqn_source_line(eqn)
     if not src:
         return None
-    head = src.split(" ", 1)[0]
-    parts = head.rsplit(":", 2)
-    if len(parts) < 3 or not parts[1].isdigit():
-        return None
-    return (eqn.primitive.name, parts[0], int(parts[1]))
+    m = _SRC.match(src)  # "file:line:col (function)"; the file name may contain spaces
+    return (eqn.primitive.name, m.group(1), int(m.group(2))) if m else None
+
+
+# evaluations of one op / equation kept for pairing (loop bodies run many times)
+MAX_RUNS = 64
+
+
+class Runs(list):
+    """The evaluations of one op or equation: [(global evaluation counter, value), ...]."""
+
+    @property
+    def value(self):
+        return self[0][1]
 
 
 class _OpTrace:
-    """First value of every op with a source location, keyed two ways.
+    """Every evaluation (up to MAX_RUNS) of every op with a source location, keyed two ways.
 
     By (name, file, line) and occurrence: consecutive ops of one key in a block form one group
-    (a primitive's lowering); the group holds all its ops, and the comparison picks the last one
-    whose type matches the partner's (the primitive's result). By (file, line): the last op of
-    that line in program order (what a line finally computed, whatever its ops are named).
+    (a primitive's lowering); the comparison picks the group's last op whose type matches the
+    partner's (the primitive's result). By (file, line): what that line computed (`by_line`).
+    Each op keeps its evaluations in order, so a loop body's k-th iteration pairs with the
+    equation's k-th evaluation.
     """
 
     def __init__(self):
-        self.first: dict = {}
+        self.runs: dict = {}
+        self.counter = 0
 
     def probe(self, op, outs):
-        if op.index not in self.first and outs and isinstance(outs[0], np.ndarray):
-            self.first[op.index] = outs[0]
+        self.counter += 1
+        if outs and isinstance(outs[0], np.ndarray):
+            runs = self.runs.setdefault(op.index, Runs())
+            if len(runs) < MAX_RUNS:
+                runs.append((self.counter, outs[0]))
 
     def keyed(self, program) -> dict:
         out: dict = {}
@@ -105,10 +123,10 @@ class _OpTrace:
             prev = None
             for op in b.ops:
                 key = loc_key(op.loc)
-                if key is not None and op.index in self.first:
+                if key is not None and op.index in self.runs:
                     if key != prev:
                         counts[key] = counts.get(key, 0) + 1
-                    out.setdefault((key, counts[key] - 1), []).append((op, self.first[op.index]))
+                    out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
                 prev = key
                 for r in op.regions:
                     block(r)
@@ -119,10 +137,10 @@ class _OpTrace:
 
 
 def by_line(trace: dict) -> dict:
-    """{(file, line): [(op or eqn, value), ...]} in program order: what each source line computed."""
+    """{(file, line): [(op or eqn, Runs), ...]} in program order: what each source line computed."""
     out: dict = {}
     for (key, _), entries in trace.items():
-        out.setdefault(key[1:], []).extend(entries if isinstance(entries, list) else [entries])
+        out.setdefault(key[1:], []).extend(entries)
     for ents in out.values():
         ents.sort(key=lambda e: _order(e[0]))
     return out
@@ -152,28 +170,52 @@ def run_jaxpr(staged, device_ids, region=None) -> Stage:
 
 
 def _jaxpr_trace(region, args) -> dict:
-    """refsim's value of every top-level equation of the shard_map / jit body, keyed like ops."""
-    from conformance.debug.region import refsim_values
+    """refsim's first value of every equation of the shard_map / jit body, nested ones (scan, while
+    and cond bodies) included, keyed like ops: (primitive, file, line) and occurrence in order of
+    first evaluation."""
+    from refsim.interpreter import core
+    from refsim.interpreter.registry import Context, load_rules
+    from refsim.interpreter.rules.sharding import split_by_spec
 
+    load_rules()
+    nm = region.mesh.ndim if region.kind == "shard_map" else 0
+    n = region.mesh.size
+    seen: dict = {}
+    counter = [0]
+
+    def probe(eqn, invals, outvals):
+        counter[0] += 1
+        if not outvals or not isinstance(outvals[0], np.ndarray):
+            return
+        runs = seen.setdefault(id(eqn), (eqn, Runs()))[1]
+        if len(runs) >= MAX_RUNS:
+            return
+        val = np.asarray(outvals[0])
+        if nm:
+            full = tuple(region.mesh.axis_sizes) + val.shape[nm:]
+            val = np.broadcast_to(val, full).reshape((n,) + val.shape[nm:])
+        else:
+            val = val.reshape((1,) + val.shape)
+        runs.append((counter[0], val))
+
+    extra = {"fallback": False, "strict": False, "replication": [], "probe": probe}
     try:
-        env = refsim_values(region, args)
+        if region.kind == "shard_map":
+            vals = [split_by_spec(a.reshape((1,) * nm + a.shape), region.mesh, sp) for a, sp in zip(args, region.in_layouts)]
+            ctx = Context(nm=nm, mesh=region.mesh, extra=extra)
+        else:
+            vals, ctx = list(args), Context(extra=extra)
+        core.eval_jaxpr(region.jaxpr, [core.lift(c, nm) for c in region.consts], *vals, ctx=ctx)
     except Exception:  # noqa: BLE001 - the trace only helps name an op
         return {}
     out: dict = {}
     counts: dict = {}
-    nm = region.mesh.ndim if region.kind == "shard_map" else 0
-    n = region.mesh.size
-    for eqn in region.jaxpr.eqns:
+    for eqn, runs in seen.values():  # insertion order: order of first evaluation
         key = eqn_key(eqn)
-        if key is None or not eqn.outvars or eqn.outvars[0] not in env:
+        if key is None:
             continue
-        val = np.asarray(env[eqn.outvars[0]])
-        if nm:
-            val = np.broadcast_to(val, tuple(region.mesh.axis_sizes) + val.shape[nm:]).reshape((n,) + val.shape[nm:])
-        else:
-            val = val.reshape((1,) + val.shape)
         counts[key] = counts.get(key, 0) + 1
-        out[(key, counts[key] - 1)] = (_Eqn(eqn, len(out)), val)
+        out[(key, counts[key] - 1)] = [(_Eqn(eqn, len(out)), runs)]
     return out
 
 

@@ -45,3 +45,30 @@ def _expand(m: re.Match) -> str:
 def explicit_groups(hlo_text: str) -> str:
     """`hlo_text` with every mesh-axes replica group list written as explicit device-id groups."""
     return _MESH_GROUPS.sub(_expand, hlo_text)
+
+
+_REDUCTION = re.compile(r"= \(?(?P<ty>[a-z][a-z0-9]*)\[[^\n]*?\b(?:all-reduce|reduce-scatter|all-reduce-start)\("
+                        r"[^\n]*?to_apply=%(?P<comp>[\w.\-]+)")
+
+
+def reduction_types_match_operands(hlo_text: str) -> str:
+    """`hlo_text` with each all-reduce / reduce-scatter's reduction computation retyped to the
+    collective's element type.
+
+    XLA:CPU widens 8-bit float collectives to f16 but keeps their `to_apply` computation in the
+    8-bit type; HLO accepts that, StableHLO's verifier does not (the reduction body's type must
+    be the operand's). The collective computes in the operand's type, so that is the body's type.
+    """
+    wanted: dict = {}
+    for m in _REDUCTION.finditer(hlo_text):
+        wanted.setdefault(m.group("comp"), m.group("ty"))
+    for comp, ty in wanted.items():
+        head = re.search(rf"^%{re.escape(comp)} \((?P<params>[^)]*)\) -> (?P<ret>[a-z][a-z0-9]*)\[\] \{{$",
+                         hlo_text, re.M)
+        if head is None or head.group("ret") == ty:
+            continue
+        old = head.group("ret")
+        end = hlo_text.index("\n}", head.end())
+        body = hlo_text[head.start():end]
+        hlo_text = hlo_text[:head.start()] + re.sub(rf"\b{old}\[", f"{ty}[", body) + hlo_text[end:]
+    return hlo_text
