@@ -171,6 +171,13 @@ class Program:
         lines += ["    " + ln for ln in self.source.strip().splitlines()]
         return "\n".join(lines)
 
+    def __getstate__(self):
+        # `fn` (compiled from `source`) is rebuilt on first use; a function made by exec() has no
+        # importable name, so a case that already ran could not be sent to a worker process.
+        state = dict(self.__dict__)
+        state.pop("fn", None)
+        return state
+
     # -- running --------------------------------------------------------------------------
     @functools.cached_property
     def fn(self) -> Callable:

@@ -1,32 +1,39 @@
 """`python -m conformance mutate`: the conformance suite's power against injected miscompiles.
 
-For each fault of `xla_backend.faults` the suite runs once with the fault active; the fault
-is *killed* when some case that agrees without it disagrees with refsim (or crashes) with it.
-The table lists, per fault, killed or survived, the examples the killing case needed, and the
-shrunk failing case; the score is killed / total. Two engines:
+For each fault of `xla_backend.faults` the suite runs with the fault active; the fault is
+*killed* when some case that agrees without it (pass, or the xfail its entry expects) fails,
+errors or times out with it. The table lists, per fault, killed or survived, the examples run
+until the kill, and the killing case; the score is killed / total. Two engines:
 
-- "runner": `conformance.runner.run(...)` per fault against one fault-free baseline run;
+- "runner" (the default): what `python -m conformance run` does. The cases of the default plan
+  (`conformance.runner.plan_tasks`, `--examples` draws per family, the same seed) run in
+  crash-isolated worker processes that inject the fault (`conformance.workers`), with the
+  platform's xfails file, no shrinking and a per-case timeout; a fault that aborts the process
+  (a fatal XLA CHECK) is one "error" case, not the end of the mutation run. Cases of the families
+  that exercise the fault's primitives run first and the run stops at the first kill; a fault
+  survives only after every case of the plan agreed.
 - "direct": the public strategies (`collective_calls` per collective, `programs` per family)
-  and the corpus, searched with `hypothesis.find` for a disagreeing case, then shrunk.
-  Sources that exercise the fault's primitives are searched first (it only saves time:
-  a fault survives only if every source stays silent within its budget).
+  and the corpus, searched in this process with `hypothesis.find` for a disagreeing case,
+  then shrunk.
 
-Every kill is confirmed by re-running the shrunk case without the fault: a case that also
+Every kill is confirmed by re-running the killing case without the fault: a case that also
 disagrees there is a baseline disagreement, not a kill.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import dataclasses
+import importlib
 import json
+import os
 import random
 import sys
 import time
 from typing import Any, Callable
 
-DEFAULT_EXAMPLES = 100          # per source (direct engine) or per family (runner engine)
-SHRINK_CALLS = 60               # runs spent shrinking a killing case, at most
+DEFAULT_EXAMPLES = 100          # per source (direct engine); the runner engine uses the run's default
+SHRINK_CALLS = 60               # runs spent shrinking a killing case, at most (direct engine)
+CASE_TIMEOUT = 120.0            # seconds per case under a fault (runner engine): a hang is a kill
 
 # Which JAX primitives each strategy source exercises (fault.primitives use these names).
 _COLLECTIVE_TOUCHES = {
@@ -45,6 +52,7 @@ _FAMILY_TOUCHES = {
     "reduce_scatter_all_gather": {"reduce_scatter", "all_gather", "psum", "psum_invariant"},
     "axis_index_ppermute": {"axis_index", "ppermute"}, "nested_shard_map": {"psum", "psum_invariant"},
     "reshard_device_order": {"reshard"}, "pmap_grouped": {"psum", "pmax"},
+    "jit_shardings": {"reduce_sum"}, "jit_constraint": {"sharding_constraint"},
 }
 # Faults outside the lowering tables say what they touch here.
 _FAULT_TOUCHES = {"reshard_permutation_ignored": {"reshard"}, "output_shards_swapped": {"shard_map"}}
@@ -260,24 +268,68 @@ def hunt_direct(fault: str, sources: list[Source], examples: int, seed: int,
 
 
 # -- the runner engine --------------------------------------------------------------------------------
-_BAD = ("fail", "error")
+_BAD = ("fail", "error", "timeout")
+# the lines of a case's message that say what went wrong (its description is in the report)
+_DETAIL_LINES = ("output", "element", "policy:", "differences:", "listed in", "refsim raised", "xla raised",
+                 "still running", "the worker process")
 
 
-def hunt_runner(fault: str, baseline: dict, run_suite: Callable) -> Outcome:
-    """Run the whole suite under `fault`; a kill is a case passing in `baseline` that now fails."""
-    from xla_backend import faults
+def _touches(task) -> frozenset | None:
+    """The primitives a planned task's family exercises (None: unknown)."""
+    if task.suite == "collectives":
+        return frozenset(_COLLECTIVE_TOUCHES.get(task.family, ()))
+    if task.suite == "programs" and task.family in _FAMILY_TOUCHES:
+        return frozenset(_FAMILY_TOUCHES[task.family])
+    return None
+
+
+def order_tasks(tasks: list, fault: str) -> list:
+    """The plan's tasks with those exercising `fault`'s primitives first (plan order otherwise):
+    it only saves time, since a fault survives only after every task agreed."""
+    from xla_backend import faults as faults_mod
+
+    f = faults_mod.FAULTS[fault]
+    want = set(f.primitives) | _FAULT_TOUCHES.get(fault, set())
+    hit = [t for t in tasks if (_touches(t) or set()) & want]
+    unknown = [t for t in tasks if _touches(t) is None]
+    rest = [t for t in tasks if t not in hit and t not in unknown]
+    return hit + unknown + rest
+
+
+def hunt_runner(fault: str, tasks: list, xfails, *, platform: str, devices: int, processes: int,
+                case_timeout: float = CASE_TIMEOUT, seed: int = 0) -> Outcome:
+    """Run the plan's `tasks` in workers that inject `fault` until one fails, errors or times out
+    where it passes without the fault (checked in this process)."""
+    from conformance import runner, workers
 
     t0 = time.perf_counter()
-    with faults.inject(fault):
-        result = run_suite()
-    killers = [r for r in result.results if r.status in _BAD and baseline.get(r.case_id) in ("pass", "xpass")]
-    if not killers:
-        return Outcome(fault, "survived", seconds=time.perf_counter() - t0)
-    best = min(killers, key=lambda r: (r.examples, r.case_id))
-    shrunk = str((getattr(best, "details", None) or {}).get("shrunk") or "")
-    case = shrunk[len("shrunk to "):] if shrunk.startswith("shrunk to ") else best.case_id
-    return Outcome(fault, "killed", best.examples, f"{best.suite}/{best.family}", case,
-                   (best.message or "").strip(), time.perf_counter() - t0, best.repro_path)
+    todo = [(t, xfails.lookup(t.case_id)) for t in order_tasks(tasks, fault)]
+    by_id = {t.case_id: (t, e) for t, e in todo}
+    opts = dict(repro_dir=None, devices=devices, shrink_seconds=0, seed=seed)
+    examples = cases = 0
+    gen = workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices, opts=opts,
+                                 case_timeout=case_timeout, fault=fault)
+    try:
+        for res in gen:
+            cases += 1
+            examples += res.examples
+            if res.status not in _BAD:
+                continue
+            task, entry = by_id[res.case_id]
+            base = runner.run_task(task, None, entry, devices=devices, shrink_seconds=0, seed=seed)
+            if base.status in _BAD:
+                BASELINE.setdefault(res.case_id, (base.message or base.status).splitlines()[0])
+                continue
+            lines = (res.message or "").strip().splitlines()
+            keep = [ln.strip() for ln in lines if ln.strip().startswith(_DETAIL_LINES)]
+            detail = f"{res.status}: " + "\n".join((lines[:1] + keep)[:8])
+            return Outcome(fault, "killed", max(examples, 1), f"{res.suite}/{res.family}", res.case_id, detail,
+                           time.perf_counter() - t0, res.repro_path)
+    finally:
+        gen.close()
+    return Outcome(fault, "survived", examples,
+                   detail=f"{cases} cases ({examples} examples) ran without a failure the fault caused",
+                   seconds=time.perf_counter() - t0)
 
 
 def _runner_module():
@@ -287,14 +339,22 @@ def _runner_module():
         runner = importlib.import_module("conformance.runner")
     except ImportError:
         return None
-    return runner if hasattr(runner, "run") else None
+    return runner if hasattr(runner, "plan_tasks") else None
 
 
 # -- the whole run ------------------------------------------------------------------------------------
-def run(faults=None, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, engine: str = "auto",
+def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str = "auto",
         sources: list[Source] | None = None, platform: str | None = None, devices: int = 8,
-        shrink_calls: int = SHRINK_CALLS, progress: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """One `Outcome` per fault (all of `xla_backend.faults.names()` by default)."""
+        shrink_calls: int = SHRINK_CALLS, progress: Callable[[Outcome], None] | None = None,
+        processes: int | None = None, xfails=None, case_timeout: float = CASE_TIMEOUT,
+        suite: str = "all") -> list[Outcome]:
+    """One `Outcome` per fault (all of `xla_backend.faults.names()` by default).
+
+    examples: draws per family (runner engine; default the run's `DEFAULT_EXAMPLES`) or per
+    source (direct engine; default `DEFAULT_EXAMPLES` here). processes: worker processes
+    (runner engine; default one per CPU core). xfails: a path or `XfailList` (default the
+    platform's file), as `conformance run` applies it.
+    """
     from xla_backend import faults as faults_mod
     from xla_backend import platform as platform_mod
 
@@ -305,13 +365,16 @@ def run(faults=None, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, engine:
     plat = platform or platform_mod.current_platform()
     runner = _runner_module() if engine in ("auto", "runner") else None
     if engine == "runner" and runner is None:
-        raise ValueError("engine='runner' needs conformance.runner.run; it is not importable here. "
+        raise ValueError("engine='runner' needs conformance.runner.plan_tasks; it is not importable here. "
                          "Use engine='direct'.")
     outcomes = []
     if runner is not None:
-        suite = lambda: runner.run(suite="all", examples=examples, seed=seed, platform=plat,
-                                   devices=devices, report_dir=None, progress=False)
-        baseline = {r.case_id: r.status for r in suite().results}
+        from conformance import xfails as xfails_mod
+
+        n_ex = runner.DEFAULT_EXAMPLES if examples is None else examples
+        tasks = runner.plan_tasks(suite, examples=n_ex, seed=seed, devices=devices)
+        xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=plat)
+        procs = processes or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     else:
         srcs = sources if sources is not None else default_sources(devices)
     for name in names:
@@ -320,9 +383,10 @@ def run(faults=None, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, engine:
             out = Outcome(name, "n/a", detail="XLA:CPU cannot run the targeted op (no CPU lowering or "
                                               "thunk), so no CPU case reaches the fault; run on a GPU")
         elif runner is not None:
-            out = hunt_runner(name, baseline, suite)
+            out = hunt_runner(name, tasks, xf, platform=plat, devices=devices, processes=procs,
+                              case_timeout=case_timeout, seed=seed)
         else:
-            out = hunt_direct(name, srcs, examples, seed, shrink_calls)
+            out = hunt_direct(name, srcs, DEFAULT_EXAMPLES if examples is None else examples, seed, shrink_calls)
         outcomes.append(out)
         if progress is not None:
             progress(out)
@@ -362,17 +426,24 @@ def main(argv=None) -> int:
     """CLI: prints the table and a final JSON line; exit status 1 if any applicable fault survived."""
     p = argparse.ArgumentParser(prog="python -m conformance mutate", description=__doc__.splitlines()[0])
     p.add_argument("--faults", default="all", help="all, or a comma-separated list of fault names")
-    p.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES,
-                   help=f"examples per source (default {DEFAULT_EXAMPLES})")
+    p.add_argument("--examples", type=int, default=None,
+                   help="draws per family as `conformance run --examples` (runner engine; default the run's "
+                        f"default), or examples per source (direct engine; default {DEFAULT_EXAMPLES})")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--engine", choices=("auto", "runner", "direct"), default="auto")
+    p.add_argument("--engine", choices=("auto", "runner", "direct"), default="auto",
+                   help="runner (auto): the cases of `conformance run` in fault-injecting workers; direct: "
+                        "hypothesis searches in this process")
+    p.add_argument("--processes", type=int, default=None, help="worker processes (runner engine; default: cores)")
+    p.add_argument("--xfails", default=None, help="expected failures (default xfails/<platform>.txt)")
+    p.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT,
+                   help=f"seconds a case may run under a fault (runner engine; default {CASE_TIMEOUT:g})")
     p.add_argument("--platform", default=None, help="JAX platform (default: xla_backend's current)")
     p.add_argument("--devices", type=int, default=8)
     p.add_argument("--shrink-calls", type=int, default=SHRINK_CALLS,
                    help=f"runs spent shrinking each killing case (direct engine; default {SHRINK_CALLS})")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     a = p.parse_args(argv)
-    if a.examples < 1:
+    if a.examples is not None and a.examples < 1:
         p.error(f"--examples={a.examples}: must be >= 1")
     from xla_backend import faults as faults_mod
     from xla_backend import platform as platform_mod
@@ -390,7 +461,8 @@ def main(argv=None) -> int:
     names = None if a.faults == "all" else [n.strip() for n in a.faults.split(",") if n.strip()]
     try:
         outcomes = run(names, examples=a.examples, seed=a.seed, engine=a.engine, platform=a.platform,
-                       devices=a.devices, shrink_calls=a.shrink_calls,
+                       devices=a.devices, shrink_calls=a.shrink_calls, processes=a.processes, xfails=a.xfails,
+                       case_timeout=a.case_timeout,
                        progress=lambda o: print(f"  {o.fault}: {o.status}"
                                                 + (f" after {o.examples} examples ({o.source})" if o.examples else "")
                                                 + f" [{o.seconds:.1f}s]", file=sys.stderr, flush=True))

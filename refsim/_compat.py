@@ -249,13 +249,20 @@ def lowering_tables():
 
 
 def primitive_by_name(name: str):
-    """The JAX Primitive object for a collective / shard_map primitive name (None if absent)."""
+    """The JAX Primitive object for a collective / shard_map primitive name, or any primitive
+    with a default lowering rule (None if absent)."""
     from jax._src import shard_map as _sm
     from jax._src.lax import parallel as _par
 
     if name == "shard_map":
         return _sm.shard_map_p
-    return getattr(_par, f"{name}_p", None)
+    prim = getattr(_par, f"{name}_p", None)
+    if prim is None:
+        # any other lowered primitive (reduce_sum, sharding_constraint, ...), by its registered name
+        from jax._src.interpreters import mlir
+
+        prim = next((p for p in mlir._lowerings if p.name == name), None)
+    return prim
 
 
 def lowering_axis_env(ctx) -> dict:

@@ -271,6 +271,68 @@ def test_ragged_all_to_all_single_device_offsets_lowering(m24):
         assert "multiply" not in g2.trace(*args2).lower(lowering_platforms=("cuda",)).as_text()
 
 
+# -- numerics, device ids, the jit path ------------------------------------------------------------------
+def test_pmax_pmin_drop_nan(m8):
+    # XLA:CPU itself ignores NaN in pmax (-inf where every member is NaN: xfails/cpu.txt); the fault
+    # substitutes the lowest finite value, which an all-NaN column and a -inf member tell apart.
+    x = X.copy()
+    x[:, 0] = np.nan
+    x[:, 1] = -np.inf
+    x[3, 1] = np.nan
+    f = lambda a: jax.lax.pmax(a, "i")
+    base = smap(xla_backend, f, m8, x, P("i"), P())
+    np.testing.assert_array_equal(base, [[-np.inf, -np.inf]])
+    low = np.finfo(np.float32).min
+    with faults.inject("pmax_pmin_drop_nan"):
+        got = smap(xla_backend, f, m8, x, P("i"), P())
+        got_min = smap(xla_backend, lambda a: jax.lax.pmin(a, "i"), m8, x, P("i"), P())
+    np.testing.assert_array_equal(got, np.where(np.isnan(x), low, x).max(axis=0, keepdims=True))
+    np.testing.assert_array_equal(got_min, np.where(np.isnan(x), -low, x).min(axis=0, keepdims=True))
+
+
+def test_psum_accumulates_in_bf16(m8):
+    # 1 + k * 2**-10 (k < 4: under half of bfloat16's ulp 2**-7 at 1) rounds to 1 in bfloat16;
+    # the float32 sum keeps it
+    x = (1 + (np.arange(N * 2, dtype=np.float32).reshape(N, 2) % 4) * 2.0 ** -10) * np.float32([1, 2])
+    import ml_dtypes
+
+    faulty = x.astype(ml_dtypes.bfloat16).astype(np.float32).sum(axis=0, keepdims=True)   # 8s and 16s: exact
+    check("psum_accumulates_in_bf16", lambda a: jax.lax.psum(a, "i"), m8, x, P("i"), P(), faulty)
+
+
+def test_axis_index_wrong_device_id(m8):
+    f = lambda a: a + jax.lax.axis_index("i").astype(a.dtype)
+    check("axis_index_wrong_device_id", f, m8, X, P("i"), P("i"), X + ((np.arange(N) + 1) % N)[:, None])
+
+
+def _jit(api, f, mesh, x, spec_in, spec_out):
+    return np.asarray(api.jit(f, in_shardings=(NamedSharding(mesh, spec_in),),
+                              out_shardings=NamedSharding(mesh, spec_out))(x))
+
+
+def test_partitioned_reduction_drops_shard(m8):
+    f = lambda a: a.sum(axis=0, keepdims=True) * 2
+    want = _jit(refsim, f, m8, X, P("i", None), P())
+    np.testing.assert_array_equal(_jit(xla_backend, f, m8, X, P("i", None), P()), want)
+    with faults.inject("partitioned_reduction_drops_shard"):
+        got = _jit(xla_backend, f, m8, X, P("i", None), P())
+        inside = smap(xla_backend, lambda a: a.sum(axis=0, keepdims=True), m8, X, P(), P())
+    # 8 rows over 8 devices: the last device's row is left out; inside shard_map nothing changes
+    np.testing.assert_array_equal(got, X[:-1].sum(axis=0, keepdims=True) * 2)
+    np.testing.assert_array_equal(inside, X.sum(axis=0, keepdims=True))
+
+
+def test_sharding_constraint_wrong_permutation(m8):
+    f = lambda a: jax.lax.with_sharding_constraint(a + 1, JP("i", None)) * 2
+    want = _jit(refsim, f, m8, X, P(), P())
+    np.testing.assert_array_equal(_jit(xla_backend, f, m8, X, P(), P()), want)
+    with faults.inject("sharding_constraint_wrong_permutation"):
+        got = _jit(xla_backend, f, m8, X, P(), P())
+    faulty = (X + 1) * 2
+    faulty[[0, 1]] = faulty[[1, 0]]          # device 0's row and device 1's (the first other block) swapped
+    np.testing.assert_array_equal(got, faulty)
+
+
 # -- the context manager ----------------------------------------------------------------------------------
 def test_names_cover_the_issue_classes():
     assert faults.names() == (
@@ -278,7 +340,9 @@ def test_names_cover_the_issue_classes():
         "groups_strided_as_contiguous", "multi_axis_mesh_order", "all_to_all_split_concat_swapped",
         "all_gather_reversed_order", "psum_scatter_wrong_dimension", "pmax_pmin_wrong_start",
         "psum_drop_member", "pbroadcast_wrong_source", "axis_index_reversed",
-        "ragged_all_to_all_single_device_offsets", "reshard_permutation_ignored", "output_shards_swapped")
+        "ragged_all_to_all_single_device_offsets", "pmax_pmin_drop_nan", "psum_accumulates_in_bf16",
+        "axis_index_wrong_device_id", "partitioned_reduction_drops_shard", "sharding_constraint_wrong_permutation",
+        "reshard_permutation_ignored", "output_shards_swapped")
 
 
 def test_inject_restores_rules_even_on_error():

@@ -2,7 +2,6 @@
 weakens the strategies (no strided groups, no 3-cycles, no permuted device orders, axes
 only in mesh order) makes a fault survive and this test fail."""
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ import pytest
 import jax
 
 from conformance import mutate
-from conformance.results import CaseResult
 from refsim import PartitionSpec as P
 
 # Each fault needs one strategy feature to be killed.
@@ -83,43 +81,61 @@ def test_a_disagreement_without_the_fault_is_not_a_kill():
     assert mutate.fault_verdict("axis_index_reversed", right_ref, run_xla)[0] == "agree"
 
 
-def test_runner_engine_counts_cases_that_passed_in_the_baseline(monkeypatch):
-    """The runner engine against the documented `conformance.runner.run` interface."""
-    import refsim
-    import xla_backend
+# A small plan with one case per new fault class that should kill it (the runner engine runs them
+# in fault-injecting workers, as `conformance run` runs cases).
+def _small_plan():
+    from conformance.cases import CollectiveCall, Program
+    from conformance.suites import base
+    from refsim import Mesh, NamedSharding
 
-    mesh = xla_backend.mesh((8,), ("i",))
-    x = np.arange(8.0).reshape(8, 1)
-    ring = lambda a: jax.lax.ppermute(a, "i", [(i, (i + 1) % 8) for i in range(8)])
-    index = lambda a: a + jax.lax.axis_index("i").astype(a.dtype)
-    calls = []
+    m21, m4 = Mesh((2, 1), ("x", "y")), Mesh((4,), ("x",))
+    nan = np.float32([np.nan, 1.0, np.nan, -2.0])
+    near_one = 1 + (np.arange(4, dtype=np.float32) % 4) * np.float32(2.0 ** -10)
 
-    def run(*, suite, examples, seed, platform, devices, report_dir, progress):
-        calls.append((suite, examples, seed, platform, devices, report_dir, progress))
-        results = []
-        for name, f in (("ring", ring), ("index", index)):
-            want = np.asarray(refsim.shard_map(f, mesh=mesh, in_specs=(P("i"),), out_specs=P("i"))(x))
-            got = np.asarray(xla_backend.shard_map(f, mesh=mesh, in_specs=(P("i"),), out_specs=P("i"))(x))
-            status = "pass" if np.array_equal(want, got) else "fail"
-            results.append(CaseResult(f"{name}[mesh=8:default]", "collectives", name, "float32", status,
-                                      examples=3, message=f"{name}: {status}", repro_path=f"/r/{name}.py"))
-        results.append(CaseResult("broken[mesh=8:default]", "collectives", "broken", "float32", "fail"))
-        return types.SimpleNamespace(results=results)
+    def call(name, mesh, axis, x, body, outputs):
+        return CollectiveCall(family=name, source=f"def f(a):\n    return {body}\n", entry="shard_map", mesh=mesh,
+                              args=(x,), in_specs=(P(mesh.axis_names[0]),), out_specs=P(mesh.axis_names[0]),
+                              labels=(("axes", repr(axis)),), outputs=outputs, name=name, params={"axis_name": axis})
 
-    monkeypatch.setitem(sys.modules, "conformance.runner", types.SimpleNamespace(run=run))
-    outcomes = mutate.run(["ppermute_pairs_reversed", "psum_drop_member"], examples=7, seed=3, engine="runner",
-                          platform="cpu")
-    killed, survived = outcomes
-    assert (killed.status, killed.case, killed.examples, killed.repro_path) == \
-        ("killed", "ring[mesh=8:default]", 3, "/r/ring.py")
-    assert killed.source == "collectives/ring"
-    assert survived.status == "survived"           # "broken" fails in the baseline too: no kill
-    assert calls[0] == ("all", 7, 3, "cpu", 8, None, False) and len(calls) == 3
+    def jit(family, body, spec_in, spec_out):
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)
+        return Program(family=family, source=body, entry="jit", mesh=m4, args=(x,),
+                       in_shardings=(NamedSharding(m4, spec_in),), out_shardings=NamedSharding(m4, spec_out))
+
+    cases = [
+        call("pmax", m21, "y", nan, "jax.lax.pmax(a, 'y')", ("exact_unsigned_zero",)),   # NaN in size-1 groups
+        call("psum", m4, "x", near_one, "jax.lax.psum(a, 'x')", ("sum",)),
+        call("axis_index", m4, "x", np.zeros(4, np.float32), "a + jax.lax.axis_index('x').astype(a.dtype)", ("exact",)),
+        jit("jit_shardings", "def f(a):\n    return (a * 2 + a.sum(axis=0, keepdims=True)).T\n", P("x", None), P()),
+        jit("jit_constraint", "def f(a):\n    b = jax.lax.with_sharding_constraint(a + 1, P('x', None))\n"
+                              "    return b * b - a\n", P(), P()),
+    ]
+    return [t for c in cases for t in base.group_tasks("programs" if c.entry == "jit" else "collectives", [c],
+                                                       seed=0, variants=1)]
+
+
+def test_runner_engine_kills_new_fault_classes_in_workers_and_a_fault_no_case_reaches_survives(monkeypatch):
+    # Three of the new classes (the model-masked NaN drop, and the two jit-path faults), and one fault
+    # no planned case exercises; every fault costs a worker start, so CI runs only these.
+    from conformance import runner
+
+    plan = _small_plan()
+    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: plan)
+    names = ["pmax_pmin_drop_nan", "partitioned_reduction_drops_shard", "sharding_constraint_wrong_permutation",
+             "all_gather_reversed_order"]
+    outcomes = mutate.run(names, engine="runner", platform="cpu", processes=1, case_timeout=120)
+    table = mutate.format_table(outcomes)
+    assert [o.status for o in outcomes] == ["killed", "killed", "killed", "survived"], table
+    by = {o.fault: o for o in outcomes}
+    assert by["pmax_pmin_drop_nan"].case.startswith("pmax[")      # the XLA:CPU model entry did not mask it
+    assert by["partitioned_reduction_drops_shard"].source == "programs/jit_shardings"
+    assert by["sharding_constraint_wrong_permutation"].source == "programs/jit_constraint"
+    assert f"{len(plan)} cases ({len(plan)} examples) ran without a failure" in by["all_gather_reversed_order"].detail
 
 
 def test_runner_engine_needs_the_runner(monkeypatch):
     monkeypatch.setitem(sys.modules, "conformance.runner", None)
-    with pytest.raises(ValueError, match="engine='runner' needs conformance.runner.run"):
+    with pytest.raises(ValueError, match="engine='runner' needs conformance.runner.plan_tasks"):
         mutate.run(["axis_index_reversed"], engine="runner")
 
 

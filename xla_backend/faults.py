@@ -356,6 +356,153 @@ def _ragged_offsets(orig, env):
     return rule
 
 
+# -- numerics, device ids and the jit (GSPMD) path -------------------------------------------------
+def _lowest(kind: str, dtype):
+    """The value a NaN-dropping max (min) all-reduce substitutes: the lowest (highest) finite value."""
+    import ml_dtypes  # its finfo knows numpy's floats and bfloat16 / float8 alike
+
+    fi = ml_dtypes.finfo(dtype)
+    return float(fi.min) if kind == "pmax" else float(fi.max)
+
+
+def _is_float_dtype(dtype) -> bool:
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or (dt.kind == "V" and "float" in dt.name) or dt.name.startswith(("bfloat16", "float8"))
+
+
+@_fault("pmax_pmin_drop_nan",
+        "pmax/pmin drop NaN: each NaN operand is replaced by the lowest (highest) finite value before the "
+        "all-reduce, as an accumulator that starts at numeric_limits::lowest() and compares with > would",
+        ("pmax", "pmin"))
+def _drop_nan_rule(orig, env):
+    kind = env.primitive
+
+    def rule(ctx, *xs, **params):
+        new = []
+        for x, aval in zip(xs, ctx.avals_in):
+            if _is_float_dtype(aval.dtype):
+                low = _lowest(kind, aval.dtype)
+
+                def fill(a, low=low):
+                    import jax.numpy as jnp
+
+                    return jnp.where(jnp.isnan(a), jnp.asarray(low, a.dtype), a)
+                x = _apply(ctx, fill, x, aval, aval)
+            new.append(x)
+        return orig(ctx, *new, **params)
+    return rule
+
+
+@_fault("psum_accumulates_in_bf16",
+        "a float32 psum is accumulated in bfloat16: the operand is rounded to bfloat16, all-reduced, and "
+        "converted back",
+        ("psum", "psum_invariant"))
+def _psum_bf16(orig, env):
+    def rule(ctx, *xs, **params):
+        if len(xs) != 1 or np.dtype(ctx.avals_in[0].dtype) != np.float32:
+            return orig(ctx, *xs, **params)
+        import jax.numpy as jnp
+
+        (x,), (aval_in,), (aval_out,) = xs, ctx.avals_in, ctx.avals_out
+        low_in, low_out = aval_in.update(dtype=jnp.bfloat16), aval_out.update(dtype=jnp.bfloat16)
+        xb = _apply(ctx, lambda a: a.astype(jnp.bfloat16), x, aval_in, low_in)
+        (yb,) = orig(ctx.replace(avals_in=[low_in], avals_out=[low_out]), xb, **params)
+        return [_apply(ctx, lambda a: a.astype(jnp.float32), yb, low_out, aval_out)]
+    return rule
+
+
+@_fault("axis_index_wrong_device_id",
+        "axis_index is computed from the next device's id (replica / partition id + 1), so device i "
+        "reports index (i + 1) mod size",
+        ["axis_index"])
+def _axis_index_next(orig, env):
+    def rule(ctx, *, axis_name, **kw):
+        out = orig(ctx, axis_name=axis_name, **kw)
+        n = _group_size(ctx, axis_name)
+        return _post(ctx, out, lambda i: (i + 1) % n)
+    return rule
+
+
+def _gspmd(ctx) -> bool:
+    """True when lowering for jit's automatic partitioner (not inside shard_map's manual region)."""
+    return type(ctx.module_context.axis_context).__name__ == "ShardingContext"
+
+
+@_fault("partitioned_reduction_drops_shard",
+        "under jit, a reduce_sum over a dimension split across the devices leaves out the last device's "
+        "block (the last size/k entries, k = gcd(size, device count)), as a partitioned reduction whose "
+        "cross-device all-reduce misses one shard",
+        ["reduce_sum"])
+def _reduction_drops(orig, env):
+    def rule(ctx, x, *, axes, **kw):
+        if not _gspmd(ctx):
+            return orig(ctx, x, axes=axes, **kw)
+        (aval,) = ctx.avals_in
+        ndev = int(getattr(ctx.module_context.axis_context, "num_devices", 1))
+        dim = next((d for d in axes if aval.shape[d] > 1), None)
+        if dim is None or ndev < 2:
+            return orig(ctx, x, axes=axes, **kw)
+        size = aval.shape[dim]
+        k = math.gcd(size, ndev)
+        keep = size - (size // k if k > 1 else 1)
+
+        def drop(a, dim=dim, keep=keep):
+            import jax.numpy as jnp
+
+            idx = jnp.arange(a.shape[dim]).reshape([-1 if d == dim else 1 for d in range(a.ndim)])
+            return jnp.where(idx < keep, a, jnp.zeros((), a.dtype))
+        return orig(ctx, _apply(ctx, drop, x, aval, aval), axes=axes, **kw)
+    return rule
+
+
+def _constraint_blocks(sharding, shape) -> tuple | None:
+    """(start of device 0's block, start of the first block that differs, block shape) of a
+    NamedSharding over `shape`, or None when every device holds the same block."""
+    spec = tuple(sharding.spec)
+    mesh = sharding.mesh
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    ndim = len(shape)
+    b0 = _block_coords(0, sizes, spec, ndim)
+    other = next((p for p in range(1, math.prod(sizes.values())) if _block_coords(p, sizes, spec, ndim) != b0), None)
+    if other is None:
+        return None
+    counts = [max(1, math.prod(sizes[a] for a in (
+        () if d >= len(spec) or spec[d] is None else (spec[d],) if isinstance(spec[d], str) else spec[d])))
+        for d in range(ndim)]
+    block = tuple(s // c for s, c in zip(shape, counts))
+    start0 = tuple(b * k for b, k in zip(b0, block))
+    start1 = tuple(b * k for b, k in zip(_block_coords(other, sizes, spec, ndim), block))
+    return start0, start1, block
+
+
+@_fault("sharding_constraint_wrong_permutation",
+        "with_sharding_constraint under jit moves the data to a wrong device permutation: the blocks of "
+        "mesh position 0 and of the first position holding a different block are exchanged",
+        ["sharding_constraint"])
+def _constraint_permuted(orig, env):
+    def rule(ctx, x, **params):
+        sharding = params.get("sharding")
+        (aval,) = ctx.avals_in
+        plan = None
+        if sharding is not None and hasattr(sharding, "spec") and hasattr(sharding, "mesh"):
+            try:
+                plan = _constraint_blocks(sharding, aval.shape)
+            except (KeyError, TypeError, ValueError):
+                plan = None            # a spec this model does not cover (UNCONSTRAINED, ...)
+        if plan is None:
+            return orig(ctx, x, **params)
+        start0, start1, block = plan
+
+        def swap(y):
+            from jax import lax
+
+            a0 = lax.dynamic_slice(y, start0, block)
+            a1 = lax.dynamic_slice(y, start1, block)
+            return lax.dynamic_update_slice(lax.dynamic_update_slice(y, a1, start0), a0, start1)
+        return orig(ctx, _apply(ctx, swap, x, aval, aval), **params)
+    return rule
+
+
 # -- placement ----------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _ignore_reshard_permutation():
