@@ -5,7 +5,10 @@ way a JAX user would (`kind` says which entry point: ``"shard_map"``, ``"pmap"``
 ``"jit"``), the mesh shape and axis names, the specs / shardings, and an input
 builder from a seed. Inputs are exact-friendly (small integers, powers of two), so
 every reduction order gives the same bits and results compare bit for bit; a
-program using a transcendental function states its tolerance in `tol`.
+program using a transcendental function states its bound in `ulp` (composed from
+refsim's per-op accuracy contract, `refsim.interpreter.accuracy.ulp_bound`, and compared
+with `conformance.compare(..., ulp=...)`), or, where cancellation makes ulps meaningless,
+an absolute/relative `tol`.
 
 Where XLA:CPU cannot run a program (`xla_note` says why, e.g. jax 0.10 and 0.12 have
 no CPU lowering for `pbroadcast` and cannot execute `ragged-all-to-all`), `reference`
@@ -60,6 +63,7 @@ class Program:
     xla_note: str = ""
     reference: Callable | None = None
     tol: float = 0.0
+    ulp: int = 0
 
     @property
     def xla_runs(self) -> bool:
@@ -413,6 +417,23 @@ def _ring_attention(q, k, v):
     l0 = lax.pcast(jnp.zeros((q.shape[0],), q.dtype), "i", to="varying")
     (_, _, _, l, o), _ = lax.scan(step, (k, v, m0, l0, jnp.zeros_like(q)), None, length=8)
     return o / l[:, None]
+
+
+def _softmax_ulp() -> int:
+    """exp's bound, a positive sum of 32 terms (at most 31 ulp however XLA orders it), one
+    division, then tanh's bound: the comparison bound of `softmax_tanh_psum`."""
+    from refsim.interpreter.accuracy import ulp_bound
+
+    return ulp_bound("exp") + 31 + 1 + ulp_bound("tanh")
+
+
+@program("softmax_tanh_psum", "models", SM, *M8, ints((32, 4), lo=0, hi=8), in_specs=P("i"),
+         out_specs=P("i"), ulp=_softmax_ulp())
+def _softmax_tanh(x):
+    # a softmax over a sharded axis: global max by pmax, global denominator by psum
+    z = x * 0.25
+    e = jnp.exp(z - lax.pmax(z.max(0), "i"))
+    return jnp.tanh(e / lax.psum(e.sum(0), "i"))
 
 
 @program("ring_sum_ppermute_loop", "models", SM, *M8, ints((8, 4)), in_specs=P("i"), out_specs=P("i"))

@@ -66,9 +66,13 @@ def run_with_jax(prog: Program, inputs):
     return jax.tree_util.tree_leaves(out)
 
 
-def _equal(a, b, tol):
+def _equal(a, b, tol, ulp=0):
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
+    if ulp:  # the program's bound from refsim's accuracy contract
+        from conformance.compare import ulp_distance
+
+        return bool(np.all(ulp_distance(a, b) <= ulp))
     if tol:
         return np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
     if np.issubdtype(a.dtype, np.inexact):
@@ -90,7 +94,7 @@ def assert_same_per_device(prog, ref_arr, jax_arr, i):
             f"{prog.name} output {i} device {d}: index {rs.index} (refsim) vs {js.index} (jax)")
         jd = np.asarray(js.data)
         rd = np.asarray(rs.data)
-        assert _equal(rd, jd, prog.tol), (
+        assert _equal(rd, jd, prog.tol, prog.ulp), (
             f"{prog.name} output {i} device {d}: refsim\n{rd}\njax\n{jd}")
 
 

@@ -65,7 +65,7 @@ def test_xla_equals_refsim(prog, order):
         assert not layout, res.report()
         _assert_close_per_device(ref, xla, prog.tol, what)
     else:
-        res = compare.compare(ref, xla)
+        res = compare.compare(ref, xla, ulp=prog.ulp or None)
         assert res.ok, f"{what}\n{res.report()}"
 
 

@@ -54,12 +54,13 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
     return out
 
 
-def _close(e, a, tol) -> str:
-    """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`."""
+def _close(e, a, tol, ulp=0) -> str:
+    """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`
+    (or its ulp bound, for programs using transcendentals)."""
     from conformance.compare import compare
 
     if not tol:
-        res = compare(e, a)
+        res = compare(e, a, ulp=ulp or None)
         return "" if res.ok else res.report()
     ea = {s.device_id: s for s in e.shards}
     aa = {s.device_id: s for s in a.shards}
@@ -105,7 +106,7 @@ def check_corpus(name: str, xla) -> Outcome:
         if len(want) != len(got):
             return Outcome("fail", f"{name}: refsim gave {len(want)} outputs, xla {len(got)}")
         for k, (e, a) in enumerate(zip(want, got)):
-            msg = _close(e, a, prog.tol)
+            msg = _close(e, a, prog.tol, prog.ulp)
             if msg:
                 return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS))
     if xla_fn is None:
