@@ -400,7 +400,7 @@ def score(outcomes: list[Outcome]) -> tuple[int, int]:
 
 
 def format_table(outcomes: list[Outcome], *, width: int = 100) -> str:
-    rows = [("fault", "result", "examples", "killed by", "shrunk failing case")]
+    rows = [("fault", "result", "examples", "killed by", "killing case")]
     for o in outcomes:
         case = o.case or (o.detail[:width] if o.status != "killed" else "")
         rows.append((o.fault, o.status, "" if o.examples is None else str(o.examples), o.source, case))

@@ -156,6 +156,6 @@ def test_table_format():
     outs = [mutate.Outcome("a_fault", "killed", 3, "collective_calls[psum]", "psum[axes=x]", "mismatch: X"),
             mutate.Outcome("b_fault", "survived"), mutate.Outcome("c_fault", "n/a", detail="no CPU lowering")]
     text = mutate.format_table(outs)
-    assert text.splitlines()[0].split() == ["fault", "result", "examples", "killed", "by", "shrunk", "failing", "case"]
+    assert text.splitlines()[0].split() == ["fault", "result", "examples", "killed", "by", "killing", "case"]
     assert "mutation score: 1/2 killed (50%); 1 not applicable on this platform" in text
     assert "[a_fault] psum[axes=x]\n    mismatch: X" in text

@@ -5,11 +5,10 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from conformance.cases import Program, device_order
-from conformance.compare import compare
 from conformance.strategies import meshes
 from conformance.strategies.programs import FAMILIES, programs
 from refsim.layouts.mesh import Mesh
-from test_strategies_collectives import _run_script, run_on_jax
+from test_strategies_collectives import _run_script, assert_matches_refsim, run_on_jax
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 
@@ -20,8 +19,7 @@ def test_programs_run_on_jax(data):
     m = data.draw(meshes())
     p = data.draw(programs(m))
     assert isinstance(p, Program)
-    out = run_on_jax(p)
-    assert compare(out, out, case=p).ok
+    assert_matches_refsim(p, run_on_jax(p))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -30,8 +28,7 @@ def test_programs_reach_and_run_every_family(family):
     p = find(programs(mesh, families=(family,)), lambda p: True,
              settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     assert p.family == family and p.case_id.startswith(family + "[")
-    out = run_on_jax(p)
-    assert compare(out, out, case=p).ok
+    assert_matches_refsim(p, run_on_jax(p))
 
 
 def test_reshard_targets_another_device_order():
