@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
     run.add_argument("--devices", type=_positive, default=None,
-                     help="device count (virtual devices on CPU; default 8, with --distributed every global device)")
+                     help="device count (virtual devices on CPU, default 8; other platforms and --distributed: "
+                          "default every device)")
     run.add_argument("--examples", type=_positive, default=DEFAULT_EXAMPLES,
                      help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
@@ -158,13 +159,14 @@ def run_command(args, console=None) -> int:
         from conformance import distributed
 
         return distributed.run_command(args, console, report_result)
-    devices = args.devices or 8
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
     # in a child process, so that this parent holds no accelerator its workers need.
+    cpu = args.platform == "cpu"
     try:
-        hardware = preflight.check(args.platform, devices, in_process=False)
+        hardware = preflight.check(args.platform, args.devices or (8 if cpu else None), in_process=False)
     except preflight.PreflightError as e:
         raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
+    devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
     result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
                         devices=devices, report_dir=args.report, progress=not args.no_progress,
                         resume=args.resume, xfails=args.xfails, processes=args.processes,

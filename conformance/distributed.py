@@ -92,7 +92,13 @@ def join(*, platform: str, init_timeout_s: float = 300.0, case_timeout_s: float 
     from xla_backend import platform as xplat
 
     xplat.configure(platform, None)  # local devices: XLA_BACKEND_DEVICES (set by the launcher) or 8 on CPU
-    xdist.initialize(timeout_s=int(init_timeout_s))
+    try:
+        xdist.initialize(timeout_s=int(init_timeout_s))
+    except ValueError as e:  # no coordinator: neither the launcher's variables nor a detected cluster
+        raise ValueError(
+            f"--distributed needs a jax.distributed job, and none was found ({e}): start the processes with "
+            "`python -m xla_backend launch --processes N -- python -m conformance run --distributed ...`, or one "
+            "per host under Slurm, Open MPI or on a TPU VM, where JAX finds the job itself.") from None
     import jax
     from jax._src import distributed as jdist
 

@@ -22,8 +22,8 @@ class PreflightError(ValueError):
     """The platform cannot run the suite here; the message says what was found and the fix."""
 
 
-def check(platform: str, devices: int, *, in_process: bool, timeout_s: float = 300.0) -> dict:
-    """Start `platform` with at least `devices` devices and return its hardware record.
+def check(platform: str, devices: int | None, *, in_process: bool, timeout_s: float = 300.0) -> dict:
+    """Start `platform` with at least `devices` devices (None: any number) and return its hardware record.
 
     in_process=True starts JAX here (the run's cases will run here too, or JAX is already up);
     False checks in a short-lived child process, so that a parent whose cases run in worker
@@ -32,8 +32,9 @@ def check(platform: str, devices: int, *, in_process: bool, timeout_s: float = 3
     """
     if in_process or _backends_started():
         return _check_here(platform, devices)
-    cmd = [sys.executable, "-m", "xla_backend", "info", "--platform", platform, "--devices", str(devices),
-           "--hardware"]
+    cmd = [sys.executable, "-m", "xla_backend", "info", "--platform", platform, "--hardware"]
+    if devices is not None:
+        cmd += ["--devices", str(devices)]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
     except subprocess.TimeoutExpired:
@@ -53,7 +54,7 @@ def _backends_started() -> bool:
     return xplat._backends_initialised()
 
 
-def _check_here(platform: str, devices: int) -> dict:
+def _check_here(platform: str, devices: int | None) -> dict:
     from xla_backend import platform as xplat
     from xla_backend import provenance
 

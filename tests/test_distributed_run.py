@@ -126,3 +126,10 @@ def test_suites_that_cannot_run_distributed_are_refused_before_joining(capsys):
     assert cli.main(["run", "--distributed", "--suite", "layouts", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "layouts cannot run with --distributed" in err and "collectives, programs" in err
+
+
+def test_distributed_outside_a_job_says_how_to_start_one():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_BACKEND_", "SLURM_", "OMPI_", "JAX_COORD"))}
+    r = subprocess.run(RUN + ["--examples", "1"], capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "needs a jax.distributed job" in r.stderr and "python -m xla_backend launch" in r.stderr
