@@ -481,3 +481,11 @@ def lowering_decomposition(name: str):
         return lambda *args, **params: special._up_and_broadcast(impl)(*args, **params)
     return None
 
+
+
+def gspmd_lowering():
+    """Context manager lowering with GSPMD's sharding custom calls instead of Shardy
+    (`jax._src.config.use_shardy_partitioner(False)`, jax 0.10 … 0.12)."""
+    from jax._src import config
+
+    return config.use_shardy_partitioner(False)

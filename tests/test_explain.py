@@ -220,3 +220,14 @@ def test_drawn_programs_of_every_family_agree_or_hit_the_known_lowering_bug():
                 continue
             assert e.diverged_in is None, (case.case_id, e.report())
             assert e.agrees == {"lowered": True, "compiled": True, "executed": True}, (case.case_id, e.report())
+
+
+@pytest.mark.parametrize("name", ["psum_x", "all_to_all", "nested_shard_map_partial_manual", "partial_manual_auto_axis",
+                                  "explicit_reshard_sum", "pmap_in_axes_1_out_axes_1"])
+def test_gspmd_lowering_custom_calls_interpret_too(name):
+    """Without Shardy, manual regions are GSPMD's SPMDFullToShardShape / SPMDShardToFullShape calls."""
+    from conformance.explain.corpus_check import check_corpus
+
+    with _compat.gspmd_lowering():
+        (row,) = check_corpus([name])
+    assert row.status["lowered"] == "agrees" and row.status["compiled"] == "agrees", row.status

@@ -124,3 +124,89 @@ module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32
 def test_bad_argument_shape_names_the_argument():
     with pytest.raises(ValueError, match="argument 0 has shape"):
         sh.interpret(ALL_REDUCE, np.zeros((4, 3), np.float32), per_device=True)
+
+
+REDUCE_SCATTER_A2A = """
+module @m attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4xf32>) -> (tensor<2xf32>, tensor<4xf32>) {
+    %0 = "stablehlo.reduce_scatter"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>,
+        replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>, scatter_dimension = 0 : i64, use_global_device_ids}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<4xf32>) -> tensor<2xf32>
+    %1 = "stablehlo.all_to_all"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>,
+        concat_dimension = 0 : i64, replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>, split_count = 2 : i64,
+        split_dimension = 0 : i64}> : (tensor<4xf32>) -> tensor<4xf32>
+    return %0, %1 : tensor<2xf32>, tensor<4xf32>
+  }
+}
+"""
+
+
+def test_reduce_scatter_and_all_to_all_blocks():
+    x = np.array([[1, 2, 3, 4], [10, 20, 30, 40]], np.float32)
+    rs, a2a = sh.interpret(REDUCE_SCATTER_A2A, x, per_device=True)
+    # sum [11, 22, 33, 44]: device 0 keeps block 0, device 1 block 1
+    np.testing.assert_array_equal(rs, [[11, 22], [33, 44]])
+    # device j receives block j of every sender, in sender order
+    np.testing.assert_array_equal(a2a, [[1, 2, 10, 20], [3, 4, 30, 40]])
+
+
+CASE_ARGMAX_CUMSUM = """
+module @m attributes {mhlo.num_partitions = 3 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4xf32>) -> (tensor<f32>, tensor<i32>, tensor<4xf32>) {
+    %pid = stablehlo.partition_id : tensor<ui32>
+    %idx = stablehlo.convert %pid : (tensor<ui32>) -> tensor<i32>
+    %r = "stablehlo.case"(%idx) ({
+      %c = stablehlo.constant dense<1.0> : tensor<f32>
+      stablehlo.return %c : tensor<f32>
+    }, {
+      %c = stablehlo.constant dense<2.0> : tensor<f32>
+      stablehlo.return %c : tensor<f32>
+    }) : (tensor<i32>) -> tensor<f32>
+    %iota = stablehlo.iota dim = 0 : tensor<4xi32>
+    %ninf = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %z = stablehlo.constant dense<0> : tensor<i32>
+    %m:2 = stablehlo.reduce(%arg0 init: %ninf), (%iota init: %z) across dimensions = [0] : (tensor<4xf32>, tensor<4xi32>, tensor<f32>, tensor<i32>) -> (tensor<f32>, tensor<i32>)
+      reducer(%a: tensor<f32>, %c: tensor<f32>) (%b: tensor<i32>, %d: tensor<i32>) {
+        %gt = stablehlo.compare GT, %c, %a : (tensor<f32>, tensor<f32>) -> tensor<i1>
+        %v = stablehlo.select %gt, %c, %a : tensor<i1>, tensor<f32>
+        %i = stablehlo.select %gt, %d, %b : tensor<i1>, tensor<i32>
+        stablehlo.return %v, %i : tensor<f32>, tensor<i32>
+      }
+    %zf = stablehlo.constant dense<0.0> : tensor<f32>
+    %cs = "stablehlo.reduce_window"(%arg0, %zf) <{padding = dense<[[3, 0]]> : tensor<1x2xi64>, window_dimensions = array<i64: 4>}> ({
+    ^bb0(%p: tensor<f32>, %q: tensor<f32>):
+      %s = stablehlo.add %p, %q : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    return %r, %m#1, %cs : tensor<f32>, tensor<i32>, tensor<4xf32>
+  }
+}
+"""
+
+
+def test_case_per_device_variadic_reduce_and_reduce_window():
+    x = np.array([[1, 5, 2, 5], [9, 0, 0, 1], [0, 0, 7, 3]], np.float32)
+    r, argmax, cumsum = sh.interpret(CASE_ARGMAX_CUMSUM, x, per_device=True)
+    # partition 2 is out of range for 2 branches: StableHLO case runs the last branch
+    np.testing.assert_array_equal(r, [1, 2, 2])
+    # the first maximum wins (strict GT), per device
+    np.testing.assert_array_equal(argmax, [1, 0, 2])
+    np.testing.assert_array_equal(cumsum, np.cumsum(x, axis=1))
+
+
+def test_hlo_text_mesh_groups_become_explicit_device_lists():
+    from refsim.stablehlo.hlo_text import explicit_groups, reduction_types_match_operands
+
+    line = "x = f32[8] all-reduce(y), replica_groups=mesh['a'=2,'b'=4], device_ids=([2,4]T(1,0)) {'a'}, to_apply=%r"
+    # device ids over the (a, b) mesh are iota(8).reshape(2, 4).T.reshape(2, 4) = [[0, 4, 1, 5], [2, 6, 3, 7]];
+    # groups vary a with b fixed
+    assert "replica_groups={{0,2},{4,6},{1,3},{5,7}}," in explicit_groups(line)
+    assert "replica_groups={{0},{1}}" in explicit_groups("replica_groups=mesh['a'=2]")
+    text = ("%r (p: f8e5m2[], q: f8e5m2[]) -> f8e5m2[] {\n  ROOT %s = f8e5m2[] add(%p, %q)\n}\n"
+            "ENTRY %main (x: f16[2]) -> f16[2] {\n  ROOT %ar = f16[2]{0} all-reduce(%x), to_apply=%r\n}\n")
+    fixed = reduction_types_match_operands(text)
+    assert "%r (p: f16[], q: f16[]) -> f16[] {\n  ROOT %s = f16[] add(%p, %q)" in fixed
+    assert fixed.endswith("ROOT %ar = f16[2]{0} all-reduce(%x), to_apply=%r\n}\n")

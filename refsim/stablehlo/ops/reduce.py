@@ -19,8 +19,10 @@ _KINDS = {"stablehlo.add": "sum", "stablehlo.maximum": "max", "stablehlo.minimum
 _COMBINE = {"sum": "add", "max": "max", "min": "min", "prod": "mul", "and": "and", "or": "or", "xor": "xor"}
 
 
-# ops a body may apply to its result without changing the value (Shardy annotates it)
-_ANNOTATIONS = ("sdy.sharding_constraint",)
+# ops a body may apply to its result without changing the value (Shardy's and GSPMD's annotations)
+def _is_annotation(op) -> bool:
+    return op.name == "sdy.sharding_constraint" or (
+        op.name == "stablehlo.custom_call" and op.attrs.get("call_target_name") == "Sharding")
 
 
 def body_kind(block) -> str | None:
@@ -34,7 +36,7 @@ def body_kind(block) -> str | None:
         return None
     last = op.results
     for a in rest:
-        if a.name not in _ANNOTATIONS or a.operands != last:
+        if not _is_annotation(a) or a.operands != last:
             return None
         last = a.results
     return kind if block.returns == last else None
