@@ -82,6 +82,13 @@ def test_non_numeric_values_are_type_errors_as_in_jax(value):
                      match=r"data_callback\(.*not a valid JAX array type")
 
 
+def test_a_string_program_argument_is_a_type_error_as_in_jax():
+    prog = lambda a: a  # noqa: E731
+    _raises_like_jax(lambda: refsim.shard_map(prog, mesh=MESH, in_specs=P(), out_specs=P())("abc"),
+                     lambda: jax.shard_map(prog, mesh=JMESH, in_specs=JP(), out_specs=JP())("abc"),
+                     match=r"a program argument has dtype <U3.* The argument: 'abc'")
+
+
 def test_python_int_too_large_is_an_overflow_error_as_in_jax():
     _raises_like_jax(lambda: refsim.device_put(2**40, NamedSharding(MESH, P())),
                      lambda: jax.device_put(2**40, jax.sharding.NamedSharding(JMESH, JP())),
@@ -120,6 +127,16 @@ def test_axis_index_groups_may_be_a_generator_in_the_direct_api():
     np.testing.assert_array_equal(as_list[:, [0, 1]], expected)
     g = C.all_gather(x, "y", axis_index_groups=iter([[0, 1], [2, 3]]), mesh=MESH)
     assert g.shape[-2:] == (2, 2)
+
+
+@pytest.mark.parametrize("in_axes,shape", [(-3, (8, 8)), (2, (8, 8)), (0, ())])
+def test_pmap_in_axes_out_of_range_is_an_index_error_as_in_jax(in_axes, shape):
+    x = np.ones(shape, np.float32)
+    _raises_like_jax(lambda: refsim.pmap(lambda a: a, in_axes=in_axes)(x),
+                     lambda: jax.pmap(lambda a: a, in_axes=in_axes)(x),
+                     match=rf"pmap in_axes={in_axes} is out of range for an argument of rank {len(shape)}")
+    ok = refsim.pmap(lambda a: a * 2, in_axes=-2)(np.arange(32.0, dtype=np.float32).reshape(8, 4))
+    np.testing.assert_array_equal(np.asarray(ok), np.arange(32.0).reshape(8, 4) * 2)
 
 
 # ---- internal errors before: now clear errors ------------------------------------------------------

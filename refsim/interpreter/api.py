@@ -16,6 +16,7 @@ import numpy as np
 
 from refsim import _compat
 from refsim.array import Array, Shard, device_put
+from refsim.values import as_jax_array
 from refsim import device_assignment as DA
 from refsim.interpreter import core, trace_cache
 from refsim.interpreter.registry import Context, load_rules
@@ -85,14 +86,14 @@ def _tracing_mesh(mesh: AbstractMesh, types=None):
 
 
 def _canonical(x) -> np.ndarray:
-    """A NumPy argument with JAX's canonical dtype (float64 -> float32 unless x64 is on)."""
-    import jax
+    """A NumPy argument with JAX's canonical dtype (float64 -> float32 unless x64 is on); a JAX key
+    array becomes refsim's structured keys; a non-numeric argument is a TypeError, as in JAX."""
+    try:
+        return as_jax_array(x, arg="a program argument", api="refsim")
+    except (TypeError, ValueError, OverflowError) as e:  # name the value only when it is bad (no repr on the hot path)
+        import reprlib
 
-    arr = _compat.to_numpy(x)
-    if arr.dtype.names:  # a PRNG key array (structured): no canonicalisation
-        return arr
-    dt = jax.dtypes.canonicalize_dtype(arr.dtype)
-    return arr if arr.dtype == dt else arr.astype(dt)
+        raise type(e)(f"{e} The argument: {reprlib.repr(x)}.") from None
 
 
 def _abstract(x, sharding=None):
@@ -353,7 +354,12 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
         # JAX flattens (args, kwargs) against (in_axes, 0); the same call gives its error wording.
         axes_flat = _compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
                                          (tuple(in_axes) if isinstance(in_axes, list) else in_axes, 0))
-        axes_flat = [None if a is None else (a % max(np.ndim(x), 1)) for a, x in zip(axes_flat, flat)]
+        for a, x in zip(axes_flat, flat):
+            if a is not None and not -np.ndim(x) <= a < np.ndim(x):  # JAX: IndexError, not a wrap-around
+                raise IndexError(
+                    f"pmap in_axes={a} is out of range for an argument of rank {np.ndim(x)} (shape "
+                    f"{np.shape(x)}); pass an axis in [{-np.ndim(x)}, {np.ndim(x)}), or None to broadcast it.")
+        axes_flat = [None if a is None else a % np.ndim(x) for a, x in zip(axes_flat, flat)]
         sizes = {np.shape(x)[a] for a, x in zip(axes_flat, flat) if a is not None}
         if not sizes:
             raise ValueError("pmap requires at least one argument with a mapped axis.")
