@@ -253,3 +253,10 @@ def test_every_internal_class_stays_out():
             pytest.fail(f"internal {type(e).__name__} reached the user: {e}")
         except Exception:
             pass
+
+
+def test_wrong_kinds_of_names_and_pairs_name_the_argument():
+    with pytest.raises(TypeError, match=r"axis_names=None must be a tuple of strings"):
+        Mesh((2,), None)
+    with pytest.raises(TypeError, match=r"ppermute: perm=\[0, 1\] must be a list of \(source, destination\) pairs"):
+        C.ppermute(np.ones((2, 4, 1)), "y", [0, 1], mesh=MESH)

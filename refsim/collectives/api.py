@@ -255,7 +255,11 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
 
 def ppermute(x, axis_name, perm, *, mesh):
     """Send from source to destination for each pair of `perm` (any iterable); others get 0."""
-    perm = tuple(tuple(p) for p in perm)
+    try:
+        perm = tuple(tuple(p) for p in perm)
+    except TypeError:
+        raise TypeError(f"ppermute: perm={perm!r} must be a list of (source, destination) pairs, "
+                        "e.g. [(0, 1), (1, 0)].") from None
     return _tree_map(lambda v: _permute.ppermute(v, mesh=mesh, axis_name=_names(axis_name),
                                                  perm=perm), x)
 

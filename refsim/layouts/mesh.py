@@ -32,7 +32,10 @@ class AxisType(enum.Enum):
 def _normalize_names(axis_names) -> tuple[str, ...]:
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
-    names = tuple(axis_names)
+    try:
+        names = tuple(axis_names)
+    except TypeError:
+        raise TypeError(f"axis_names={axis_names!r} must be a tuple of strings, e.g. ('x', 'y').") from None
     for n in names:
         if not isinstance(n, str):
             raise TypeError(
