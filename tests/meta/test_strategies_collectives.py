@@ -55,8 +55,12 @@ def run_on_jax(case, *, trace_only=False):
         g = jax.pmap(case.fn, axis_name=case.mesh.axis_names[0], devices=devs)
     elif case.entry == "shard_map":
         kw = {} if case.axis_names is None else {"axis_names": set(case.axis_names)}
+        # With axis_names (partial manual) the layout over the other axes is the compiler's
+        # choice unless jit is told; refsim lays the output out by out_specs, so ask for that.
+        jit_kw = {} if case.axis_names is None else {
+            "out_shardings": jax.sharding.NamedSharding(jax_mesh(case.mesh), case.out_specs.to_jax())}
         g = jax.jit(jax.shard_map(case.fn, mesh=jax_mesh(case.mesh), in_specs=tuple(s.to_jax() for s in case.in_specs),
-                                  out_specs=case.out_specs.to_jax(), **kw))
+                                  out_specs=case.out_specs.to_jax(), **kw), **jit_kw)
     elif case.entry == "jit":
         g = jax.jit(case.fn, in_shardings=tuple(jax_sharding(s) for s in case.in_shardings),
                     out_shardings=jax_sharding(case.out_shardings))
