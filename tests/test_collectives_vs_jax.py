@@ -118,11 +118,56 @@ def test_ppermute_and_axis_index(shape, names):
                 lambda x, m: x + C.axis_index(ax, mesh=m)[(...,) + (None,) * 2].astype(x.dtype))
 
 
-@pytest.mark.skip(reason="XLA:CPU has no lowering for pbroadcast (collective_broadcast is GPU-only)")
-def test_pbroadcast():
-    pass
+def _needs_platform(op: str, why: str):
+    """Skip (with the reason) where the platform cannot run `op`; run everywhere else."""
+    if jax.devices()[0].platform == "cpu":
+        pytest.skip(f"XLA:CPU cannot run {op}: {why}; this test runs on a GPU or TPU with 8 devices")
+    if len(jax.devices()) < 8:
+        pytest.skip(f"needs 8 devices, {jax.devices()[0].platform} has {len(jax.devices())}")
 
 
-@pytest.mark.skip(reason="XLA:CPU cannot execute ragged-all-to-all")
-def test_ragged_all_to_all():
-    pass
+@pytest.mark.parametrize("shape,names", MESHES)
+def test_pbroadcast(shape, names):
+    _needs_platform("pbroadcast", "jax 0.10-0.12 register its collective_broadcast lowering for GPU only")
+    for ax in (names[0], names):
+        k = int(np.prod([dict(zip(names, shape))[n] for n in (ax if isinstance(ax, tuple) else (ax,))]))
+        for source in sorted({0, k - 1, k // 2}):
+            compare(shape, names, lambda v: jax.lax.pbroadcast(v, ax, source=source),
+                    lambda x, m: C.pbroadcast(x, ax, source, mesh=m), check_vma=False)
+
+
+def _ragged_body(ax, k):
+    """Every device sends rows [2j, 2j+2) of its operand to device j, which writes them at rows
+    [2i, 2i+2) of its output (i the sender): a ragged all-to-all whose sizes happen to be equal."""
+    import jax.numpy as jnp
+
+    def body(v):
+        i = jax.lax.axis_index(ax)
+        sizes = jnp.full((k,), 2, jnp.int32)
+        in_off = jnp.arange(k, dtype=jnp.int32) * 2
+        out_off = jnp.full((k,), 2, jnp.int32) * i.astype(jnp.int32)
+        return jax.lax.ragged_all_to_all(v, jnp.zeros_like(v), in_off, sizes, out_off, sizes, axis_name=ax)
+    return body
+
+
+@pytest.mark.parametrize("shape,names", MESHES)
+def test_ragged_all_to_all(shape, names):
+    import refsim
+
+    ax, k, n = names[0], shape[0], int(np.prod(shape))
+    mesh = Mesh(shape, names)
+    x = (np.arange(n * 2 * k * 3) % 13 - 6).astype(np.float32).reshape(-1, 3)
+    spec = refsim.PartitionSpec(names)
+    want = np.asarray(refsim.shard_map(_ragged_body(ax, k), mesh=mesh, in_specs=spec, out_specs=spec)(x))
+    # by hand: device (j, rest) receives rows 2j..2j+2 of device (i, rest) at rows 2i..2i+2
+    blocks = x.reshape(n, 2 * k, 3)
+    pos = np.arange(n).reshape(shape)
+    by_hand = np.zeros_like(blocks)
+    for idx in np.ndindex(*shape):
+        for i in range(k):
+            by_hand[pos[idx], 2 * i:2 * i + 2] = blocks[pos[(i,) + idx[1:]], 2 * idx[0]:2 * idx[0] + 2]
+    np.testing.assert_array_equal(want, by_hand.reshape(x.shape))
+    _needs_platform("ragged_all_to_all", "its thunk emitter rejects ragged-all-to-all (UNIMPLEMENTED)")
+    jmesh = jax.sharding.Mesh(np.array(jax.devices()[:8]).reshape(shape), names)
+    got = jax.jit(jax.shard_map(_ragged_body(ax, k), mesh=jmesh, in_specs=P(names), out_specs=P(names)))(x)
+    np.testing.assert_array_equal(np.asarray(got), want)

@@ -116,8 +116,11 @@ def test_binary_int_ops_exact(dtype, data):
         assert_exact([w], [g], call=f"{n}({x!r}, {y!r})")
 
 
+# div: refsim divides correctly rounded (IEEE 754, as lax.div documents); XLA:CPU may divide by a
+# broadcast or repeated divisor as a multiplication by its reciprocal, which is up to 1 ulp off
+# (test_float_division_is_correctly_rounded pins refsim's value by hand).
 BINARY_FLOAT = {
-    "add": (lax.add, 0), "sub": (lax.sub, 0), "mul": (lax.mul, 0), "div": (lax.div, 0),
+    "add": (lax.add, 0), "sub": (lax.sub, 0), "mul": (lax.mul, 0), "div": (lax.div, 1),
     "rem": (lax.rem, 0), "max": (lax.max, 0), "min": (lax.min, 0), "pow": (lax.pow, 8),
     "atan2": (lax.atan2, 4), "nextafter": (lax.nextafter, 0), "lt": (lax.lt, 0), "eq": (lax.eq, 0),
     "ge": (lax.ge, 0), "ne": (lax.ne, 0),
@@ -168,6 +171,18 @@ _CONVERT = {np.dtype(d): (lambda v, d=d: lax.convert_element_type(v, d)) for d i
 
 def _ref(fn, *args):
     return refsim_eval(fn, *args)[0]
+
+
+def test_float_division_is_correctly_rounded():
+    # 7 / 3 = 2.333...: the float32 neighbours are 0x40155555 = 2.3333332538604736 (7.9e-8 below)
+    # and 0x40155556 = 2.3333334922790527 (1.6e-7 above); correct rounding picks the first.
+    got = _ref(lax.div, np.float32([7.0, 1.0, -7.0]), np.float32([3.0, 3.0, 3.0]))
+    assert got.view(np.uint32).tolist() == [0x40155555, 0x3EAAAAAB, 0xC0155555]
+    # XLA:CPU's reciprocal multiply (7 * fl(1/3)) may give the other neighbour: within 1 ulp
+    from conformance.compare import ulp_distance
+
+    xla = np.asarray(jax.jit(lambda v: v / np.float32(3))(np.float32([7.0, 1.0, -7.0])))
+    assert (ulp_distance(xla, got) <= 1).all()
 
 
 def test_integer_divide_and_remainder_follow_xla():
