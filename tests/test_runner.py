@@ -270,3 +270,21 @@ def test_a_refsim_exception_in_a_listed_case_fails_the_run_as_an_error(monkeypat
     assert r.status == "error" and not res.ok, r.message
     assert "refsim raised RuntimeError on a valid case: planted refsim bug in ppermute" in r.message
     assert "the failure is on the refsim side" in r.message
+
+
+def test_xla_cpu_pmax_ignoring_nan_is_found_without_an_entry_and_expected_with_its_signature():
+    # jax.lax.pmax documents NaN propagation (StableHLO maximum); XLA:CPU's all-reduce skips NaN
+    x = np.arange(8, dtype=np.float32).reshape(8, 1)
+    x[0, 0] = np.nan
+    call = CollectiveCall(family="pmax", source="def f(a):\n    return jax.lax.pmax(a, 'x')\n", entry="shard_map",
+                          mesh=Mesh((8,), ("x",)), args=(x,), in_specs=(P("x"),), out_specs=P(),
+                          labels=(("axes", "'x'"),), outputs=("exact_unsigned_zero",), name="pmax",
+                          params={"axis_name": "x"})
+    task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
+    found = runner.run_task(task, None, None, shrink_seconds=0)
+    assert found.status == "fail" and found.details["failure"]["classes"] == ["nan-dropped"], found.message
+    assert "refsim nan, xla 7.0" in found.message
+    entry = xfails.load(None, platform="cpu").lookup(task.case_id)
+    assert entry.signature == "model(xla-cpu-max-min)"
+    listed = runner.run_task(task, None, entry, shrink_seconds=0)
+    assert listed.status == "xfail" and listed.message.startswith("expected failure model(xla-cpu-max-min)")
