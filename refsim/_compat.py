@@ -15,6 +15,14 @@ def jax_version() -> tuple[int, ...]:
     return tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
 
+def no_trace_active() -> bool:
+    """True when no JAX trace (jit, grad, vmap, make_jaxpr, ...) is active in this thread: a call
+    made now is a top-level call (`jax._src.core.trace_state_clean`, jax 0.10 … 0.12)."""
+    from jax._src import core
+
+    return core.trace_state_clean()
+
+
 def _jax_axis_type(t):
     from jax.sharding import AxisType as JaxAxisType
 

@@ -147,3 +147,21 @@ def test_refsim_one_minus_square_is_one_plus_x_times_one_minus_x():
     got = np.asarray(refsim.jit(f)(x))
     want = (np.float32(1) + x) * (np.float32(1) - x)
     np.testing.assert_array_equal(got, want)
+
+
+def test_static_arguments_of_a_jit_are_closed_over_in_oracle_mode():
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session()
+    intercept.install(session)
+    try:
+        step = jax.jit(lambda a, n: jnp.sum(a * n), static_argnums=1)
+        x = _placed(np.arange(8, dtype=np.int32), P(("x", "y")))
+        out = step(x, 3)
+    finally:
+        intercept.uninstall()
+    assert int(out) == 3 * 28                                           # XLA's value, untouched
+    (rec,) = session.calls
+    assert rec["outcome"] == "agree" and rec["policy"] == ["exact"], rec   # an int32 sum is exact
+    assert jax.jit is not step and not isinstance(jax.jit(lambda a: a), intercept.Checked)

@@ -87,7 +87,13 @@ class CheckResult:
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
         lines += ["  " + o.line() for o in self.outputs]
         if not self.ok:
-            lines += ["  " + ln for ln in self.comparison.report().splitlines()]
+            c, shown = self.comparison, 8
+            lines.append(f"  MISMATCH ({len(c.mismatches)} found) in {c.outputs} output(s), {c.devices} device "
+                         f"shard(s), {c.elements} element(s)")
+            for m in c.mismatches[:shown]:
+                lines += ["  " + ln for ln in m.render().splitlines()]
+            if len(c.mismatches) > shown:
+                lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")
         return "\n".join(lines)

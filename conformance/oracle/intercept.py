@@ -36,11 +36,12 @@ class _Busy:
 
 
 def top_level(args, kwargs) -> bool:
-    """True for concrete arguments with no JAX trace active (JAX's own `trace_state_clean`)."""
+    """True for concrete arguments with no JAX trace active."""
     import jax
-    from jax._src import core as jcore
 
-    if not jcore.trace_state_clean():
+    from refsim import _compat
+
+    if not _compat.no_trace_active():
         return False
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
 
@@ -52,18 +53,20 @@ class Checked:
     object stands in for what `jax.jit` / `jax.shard_map` / `jax.pmap` returned.
     """
 
-    def __init__(self, inner, entry: str, session):
+    def __init__(self, inner, entry: str, session, static=((), ())):
         functools.update_wrapper(self, inner)
-        self._inner, self._entry, self._session = inner, entry, session
+        self._inner, self._entry, self._session, self._static = inner, entry, session, static
 
     def __call__(self, *args, **kwargs):
         s = self._session
         if s is None or not s.active or busy() or not top_level(args, kwargs):
             return self._inner(*args, **kwargs)
         with _Busy():
-            return s.call(self._inner, self._entry, args, kwargs)
+            return s.call(self._inner, self._entry, args, kwargs, static=self._static)
 
     def __getattr__(self, name):
+        if name == "_inner":                  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def __get__(self, obj, objtype=None):
@@ -90,12 +93,14 @@ def _wrapping(entry: str, original, session):
         if busy():
             return out
         has_fun = (bool(args) and callable(args[0])) or any(k in kwargs for k in ("fun", "f"))
+        # jit's static arguments are closed over, not traced, when the oracle traces a call
+        static = (kwargs.get("static_argnums", ()), kwargs.get("static_argnames", ())) if entry == "jit" else ((), ())
         if has_fun:
-            return Checked(out, entry, session)
+            return Checked(out, entry, session, static)
 
         @functools.wraps(out)
         def decorate(fun):
-            return Checked(out(fun), entry, session)
+            return Checked(out(fun), entry, session, static)
         return decorate
 
     build._conformance_original = original

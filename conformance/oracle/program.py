@@ -20,12 +20,11 @@ import numpy as np
 
 #: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
 COLLECTIVES = frozenset({
-    "psum", "psum_invariant", "pmax", "pmin", "pmean", "ppermute", "pbroadcast", "all_gather",
-    "all_gather_invariant", "all_to_all", "ragged_all_to_all", "reduce_scatter", "psum_scatter",
-    "axis_index", "shard_map", "xla_pmap", "pvary", "psum2", "pgather",
+    "psum", "psum_invariant", "pmax", "pmin", "ppermute", "pbroadcast", "all_gather", "all_gather_invariant",
+    "all_to_all", "ragged_all_to_all", "reduce_scatter", "axis_index", "shard_map", "pvary",
 })
 #: Primitives that call back into Python on the host: refsim cannot replay them faithfully.
-CALLBACKS = frozenset({"pure_callback", "io_callback", "debug_callback", "callback", "debug_print"})
+CALLBACKS = frozenset({"pure_callback", "io_callback", "debug_callback", "debug_print", "buffer_callback"})
 
 
 class NotCheckable(Exception):
@@ -99,19 +98,42 @@ def _host_copy(x):
 
 
 def _multi_device(x) -> bool:
+    """True for a value laid out over several devices (an abstract-mesh sharding counts by its mesh size)."""
     sh = getattr(x, "sharding", None)
-    return sh is not None and len(getattr(sh, "device_set", ())) > 1
+    if sh is None:
+        return False
+    try:
+        return len(sh.device_set) > 1
+    except (ValueError, NotImplementedError, AttributeError):   # e.g. a sharding over an AbstractMesh
+        mesh = getattr(sh, "mesh", None)
+        return getattr(mesh, "size", 1) > 1
 
 
-def trace(fn, args: tuple, kwargs: dict) -> Traced:
-    """Trace `fn(*args, **kwargs)` to a jaxpr (inputs kept as given until `take_host_copies`)."""
+def _static_positions(args: tuple, kwargs: dict, static) -> tuple[set, set]:
+    """The positional indices and keyword names that `jax.jit(static_argnums=, static_argnames=)` keeps static."""
+    nums, names = static
+    nums = (nums,) if isinstance(nums, int) else tuple(nums or ())
+    names = (names,) if isinstance(names, str) else tuple(names or ())
+    return {i % len(args) for i in nums if args and -len(args) <= i < len(args)}, set(names) & set(kwargs)
+
+
+def trace(fn, args: tuple, kwargs: dict, static=((), ())) -> Traced:
+    """Trace `fn(*args, **kwargs)` to a jaxpr (inputs kept as given until `take_host_copies`).
+
+    `static`: (static_argnums, static_argnames) of a `jax.jit`; those arguments are closed over
+    as Python values instead of traced.
+    """
     import jax
 
-    leaves, tree = jax.tree_util.tree_flatten((args, kwargs))
+    s_pos, s_names = _static_positions(args, kwargs, static)
+    dyn = (tuple(None if i in s_pos else a for i, a in enumerate(args)),
+           {k: v for k, v in kwargs.items() if k not in s_names})
+    leaves, tree = jax.tree_util.tree_flatten(dyn)
 
     def flat_fn(*xs):
         a, k = jax.tree_util.tree_unflatten(tree, xs)
-        return fn(*a, **k)
+        a = tuple(args[i] if i in s_pos else x for i, x in enumerate(a))
+        return fn(*a, **k, **{n: kwargs[n] for n in s_names})
 
     try:
         closed, out_shape = jax.make_jaxpr(flat_fn, return_shape=True)(*leaves)
@@ -119,8 +141,7 @@ def trace(fn, args: tuple, kwargs: dict) -> Traced:
         raise NotCheckable("trace failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     prims = primitive_names(closed.jaxpr)
     out_leaves = jax.tree_util.tree_leaves(out_shape)
-    sharded = any(_multi_device(x) for x in leaves) or any(
-        len(getattr(getattr(o, "sharding", None), "device_set", ())) > 1 for o in out_leaves)
+    sharded = any(_multi_device(x) for x in leaves) or any(_multi_device(o) for o in out_leaves)
     return Traced(fn, closed, list(leaves), jax.tree_util.tree_structure(out_shape), prims, sharded)
 
 
@@ -198,6 +219,11 @@ def _top_shard_map_mesh(closed, xla_outs):
     return None
 
 
+def _same_layout(a, b, ndim: int) -> bool:
+    return (getattr(a, "mesh", None) == getattr(b, "mesh", None)
+            and a.spec.padded(ndim) == b.spec.padded(ndim))
+
+
 def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
@@ -212,9 +238,22 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     try:
         mesh = _top_shard_map_mesh(closed, xla_outs)
         if mesh is not None:
-            by_var = api._run_top_shard_map(closed, traced.flat_args, mesh, extra)
+            args = traced.flat_args
+            from refsim import _compat
+
+            if set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params)) != set(mesh.axis_names):
+                # Partially manual: the body sees its inputs invariant over the automatic axes, so
+                # refsim gets global values (per-device replicas along those axes would read as split).
+                args = [np.asarray(a) for a in args]
+            by_var = api._run_top_shard_map(closed, args, mesh, extra)
             info = api._info(extra)
             outs = [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
+            for k, arr in enumerate(outs):
+                s = stated[k] if stated is not None and k < len(stated) else None
+                if s is not None and not _same_layout(s, arr.sharding, arr.ndim):
+                    # an enclosing jit's out_shardings lay the shard_map's result out anew
+                    outs[k] = device_put(np.asarray(arr), s)
+                    outs[k].info = dict(info)
             return outs, ["program"] * len(outs)
         values = core.eval_closed_jaxpr(closed, *[api._global(a) for a in traced.flat_args],
                                         ctx=Context(extra=extra))
@@ -253,5 +292,8 @@ def xla_outputs(out) -> list:
             x = jax.numpy.asarray(x)
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an output spans devices of other processes")
-        res.append(convert.to_refsim(x))
+        try:
+            res.append(convert.to_refsim(x))
+        except (TypeError, ValueError, NotImplementedError) as e:   # e.g. an unreduced output sharding
+            raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     return res

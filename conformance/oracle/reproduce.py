@@ -242,7 +242,9 @@ def _args_source(args, kwargs) -> str:
     counter = iter(range(10 ** 9))
 
     def leaf(x):
-        return f"L[{next(counter)}]"
+        k = next(counter)
+        # Python scalars (a jit's static arguments, say) are written as themselves
+        return repr(x) if isinstance(x, (bool, int, float, str)) else f"L[{k}]"
 
     structure = (tuple(args), dict(kwargs))
     flat_n = len(jax.tree_util.tree_leaves(structure))
@@ -302,7 +304,11 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     leaves = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(leaves):
-        arrays[f"in{i}"] = np.asarray(x)
+        a = np.asarray(x)
+        if a.dtype == object:
+            raise NotReproducible(f"argument leaf {i} is a {type(x).__name__}, not an array; pass arrays "
+                                  "(or bind other values with functools.partial).")
+        arrays[f"in{i}"] = a
     pols = [_policy_name(t) for t in tolerances]
     index_lines, allowed = [], []
     for k, (arr, tol) in enumerate(zip(expected, tolerances)):

@@ -36,50 +36,54 @@ class Session:
         self.echo = echo                    # called with each disagreement's report (the CLI prints it)
 
     # -- one call ----------------------------------------------------------------------------------
-    def call(self, inner, entry: str, args: tuple, kwargs: dict):
-        """Run `inner(*args, **kwargs)` on XLA and return its result; check it on refsim on the side."""
+    def call(self, inner, entry: str, args: tuple, kwargs: dict, static=((), ())):
+        """Run `inner(*args, **kwargs)` on XLA and return its result; check it on refsim on the side.
+
+        `static`: the jit's (static_argnums, static_argnames). The user's call runs exactly once
+        and its exceptions reach the user; nothing the oracle itself raises does (a failure of
+        the oracle's own machinery is counted as not checkable, reason "oracle error").
+        """
+        name = chk._name(inner)
         t0 = time.perf_counter()
         try:
-            traced = prog.trace(inner, args, kwargs)
-        except prog.NotCheckable as e:
-            return self._unchecked(inner, entry, args, kwargs, e, time.perf_counter() - t0)
+            traced = prog.trace(inner, args, kwargs, static)
+            if traced.distributed:
+                prog.check_replayable(traced)
+                prog.take_host_copies(traced)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            out = inner(*args, **kwargs)
+            self._not_checkable(name, entry, e, time.perf_counter() - t0, None)
+            return out
         if not traced.distributed:
             self.skipped += 1
             return inner(*args, **kwargs)
-        try:
-            prog.check_replayable(traced)
-            prog.take_host_copies(traced)
-        except prog.NotCheckable as e:
-            return self._unchecked(inner, entry, args, kwargs, e, time.perf_counter() - t0)
         t1 = time.perf_counter()
-        out = inner(*args, **kwargs)          # the user's own call: exceptions reach the user
+        out = inner(*args, **kwargs)          # the user's own call
         t2 = time.perf_counter()
-        name = chk._name(inner)
         try:
             res, ref, pols = chk.finish(traced, out, name=name, entry=entry, policy=self.policy, ulps=self.ulps,
                                         seconds={"trace": t1 - t0, "xla": t2 - t1})
-        except prog.NotCheckable as e:
-            self._record(name, entry, "not_checkable", reason=e.reason, detail=e.detail,
-                         overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
-            return out
-        overhead = (t1 - t0) + (time.perf_counter() - t2)
-        rec = self._record(name, entry, "agree" if res.ok else "disagree", policy=res.policies,
-                           overhead=overhead, xla=t2 - t1)
-        if not res.ok:
-            path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
-            res.repro_path = path
-            rec["repro"] = path
-            err = chk.ConformanceError(res, note)
-            self.failures[self.context].append(err)
-            if self.echo is not None:
-                self.echo(str(err))
+            overhead = (t1 - t0) + (time.perf_counter() - t2)
+            rec = self._record(name, entry, "agree" if res.ok else "disagree", policy=res.policies,
+                               overhead=overhead, xla=t2 - t1)
+            if not res.ok:
+                path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
+                res.repro_path = path
+                rec["repro"] = path
+                err = chk.ConformanceError(res, note)
+                self.failures[self.context].append(err)
+                if self.echo is not None:
+                    self.echo(str(err))
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            self._not_checkable(name, entry, e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
         return out
 
-    def _unchecked(self, inner, entry, args, kwargs, e, overhead):
-        out = inner(*args, **kwargs)
-        self._record(chk._name(inner), entry, "not_checkable", reason=e.reason, detail=e.detail,
-                     overhead=overhead, xla=None)
-        return out
+    def _not_checkable(self, name, entry, e, overhead, xla):
+        if isinstance(e, prog.NotCheckable):
+            reason, detail = e.reason, e.detail
+        else:
+            reason, detail = "oracle error", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        self._record(name, entry, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
 
     def _record(self, name, entry, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
         rec = {"test": self.context, "entry": entry, "name": name, "outcome": outcome,
