@@ -165,3 +165,54 @@ def test_static_arguments_of_a_jit_are_closed_over_in_oracle_mode():
     (rec,) = session.calls
     assert rec["outcome"] == "agree" and rec["policy"] == ["exact"], rec   # an int32 sum is exact
     assert jax.jit is not step and not isinstance(jax.jit(lambda a: a), intercept.Checked)
+
+
+def scale_rows(a, w):
+    return a * w
+
+
+@pytest.mark.parametrize("mode", ["shard_map", "jit"])
+def test_plain_function_reproducer_rebuilds_the_wrapping(mode, tmp_path):
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    w = np.arange(8, dtype=np.float32)
+    if mode == "shard_map":
+        kw = dict(mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y"))
+        f, fault, args = shift, "ppermute_pairs_reversed", (x,)
+    else:
+        kw = dict(in_shardings=(NamedSharding(MESH, P("x", "y")), NamedSharding(MESH, P("y"))),
+                  out_shardings=NamedSharding(MESH, P("x", "y")))
+        f, fault, args = scale_rows, planted_fault(), (x, w)
+    with faults.inject(fault):
+        with pytest.raises(conformance.ConformanceError) as info:
+            conformance.check(f, *args, repro_dir=str(tmp_path), policy="exact", **kw)
+        spec = importlib.util.spec_from_file_location(f"oracle_repro_{mode}", info.value.repro_path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        assert mod.WRAP["kind"] == mode and mod.PROGRAM_NAME == f.__name__
+        assert mod.check(mod.run())
+    assert mod.check(mod.run()) == []
+
+
+def planted_fault():
+    """XLA multiplies by a wrong constant: a `mul` lowered as mul-then-double (planted here only)."""
+    import contextlib
+
+    from jax._src.lax import lax as lax_internal
+
+    from refsim import _compat
+
+    @contextlib.contextmanager
+    def patch():
+        default, _, entry_cls = _compat.lowering_tables()
+        prim = lax_internal.mul_p
+        saved = default[prim]
+
+        def rule(ctx, a, b, **params):
+            (out,) = saved.rule(ctx, a, b, **params)
+            return saved.rule(ctx.replace(avals_in=ctx.avals_out * 2), out, out, **params)   # out * out
+        default[prim] = entry_cls(rule, saved.inline)
+        try:
+            yield
+        finally:
+            default[prim] = saved
+    return faults.Fault("mul_squared", "mul returns its product squared", patch=patch)

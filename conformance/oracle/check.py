@@ -183,9 +183,10 @@ def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardi
         call = jax.jit(jax.shard_map(fn, mesh=jmesh, in_specs=j_in, out_specs=j_out, check_vma=check_vma, **kw))
         leaf_specs = placement.broadcast_prefix(j_in, tuple(args), _is_spec, "in_specs")
         placed = _place(tuple(args), [jax.sharding.NamedSharding(jmesh, s) for s in leaf_specs])
+        is_p = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
         src = lambda t: reproduce._tree_source(  # noqa: E731
-            jax.tree_util.tree_map(lambda s: PartitionSpec.from_jax(s), t, is_leaf=_is_spec),
-            spec_source) if not isinstance(t, jax.sharding.PartitionSpec) else spec_source(PartitionSpec.from_jax(t))
+            jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s), t, is_leaf=_is_spec),
+            spec_source, is_p)
         wrap = {"kind": "'shard_map'", "mesh": repr(reproduce._mesh_desc(jmesh)), "in_specs": src(j_in),
                 "out_specs": src(j_out), "check_vma": repr(bool(check_vma)),
                 "axis_names": repr(None if axis_names is None else tuple(axis_names))}
@@ -212,7 +213,8 @@ def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardi
         if ctx is not None:
             spec_of = lambda t: reproduce._tree_source(  # noqa: E731
                 jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s.spec), t,
-                                       is_leaf=placement.is_sharding), spec_source)
+                                       is_leaf=placement.is_sharding), spec_source,
+                lambda x: isinstance(x, PartitionSpec))
             wrap = {"kind": "'jit'", "mesh": repr(reproduce._mesh_desc(ctx)), "in_shardings": spec_of(j_in),
                     "out_shardings": spec_of(j_out)}
         return call, placed, wrap, ctx, "jit"

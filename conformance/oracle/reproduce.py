@@ -220,18 +220,21 @@ def locate(fn) -> tuple[str, str | None, str | None, str]:
     return file, module, root, name
 
 
-def _tree_source(tree, leaf) -> str:
-    """Python source rebuilding a pytree of tuples/lists/dicts/None whose leaves `leaf(x)` writes."""
+def _tree_source(tree, leaf, is_leaf=lambda x: False) -> str:
+    """Python source rebuilding a pytree of tuples/lists/dicts/None whose leaves `leaf(x)` writes
+    (`is_leaf(x)` marks leaves that are containers themselves, such as a PartitionSpec)."""
+    if is_leaf(tree):
+        return leaf(tree)
     if tree is None:
         return "None"
     if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
-        items = [_tree_source(t, leaf) for t in tree]
+        items = [_tree_source(t, leaf, is_leaf) for t in tree]
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
     if isinstance(tree, list):
-        return "[" + ", ".join(_tree_source(t, leaf) for t in tree) + "]"
+        return "[" + ", ".join(_tree_source(t, leaf, is_leaf) for t in tree) + "]"
     if isinstance(tree, dict):
         # in sorted key order, as JAX flattens a dict (leaf numbers follow it)
-        return "{" + ", ".join(f"{k!r}: {_tree_source(tree[k], leaf)}" for k in sorted(tree)) + "}"
+        return "{" + ", ".join(f"{k!r}: {_tree_source(tree[k], leaf, is_leaf)}" for k in sorted(tree)) + "}"
     return leaf(tree)
 
 
