@@ -313,9 +313,18 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     """
     from conformance.debug import region as R
 
-    staged = _program.build(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
-                            axis_names=axis_names, in_shardings=in_shardings, out_shardings=out_shardings,
-                            pmap_kwargs=pmap_kwargs, lowering_platforms=lowering_platforms)
+    kw = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma, axis_names=axis_names,
+              in_shardings=in_shardings, out_shardings=out_shardings, pmap_kwargs=pmap_kwargs)
+    note = None
+    try:
+        staged = _program.build(fn, args, lowering_platforms=lowering_platforms, **kw)
+    except NotImplementedError as e:
+        # no lowering rule on this platform (pbroadcast on CPU): GPU's lowering still shows the
+        # lowered stage; the compiled and executed stages then cannot run here
+        if lowering_platforms or "not found for platform" not in str(e):
+            raise
+        staged = _program.build(fn, args, lowering_platforms=("cuda",), **kw)
+        note = f"no lowering on this platform ({str(e).splitlines()[0]}); lowered for cuda instead."
     reg = None
     if pmap_kwargs is None and axis_names is None:
         try:
@@ -328,7 +337,10 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
 
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
-    return explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol)
+    exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol)
+    if note:
+        exp.notes.insert(0, note)
+    return exp
 
 
 def explain_case(case, **kw) -> Explanation:
