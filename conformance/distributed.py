@@ -232,7 +232,8 @@ class Job:
         diff = plan_mod.differences(theirs["identity"], mine, names=("on process 0", "here"))
         if theirs["identity"].get("shard") != mine.get("shard"):
             diff.append(f"shard: {theirs['identity'].get('shard')} on process 0, {mine.get('shard')} here")
-        missing = [c for c in theirs["cases"] if c not in set(case_ids)]
+        drawn = set(case_ids)
+        missing = [c for c in theirs["cases"] if c not in drawn]
         if diff or missing:
             why = "; ".join(diff) or (f"process 0 runs {missing[0]!r}, which this process did not draw (different "
                                       "hypothesis, NumPy or JAX versions?)")
@@ -380,6 +381,9 @@ class _Raise:
 
 class _Replay:
     """The XLA-side engine process 0 hands `run_task`: each case's assembled result, or its exception."""
+
+    # stage localisation reruns a failing case on the devices, which span every process here
+    can_explain = False
 
     def __init__(self, results: dict):
         self._results = results

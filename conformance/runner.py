@@ -101,7 +101,9 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
         out.details["shrunk"] = note
-        if repro is not None:  # which compiler stage introduced the difference (conformance.explain)
+        # which compiler stage introduced the difference (conformance.explain); an engine that cannot
+        # rerun a case here (the distributed run's: it needs every process) says so
+        if repro is not None and getattr(xla, "can_explain", True):
             from conformance.explain.summary import stage_of_reproducer
 
             out.details["stage"] = stage_of_reproducer(repro)

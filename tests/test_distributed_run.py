@@ -87,6 +87,12 @@ def test_collectives_suite_across_two_processes_agrees_and_reports_the_global_de
     assert (rep / "junit.xml").exists() and "process 1: ids" in (rep / "report.html").read_text()
     log1 = (rep / "logs" / "process-1.log").read_text()
     assert "joined: 8 devices over 2 processes" in log1 and "case #0 " in log1
+    # --resume: process 0 reads the finished cases and tells the others; nothing runs again
+    again = launch(RUN + ["--examples", "4", "--report", str(rep), "--case-timeout", "300", "--resume"])
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    after = [json.loads(line) for line in (rep / "results.jsonl").read_text().splitlines()]
+    assert [x for x in after if x["type"] == "case"] == cases
+    assert sum(x["type"] == "plan" for x in after) == 2 and after[-1]["ok"]
 
 
 def test_a_hanging_process_ends_the_run_naming_it_within_the_case_timeout(tmp_path):
