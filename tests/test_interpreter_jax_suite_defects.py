@@ -121,6 +121,21 @@ def test_grad_through_reduced_all_gather_consumes_unreduced_cotangent():
     np.testing.assert_array_equal(np.asarray(out), 2 * v)
 
 
+def test_grad_through_pcast_to_reduced():
+    # loss = psum_x(sum(pcast(v, 'y', to='reduced')**2)) sums every element's square once
+    # (v is replicated over y), so the gradient is 2 v, not 2 v times the size of y
+    jmesh, rmesh = _explicit((2, 2), ("x", "y"))
+    w = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+
+    @jax.shard_map(out_specs=JP(reduced={"y"}))
+    def loss(v):
+        r = jax.lax.pcast(v, "y", to="reduced")
+        return jax.lax.psum(jnp.sum(r * r), "x")
+
+    got = refsim.jit(jax.grad(loss), in_shardings=NamedSharding(rmesh, P("x", None)))(w)
+    np.testing.assert_array_equal(np.asarray(got), 2 * w)
+
+
 def test_fsdp_reduced_weights_gradient_matches_xla():
     jmesh, rmesh = _explicit((2,), ("x",))
     rng = np.random.default_rng(1)
