@@ -14,7 +14,8 @@ ends the run with a message naming it within the case timeout (`DistributedRunEr
 watchdog in every process).
 
 Only suites of programs (collectives, programs) run distributed: the layouts, errors and
-mpmd suites check single-process behaviour. A pmap case runs on the process that owns all
+mpmd suites check single-process behaviour (and so do the corpus checks of the programs suite,
+reported "unsupported"). A pmap case runs on the process that owns all
 its devices; one whose devices span processes is "unsupported" (not run): multi-process
 `jax.pmap` takes each process's own rows, not the case's global arguments. Cross-process
 collectives are checked through shard_map, which the collectives suite draws for every one.
@@ -179,8 +180,11 @@ class Job:
                 self._watchdog.arm(n, task.case_id)
                 self._maybe_fault(n)
                 if not isinstance(task, base.ProgramTask):
-                    raise DistributedRunError(f"case {task.case_id} of suite {task.suite!r} cannot run distributed; "
-                                              f"--distributed runs the suites {', '.join(DISTRIBUTED_SUITES)}.")
+                    # a check (e.g. a corpus program against its NumPy reference) runs in one process
+                    if self.is_coordinator:
+                        yield _single_process_check(task)
+                    self._finished(n)
+                    continue
                 if entry is not None and entry.crash:  # not run anywhere
                     if self.is_coordinator:
                         yield runner.run_task(task, None, entry, **opts)
@@ -293,6 +297,15 @@ class Job:
             if self._log is not None:
                 self._log.close()
             xdist.shutdown()
+
+
+def _single_process_check(task):
+    from conformance.results import CaseResult
+
+    return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                      status="unsupported", examples=0, message=(
+                          "not run: a check case (not a program whose shards can be gathered) runs in a single "
+                          "process; run it without --distributed"))
 
 
 def _spanning_pmap(task, variants):
