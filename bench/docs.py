@@ -3,9 +3,11 @@
     python -m bench --json figures.jsonl [--against ../base]      # measure
     python -m bench.docs figures.jsonl --out docs/performance.md  # render
 
-`render(records)` turns the records of one run (the `machine` record first, then each
-part's) into the page: the machine and commit that produced them, the targets, and one
-table per part with what it measures. Parts missing from the run are said to be missing.
+`render(records)` turns the records of one or more runs (each starts with its `machine`
+record) into the page: the machine and commit of every run used, the targets, and one table
+per part with what it measures. Each part is taken from the last run that measured it (so a
+long part may be run on its own: `python -m bench --parts conformance --json f.jsonl`, then
+the others into the same file). Parts no run measured are said to be missing.
 """
 from __future__ import annotations
 
@@ -217,41 +219,69 @@ SECTIONS = (("throughput", "Throughput: many distinct small programs", ("through
             ("stablehlo", "StableHLO interpretation beside jaxpr interpretation", ("stablehlo",), _stablehlo))
 
 
+def _runs(records: list[dict]) -> list[list[dict]]:
+    """The records split into runs, each starting at its `machine` record."""
+    runs: list = []
+    for r in records:
+        if r.get("bench") == "machine" or not runs:
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
 def render(records: list[dict]) -> str:
-    """The Markdown page for one run's records."""
-    machine = next((r for r in records if r.get("bench") == "machine"), {})
-    quick = any(r.get("quick") for r in records if r.get("bench") == "target")
-    out = [TITLE, "", INTRO, "", RERUN, "", "## The run these figures come from", "", _machine(machine), "",
-           "The machine is shared with other engineers' jobs, so absolute times are noisy (compare the "
-           "load average with the 2 cores); both sides of every comparison ran under the same load, "
-           "interleaved, and the ratios are the figures to read."]
-    if quick:
-        out += ["", "**This run used `--quick`: sizes too small to judge any target.**"]
-    targets = [r for r in records if r.get("bench") == "target"]
+    """The Markdown page for the records of one or more runs (each part from the last run that has it)."""
+    runs = _runs(records)
+    chosen: dict = {}  # section key -> index of the run its records come from
+    for key, _title, kinds, _fn in SECTIONS:
+        for i, run in enumerate(runs):
+            if any(r.get("bench") in kinds for r in run):
+                chosen[key] = i
+    used = sorted(set(chosen.values())) or [len(runs) - 1]
+    machines = [next((r for r in runs[i] if r.get("bench") == "machine"), {}) for i in used]
+    out = [TITLE, "", INTRO, "", RERUN, "", "## The runs these figures come from", ""]
+    for n, (i, m) in enumerate(zip(used, machines), 1):
+        parts = [key for key, k in chosen.items() if k == i]
+        out += [f"Run {n} ({', '.join(parts) or 'no parts'}):", "", _machine(m), ""]
+    out.append("The machine is shared with other engineers' jobs, so absolute times are noisy (compare the "
+               "load average with the cores); both sides of every comparison ran under the same load, "
+               "interleaved, and the ratios are the figures to read.")
+    if any(r.get("quick") for run in (runs[i] for i in used) for r in run if r.get("bench") == "target"):
+        out += ["", "**A run used `--quick`: sizes too small to judge any target.**"]
+    targets: dict = {}
+    for i in used:
+        for t in runs[i]:
+            if t.get("bench") == "target":
+                targets[t["target"]] = t
     if targets:
         out += ["", "## Targets", "",
                 _md_table(["target", "measured", "met"],
-                          [(t["target"], t["measured"], "yes" if t["met"] else "**no**") for t in targets])]
+                          [(t["target"], t["measured"], "yes" if t["met"] else "**no**") for t in targets.values()])]
     for n, (key, title, kinds, fn) in enumerate(SECTIONS, 1):
-        recs = [r for r in records if r.get("bench") in kinds]
         out += ["", f"## {n}. {title}", "", NOTES[key], ""]
-        out.append(fn(recs) if recs else f"Not measured in this run (`python -m bench --parts {key}`).")
+        if key in chosen:
+            recs = [r for r in runs[chosen[key]] if r.get("bench") in kinds]
+            run_no = used.index(chosen[key]) + 1
+            out.append((f"(Run {run_no}.)\n\n" if len(used) > 1 else "") + fn(recs))
+        else:
+            out.append(f"Not measured in these runs (`python -m bench --parts {key}`).")
     return "\n".join(out).rstrip() + "\n"
 
 
-def load(path: str) -> list[dict]:
-    """The records of the last run in a JSON-lines file (a run starts at its `machine` record)."""
-    with open(path) as fh:
-        recs = [json.loads(line) for line in fh if line.strip().startswith("{")]
-    starts = [i for i, r in enumerate(recs) if r.get("bench") == "machine"]
-    if not starts:
-        raise ValueError(f"{path} has no 'machine' record: write it with `python -m bench --json {path}`.")
-    return recs[starts[-1]:]
+def load(paths) -> list[dict]:
+    """Every record of the JSON-lines files, in order (a run starts at its `machine` record)."""
+    recs: list = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        with open(path) as fh:
+            recs += [json.loads(line) for line in fh if line.strip().startswith("{")]
+    if not any(r.get("bench") == "machine" for r in recs):
+        raise ValueError(f"{paths} has no 'machine' record: write it with `python -m bench --json FILE`.")
+    return recs
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.docs", description=__doc__.splitlines()[0])
-    ap.add_argument("figures", help="JSON lines written by `python -m bench --json FILE`")
+    ap.add_argument("figures", nargs="+", help="JSON lines written by `python -m bench --json FILE` (one or more)")
     ap.add_argument("--out", help="write the page here (default: stdout)")
     args = ap.parse_args(argv)
     try:

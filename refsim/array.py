@@ -323,7 +323,7 @@ class _Layout:
     position: dict  # device id -> row-major mesh position
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # a 65536-device layout holds a few MiB of index tuples
 def _stacked_layout(sharding: NamedSharding, shape: tuple) -> _Layout:
     """Device ids, indices and replica ids of `sharding` for `shape`, computed once with NumPy.
 

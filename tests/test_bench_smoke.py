@@ -229,11 +229,11 @@ def test_docs_page_renders_every_part_from_records(tmp_path):
     out = tmp_path / "perf.md"
     assert bench_docs.main([str(path), "--out", str(out)]) == 0
     page = out.read_text()
-    assert "| commit | `abc123` |" in page and "`old`" not in page  # the last run only
+    assert "| commit | `abc123` |" in page and "`old`" not in page  # runs that measured nothing are left out
     assert "| refsim (trace + interpret) | 20.0/s (16.7–25.0) | 500.0 ms (400–600 ms) | – |" in page
     assert "**10.0×** (per pass: 9.0, 10.0, 11.0)" in page
     assert "| refsim >= 10x | 10.0x | yes |" in page
-    assert "Not measured in this run (`python -m bench --parts scaling`)." in page
+    assert "Not measured in these runs (`python -m bench --parts scaling`)." in page
     assert "```python" not in page  # the docs runner executes python blocks; this page has none
     assert bench_docs.main([str(tmp_path / "missing.jsonl")]) == 2
 
@@ -309,3 +309,17 @@ def test_stablehlo_part_times_lowered_and_compiled_modules():
     assert by["pbroadcast_from_source"]["status"].startswith("not lowered")
     assert by["summary"]["timed"] == 1 and by["summary"]["programs"] == 2
     stablehlo.show(recs)
+
+
+def test_docs_page_takes_each_part_from_the_last_run_that_measured_it():
+    def machine(c):
+        return dict(bench="machine", commit=c, date="d", host="h", cpu="c", cores=2, memory_gib=1,
+                    load_average=[0, 0, 0], python="3", numpy="2", jax="0")
+    bw = dict(bench="bandwidth", op="psum", layout="8", devices=8, mib=64, seconds=0.01, copyto_seconds=0.02,
+              ratio_to_copyto=0.5, bytes_moved=1)
+    recs = [machine("first"), dict(bw, ratio_to_copyto=9.0),
+            machine("second"), bw,
+            machine("third"), dict(bench="target", target="t", measured="m", met=False, quick=False)]
+    page = bench_docs.render(recs)
+    assert "`second`" in page and "`first`" not in page and "| psum | 0.5× (10.0 ms) |" in page
+    assert "`third`" not in page  # its only record is a target, not a part
