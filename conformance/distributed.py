@@ -59,7 +59,10 @@ class _Leaf:
 
 # -- device ids -----------------------------------------------------------------------------------
 def remap_case(case, ids: list):
-    """`case` with logical device id k replaced by ``ids[k]`` in its mesh and shardings (same case id)."""
+    """`case` with logical device id k replaced by ``ids[k]`` in its mesh and shardings.
+
+    The remapped case names the platform's ids (in its description, mismatches and reproducer);
+    the task keeps the plan's case id, so reports of every run of the plan line up."""
     if list(ids) == list(range(len(ids))):
         return case
     from refsim.layouts.mesh import Mesh

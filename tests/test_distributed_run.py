@@ -139,3 +139,24 @@ def test_distributed_outside_a_job_says_how_to_start_one():
     r = subprocess.run(RUN + ["--examples", "1"], capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "needs a jax.distributed job" in r.stderr and "python -m xla_backend launch" in r.stderr
+
+
+def test_remap_case_puts_platform_ids_in_every_mesh():
+    import numpy as np
+
+    from conformance.cases import Program
+    from conformance.distributed import remap_case
+    from refsim import Mesh, NamedSharding, PartitionSpec as P
+
+    ids = [0, 1, 2, 3, 2048, 2049, 2050, 2051]  # jax.devices() of 2 CPU processes x 4 devices
+    a = Mesh((2, 2), ("x", "y"), device_ids=np.array([[5, 1], [4, 0]]))
+    b = Mesh((4,), ("x",), device_ids=np.array([7, 6, 2, 3]))
+    case = Program("move", "def f(a):\n    return a\n", "device_put", a, (np.arange(8.0).reshape(4, 2),),
+                   in_shardings=(NamedSharding(a, P("x", "y")),), out_shardings=NamedSharding(b, P("x")))
+    got = remap_case(case, ids)
+    assert got.args is case.args and "ids [[2049, 1], [2048, 0]]" in got.describe()
+    assert np.asarray(got.mesh.device_ids).tolist() == [[2049, 1], [2048, 0]]
+    assert np.asarray(got.in_shardings[0].mesh.device_ids).tolist() == [[2049, 1], [2048, 0]]
+    assert np.asarray(got.out_shardings.mesh.device_ids).tolist() == [2051, 2050, 2, 3]
+    assert got.in_shardings[0].spec == P("x", "y") and got.out_shardings.spec == P("x")
+    assert remap_case(case, list(range(8))) is case  # one process: ids are already the platform's
