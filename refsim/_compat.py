@@ -497,3 +497,33 @@ def gspmd_lowering():
     from jax._src import config
 
     return config.use_shardy_partitioner(False)
+
+
+# --- eager shard_map: per-device avals with a manual-axis type ---------------------------------
+
+def aval_mat(aval):
+    """An aval's manual-axis type (`core.ManualAxisType`: varying / unreduced / reduced), or None."""
+    return getattr(aval, "manual_axis_type", None) or getattr(aval, "mat", None)
+
+
+def aval_with_mat(aval, sharding, varying):
+    """`aval` on `sharding` (a manual abstract mesh), varying over `varying` (jax 0.10 … 0.12:
+    `ShapedArray.update(sharding=..., manual_axis_type=ManualAxisType(varying=...))`)."""
+    from jax._src import core
+
+    return aval.update(sharding=sharding, manual_axis_type=core.ManualAxisType(varying=frozenset(varying)))
+
+
+def outside_any_trace() -> bool:
+    """True when no JAX transformation is tracing (the caller runs eagerly)."""
+    from jax._src import core
+
+    return core.trace_state_clean()
+
+
+def check_vma_context(check: bool):
+    """The `config._check_vma` context jax.shard_map traces its body under (it turns on the
+    varying-axes type rules of every primitive's abstract evaluation)."""
+    from jax._src import config
+
+    return config._check_vma(bool(check))

@@ -248,21 +248,40 @@ def test_pmap_in_axes_prefix_error_names_the_argument_as_jax_does():
     assert "different lengths of tuple" in str(want.value) and "different lengths of tuple" in str(got.value)
 
 
-# --- item 8: Python control flow on a collective's result -------------------------------------
+# --- item 8: Python control flow on a collective's result (eager shard_map) --------------------
 
-def test_python_control_flow_on_collectives_raises_jax_error_with_the_fix():
+def test_eager_shard_map_branches_on_invariant_collective_results():
     mesh = Mesh((4,), ("x",))
 
-    def eager_only(x):
+    def eager_only(x):  # 0+1+2+3 = 6 > 0: the same Python value on every device
         return x * (1.0 if jax.lax.psum(jax.lax.axis_index("x"), "x") > 0 else -1.0)
 
-    with pytest.raises(jax.errors.ConcretizationTypeError) as err:
-        refsim.shard_map(eager_only, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones(4, np.float32))
-    assert any("jax.lax.cond" in n for n in getattr(err.value, "__notes__", []))
+    x = np.arange(4.0, dtype=np.float32)
+    out = refsim.shard_map(eager_only, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(x)
+    np.testing.assert_array_equal(np.asarray(out), x)
+    assert out.info["independent"]
 
-    def traced(x):  # the same decision written for tracing: 0+1+2+3 = 6 > 0 on every device
-        s = jax.lax.psum(jax.lax.axis_index("x"), "x")
-        return x * jax.lax.cond(s > 0, lambda: 1.0, lambda: -1.0)
+    def halve_until_small(x):  # a Python while loop on a pmax: 7 -> 3.5 -> 1.75 -> 0.875
+        n = 0
+        while jax.lax.pmax(x.max(), "x") > 1:
+            x, n = x / 2, n + 1
+        return jax.lax.psum(x, "x"), jnp.float32(n)
 
-    out = refsim.shard_map(traced, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.arange(4.0, dtype=np.float32))
-    np.testing.assert_array_equal(np.asarray(out), [0.0, 1.0, 2.0, 3.0])
+    total, n = refsim.shard_map(halve_until_small, mesh=mesh, in_specs=P("x"), out_specs=(P(), P()))(
+        np.arange(8.0, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(n), 3.0)
+    np.testing.assert_array_equal(np.asarray(total), np.array([12.0, 16.0]) / 8)  # [0+2+4+6, 1+3+5+7] / 8
+    jmesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,))
+    want = jax.shard_map(halve_until_small, mesh=jmesh, in_specs=JP("x"), out_specs=(JP(), JP()))(
+        np.arange(8.0, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(total), np.asarray(want[0]))
+
+
+def test_eager_shard_map_rejects_branching_on_a_device_varying_value():
+    mesh = Mesh((4,), ("x",))
+
+    def bad(x):  # each device's sum differs: no single Python value (JAX raises the same)
+        return x * (1.0 if x.sum() > 0 else -1.0)
+
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        refsim.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.arange(4.0, dtype=np.float32))

@@ -285,11 +285,15 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
         try:
             closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
+            if _compat.outside_any_trace():
+                # As eager jax.shard_map: run the body op by op (refsim's rules), so Python may
+                # branch on values the type says are the same on every device.
+                return _run_eager(f, args, rmesh, tmesh, in_specs, out_specs, check_vma, axis_names,
+                                  _with_intermediates(_new_extra(fallback, strict), intermediates, rmesh))
             e.add_note(
-                "refsim.shard_map traces the function to a jaxpr before evaluating it (as "
-                "jax.jit(jax.shard_map(...)) does), so Python control flow on a traced value, such as "
-                "`if psum(...) > 0`, cannot run there even where eager jax.shard_map allows it; use "
-                "jax.lax.cond / jnp.where instead (docs/interpreter.md, 'Eager shard_map').")
+                "refsim.shard_map was called inside a JAX trace, where it cannot fall back to eager "
+                "op-by-op evaluation, so Python control flow on a traced value (`if psum(...) > 0`) "
+                "cannot run; use jax.lax.cond / jnp.where (docs/interpreter.md, 'Eager shard_map').")
             raise
         extra = _with_intermediates(_new_extra(fallback, strict), intermediates, rmesh)
         outs = _evaluate_outputs(closed, flat, rmesh, extra)
@@ -298,6 +302,43 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
     wrapped.__name__ = getattr(f, "__name__", "shard_map")
     wrapped.__wrapped__ = f
     return wrapped
+
+
+def _spec_leaves(specs, tree, what: str) -> list:
+    """`specs` (a spec or a pytree prefix of specs) broadcast over the leaves of `tree`."""
+    import jax
+
+    out: list = []
+    jax.tree_util.tree_map(lambda sp, sub: out.extend([sp] * len(jax.tree_util.tree_leaves(sub))),
+                           specs, tree, is_leaf=_is_spec)
+    return out
+
+
+def _run_eager(f, args, rmesh: Mesh, tmesh, in_specs, out_specs, check_vma, axis_names, extra):
+    """`refsim.shard_map` evaluated op by op (refsim/interpreter/eager.py); Arrays as the traced path."""
+    import jax
+
+    from refsim.interpreter import eager
+
+    manual = frozenset(rmesh.axis_names if axis_names is None else axis_names)
+    flat, tree = jax.tree_util.tree_flatten(args)
+    specs = [S.as_refsim_spec(s) for s in _spec_leaves(
+        tuple(in_specs) if isinstance(in_specs, list) else in_specs, tuple(args), "in_specs")]
+    manual_mesh = tmesh.update_axis_types({n: jax.sharding.AxisType.Manual for n in manual})
+    stacked = [_stacked_input(x, rmesh, sp) for x, sp in zip(flat, specs)]
+    avals = [eager.local_aval(x, rmesh.ndim, sp, manual_mesh, check_vma) for x, sp in zip(stacked, specs)]
+    outs, out_tree = eager.run(lambda *xs: f(*jax.tree_util.tree_unflatten(tree, xs)), stacked, avals,
+                               mesh=rmesh, tracing_mesh=tmesh, manual_axes=manual, check=check_vma, extra=extra)
+    out_specs_flat = [S.as_refsim_spec(s) for s in _spec_leaves(out_specs, jax.tree_util.tree_unflatten(
+        out_tree, outs), "out_specs")]
+    info = _info(extra)
+    res = []
+    for y, spec in zip(outs, out_specs_flat):
+        S.check_replicated(y, rmesh, spec, manual - spec.unreduced, f"shard_map out_specs {spec!r}",
+                           extra["replication"], extra["strict"])
+        res.append(_partials_array(y, rmesh, spec, info) if spec.unreduced
+                   else Array.from_stacked(y, rmesh, spec, info=info))
+    return jax.tree_util.tree_unflatten(out_tree, res)
 
 
 def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
