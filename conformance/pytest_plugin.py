@@ -85,8 +85,14 @@ def pytest_runtest_protocol(item, nextitem):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    result = yield
     s = _ORACLE["session"]
+    try:
+        result = yield
+    except BaseException:
+        # the test failed on its own; the oracle's disagreements are shown next to its error
+        for err in (s.pop_failures(item.nodeid) if s is not None else ()):
+            item.add_report_section("call", "conformance oracle", str(err))
+        raise
     if s is not None:
         failures = s.pop_failures(item.nodeid)
         if failures:

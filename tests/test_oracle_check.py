@@ -216,3 +216,29 @@ def planted_fault():
         finally:
             default[prim] = saved
     return faults.Fault("mul_squared", "mul returns its product squared", patch=patch)
+
+
+def test_oracle_records_a_disagreement_even_when_the_inputs_were_donated(tmp_path):
+    import warnings
+
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session(repro_dir=str(tmp_path))
+    session.context = "donation"
+    intercept.install(session)
+    try:
+        step = jax.jit(jax.shard_map(shift, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y")),
+                       donate_argnums=0)
+        x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+        with faults.inject("ppermute_pairs_reversed"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")            # XLA:CPU may decline the donation
+            step(x)
+    finally:
+        intercept.uninstall()
+    (rec,) = session.calls
+    assert rec["outcome"] == "disagree" and rec["policy"] == ["exact"]
+    (err,) = session.pop_failures("donation")
+    assert isinstance(err, conformance.ConformanceError)
+    # `step` is a local, so no reproducer; the disagreement itself is reported all the same
+    assert err.repro_path is None and "no reproducer" in str(err) and "values differ" in str(err)

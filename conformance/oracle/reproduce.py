@@ -307,6 +307,9 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     leaves = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     arrays: dict[str, np.ndarray] = {}
     for i, x in enumerate(leaves):
+        if getattr(x, "is_deleted", lambda: False)():
+            raise NotReproducible(f"argument leaf {i} was donated to the call (deleted); check without "
+                                  "donate_argnums to get a reproducer.")
         a = np.asarray(x)
         if a.dtype == object:
             raise NotReproducible(f"argument leaf {i} is a {type(x).__name__}, not an array; pass arrays "

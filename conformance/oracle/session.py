@@ -67,7 +67,10 @@ class Session:
             rec = self._record(name, entry, "agree" if res.ok else "disagree", policy=res.policies,
                                overhead=overhead, xla=t2 - t1)
             if not res.ok:
-                path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
+                try:
+                    path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
+                except Exception as e:  # noqa: BLE001 - the disagreement is recorded either way
+                    path, note = None, f"no reproducer: {type(e).__name__}: {e}"
                 res.repro_path = path
                 rec["repro"] = path
                 err = chk.ConformanceError(res, note)
