@@ -108,3 +108,9 @@ def test_cli_check_bad_script_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "does not exist" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_check_without_a_script_is_one_line_and_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "conformance", "check"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "missing SCRIPT.py" in proc.stderr and "Traceback" not in proc.stderr

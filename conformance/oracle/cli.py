@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     ap = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(not a.startswith("-") for a in argv):
+        ap.error("missing SCRIPT.py, the Python script to run")
     args = ap.parse_args(argv)
     if not os.path.isfile(args.script):
         ap.error(f"script {args.script!r} does not exist; pass the path of a Python file")
