@@ -32,11 +32,17 @@ def targets(results: dict) -> list[tuple]:
         v = r["ratio_refsim_over_xla"]
         rows.append(("refsim >= 10x XLA programs/s (small-program corpus, medians)", f"{v:.1f}x", v >= 10))
     if "conformance" in results:
-        sp = next((x for x in results["conformance"] if x.get("bench") == "conformance_speedup"), None)
-        if sp is not None:
-            rows.append(("conformance run >= 2x the baseline's examples/s (cold cache)",
-                         f"{sp['cold_over_baseline']:.2f}x (rerun {sp['rerun_over_baseline']:.2f}x)",
-                         sp["cold_over_baseline"] >= 2))
+        side = {x["variant"]: x for x in results["conformance"] if x.get("bench") == "conformance_side_by_side"}
+        if {"baseline", "cold", "rerun"} <= set(side):
+            # Each run takes minutes, so load can change between the variants of one pass: the
+            # target counts as met only if every pass reaches it, not just the ratio of medians.
+            base = side["baseline"]["examples_per_s_each"]
+            for v in ("cold", "rerun"):
+                per = [c / b for c, b in zip(side[v]["examples_per_s_each"], base)]
+                med = side[v]["examples_per_s"] / side["baseline"]["examples_per_s"]
+                rows.append((f"conformance run >= 2x the baseline's examples/s ("
+                             + ("cold compilation cache" if v == "cold" else "rerun on the same machine") + ")",
+                             f"{med:.2f}x (per pass: {', '.join(f'{x:.2f}x' for x in per)})", min(per) >= 2))
     if "overhead" in results:
         for r in results["overhead"]:
             if r["engine"] == "refsim" and r["devices"] == 16384:
@@ -53,8 +59,8 @@ def targets(results: dict) -> list[tuple]:
             if r["devices"] == 65536 and r["mib"] == 64:
                 rows.append(("65536 devices, 64 MiB, read back: repeated call <= 1 s", C.fmt_seconds(r["seconds"]),
                              r["seconds"] <= 1.0))
-                rows.append(("  first call <= 2 s", C.fmt_seconds(r["first_s"]), r["first_s"] <= 2.0))
-                rows.append(("  peak RSS above baseline <= 3x data", f"{r['rss_above_baseline'] / data:.2f}x",
+                rows.append(("65536 devices, 64 MiB: first call <= 2 s", C.fmt_seconds(r["first_s"]), r["first_s"] <= 2.0))
+                rows.append(("65536 devices, 64 MiB: peak RSS above baseline <= 3x data", f"{r['rss_above_baseline'] / data:.2f}x",
                              r["rss_above_baseline"] <= 3 * data))
         for r in [r for r in results["scaling"] if r["engine"] == "refsim" and r["devices"] >= 16384]:
             rows.append((f"{r['devices']} devices runs and is correct ({r['mib']:g} MiB)", r.get("status"),

@@ -20,9 +20,9 @@ from bench import _common as C
 TITLE = "# Performance: refsim against XLA:CPU"
 
 INTRO = """refsim is meant to be a fast CI oracle that scales past what XLA:CPU can simulate. The
-benchmarks in `bench/` measure that side by side, on the same programs, in one run. This page
-is generated from one run's JSON lines by `python -m bench.docs`; every figure below comes from
-that file."""
+benchmarks in `bench/` measure that side by side, on the same programs. This page is generated
+by `python -m bench.docs` from the JSON lines of the bench runs listed below; every figure comes
+from those files, none is typed by hand."""
 
 RERUN = """## Rerun
 
@@ -30,6 +30,7 @@ RERUN = """## Rerun
 git worktree add ../base <older-commit>                   # the baseline of the conformance part
 python -m bench --json figures.jsonl --against ../base    # every part (about 25 min on 2 cores)
 python -m bench.docs figures.jsonl --out docs/performance.md
+python -m bench.docs docs/performance-figures.jsonl --out docs/performance.md   # this page, again
 python -m bench --quick                                   # tiny sizes: checks the code paths only
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
 ```
@@ -64,10 +65,10 @@ compiled executable on device-resident input, output fetched.""",
 `all_gather` (tiled, over y) → `psum` (over x) on one float32 array laid out `P('x', 'y')` over an
 X×Y mesh, the result (`P(None, 'y')`) read back with `np.asarray` and checked against a direct
 NumPy computation. Peak RSS is above the process's RSS just before the first call, relative to
-the array's bytes. XLA:CPU runs up to 256 devices here: its all_to_all rendezvous never completes
-at 1024 devices ("Expected 32 threads to join the rendezvous, but only 7 of them arrived") and it
-refuses more than 2048 devices in one process ("Multiprocess computations aren't implemented on
-the CPU backend").""",
+the array's bytes. XLA:CPU runs up to 256 devices here (`bench.scaling.XLA_DEVICES`): in earlier
+runs its all_to_all rendezvous never completed at 1024 devices ("Expected 32 threads to join the
+rendezvous, but only 7 of them arrived") and it refused more than 2048 devices in one process
+("Multiprocess computations aren't implemented on the CPU backend"); `--xla-devices` retries them.""",
     "bandwidth": """Each collective as its own `refsim.shard_map` program: NumPy in, `np.asarray` of the result out,
 divided by `np.copyto` of the bytes it must move (the larger of its global input and output),
 timed in interleaved passes. 1-D meshes lay the array out `P('i')`; the 64×64 mesh `P('x', 'y')`.
@@ -132,9 +133,16 @@ def _conformance(recs: list) -> str:
                      f"{r['examples_per_s']:.1f} ({rates})", walls))
     text = _md_table(["variant", "commit", "workers", "cases", "examples", "examples/s, median (each pass)",
                       "wall s (each pass)"], rows)
+    by = {r["variant"]: r for r in side}
+    per = {v: [c / b for c, b in zip(by[v]["examples_per_s_each"], by["baseline"]["examples_per_s_each"])]
+           for v in ("cold", "rerun") if v in by and "baseline" in by}
     text += (f"\n\n**This commit: {sp['cold_over_baseline']:.2f}× the baseline's examples/s on a cold cache, "
-             f"{sp['rerun_over_baseline']:.2f}× on a rerun** (suite `{sp['suite']}`, `--examples {sp['examples']}`, "
-             f"`--seed {sp['seed']}`, {side[0]['passes']} interleaved passes).")
+             f"{sp['rerun_over_baseline']:.2f}× on a rerun** (ratios of medians; suite `{sp['suite']}`, "
+             f"`--examples {sp['examples']}`, `--seed {sp['seed']}`, {side[0]['passes']} interleaved passes). "
+             "Per pass (each variant against the baseline run just before it): "
+             + "; ".join(f"{v} {', '.join(f'{x:.2f}×' for x in xs)}" for v, xs in per.items())
+             + ". A run takes minutes, so the load can change between the variants of one pass; "
+             "where the per-pass ratios differ widely, the lowest is the conservative figure.")
     for r in side:
         ph = r.get("phases") or {}
         total = sum(ph.values())
@@ -248,15 +256,17 @@ def render(records: list[dict]) -> str:
                "interleaved, and the ratios are the figures to read.")
     if any(r.get("quick") for run in (runs[i] for i in used) for r in run if r.get("bench") == "target"):
         out += ["", "**A run used `--quick`: sizes too small to judge any target.**"]
-    targets: dict = {}
-    for i in used:
-        for t in runs[i]:
-            if t.get("bench") == "target":
-                targets[t["target"]] = t
-    if targets:
+    # The targets are judged again here from the chosen parts' records (bench.__main__.targets),
+    # so a page that combines runs judges each target on the run its part came from.
+    from bench.__main__ import targets as judge
+
+    results = {key: [r for r in runs[i] if r.get("bench") in kinds]
+               for key, _t, kinds, _f in SECTIONS for k2, i in chosen.items() if k2 == key}
+    rows = judge(results)
+    if rows:
         out += ["", "## Targets", "",
                 _md_table(["target", "measured", "met"],
-                          [(t["target"], t["measured"], "yes" if t["met"] else "**no**") for t in targets.values()])]
+                          [(t.strip(), m, "yes" if ok else "**no**") for t, m, ok in rows])]
     for n, (key, title, kinds, fn) in enumerate(SECTIONS, 1):
         out += ["", f"## {n}. {title}", "", NOTES[key], ""]
         if key in chosen:
