@@ -288,3 +288,18 @@ def test_xla_cpu_pmax_ignoring_nan_is_found_without_an_entry_and_expected_with_i
     assert entry.signature == "model(xla-cpu-max-min)"
     listed = runner.run_task(task, None, entry, shrink_seconds=0)
     assert listed.status == "xfail" and listed.message.startswith("expected failure model(xla-cpu-max-min)")
+
+
+def test_strict_xfails_fails_the_run_on_stale_and_too_broad_entries(tmp_path, monkeypatch):
+    task = base.group_tasks("collectives", [_psum_call()], seed=0, variants=1)[0]
+    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: [task])
+    xf = tmp_path / "xf.txt"
+    xf.write_text("psum[* mismatch(any): listed although it agrees\n")
+    lax_run = runner.run(suite="collectives", progress=False, xfails=str(xf))
+    assert lax_run.ok and [r.status for r in lax_run.results] == ["xpass"]
+    assert lax_run.summary["too_broad_xfails"][0].startswith("psum[* (")
+    strict = runner.run(suite="collectives", progress=False, xfails=str(xf), strict_xfails=True)
+    assert not strict.ok
+    assert strict.summary["strict_xfail_problems"] == [task.case_id] + strict.summary["too_broad_xfails"]
+    (row,) = strict.summary["xfail_entries"]
+    assert (row["signature"], row["cases"], row["xpass"]) == ("mismatch(any)", 1, 1)
