@@ -20,8 +20,8 @@ _GPU = "GPU-only (cuDNN / cuBLAS-Lt custom call): no CPU lowering to compare aga
 _FOREIGN = ("runs foreign code (FFI kernel, serialized StableHLO, TPU custom call): no JAX-level "
             "semantics to restate; use fallback=True")
 _SHAPE_POLY = "jax.export shape polymorphism (symbolic dimensions): refsim runs concrete shapes only"
-_RNG = ("XLA's RngBitGenerator / the experimental philox & threefry4x32 key impls: their bit "
-        "layouts are not reproduced, so rbg / unsafe_rbg / philox keys have no rule")
+_RNG = ("the experimental philox & threefry4x32 key impls and the legacy rng_uniform: their "
+        "bit layouts are not reproduced, so philox keys have no rule")
 _PALLAS_NAMES = ("add_dependency", "bitcast", "core_map", "delay", "dma_start", "dma_wait",
                  "get_barrier_semaphore", "get_global", "masked_load", "masked_swap", "matmul_acc_lhs",
                  "matmul_pop", "matmul_push_rhs", "multiple_of", "num_programs", "pack_elementwise",
@@ -47,7 +47,7 @@ REASONS: dict[str, str] = {
     **{n: _FOREIGN for n in ("ffi_call", "buffer_callback", "call_exported", "tpu_custom_call",
                               "custom_partitioning")},
     **{n: _SHAPE_POLY for n in ("dim_as_value", "dimension_size", "shape_assertion")},
-    **{n: _RNG for n in ("rng_bit_generator", "rng_uniform", "philox2x32", "philox4x32", "threefry4x32")},
+    **{n: _RNG for n in ("rng_uniform", "philox2x32", "philox4x32", "threefry4x32")},
     "check": ("jax.experimental.checkify's error check: checkify.checkify functionalizes it away; "
               "unfunctionalized it lowers to a host error callback refsim does not model"),
     "inspect_sharding": ("jax.debug.inspect_array_sharding: its callback receives the sharding XLA's "

@@ -45,12 +45,20 @@ def threefry2x32(k1, k2, x1, x2):
 
 # --- key representation ---------------------------------------------------------------
 
+_RBG = ("rbg", "unsafe_rbg")  # XLA RngBitGenerator impls (jax._src.random.rbg), key_shape (4,)
+
+
 def _check_impl(impl, where):
-    if impl.name != _THREEFRY:
+    if impl.name != _THREEFRY and impl.name not in _RBG:
         raise ValueError(
             f"{where}: PRNG impl {impl.name!r} has no refsim rule; refsim implements "
-            f"{_THREEFRY!r} (jax.random.key(seed) with the default jax_default_prng_impl)."
+            f"{(_THREEFRY,) + _RBG!r} (jax.random.key(seed, impl=...) or jax_default_prng_impl)."
         )
+
+
+def impl_name(keys: np.ndarray) -> str:
+    """The PRNG impl name of a refsim key array (its one structured field)."""
+    return keys.dtype.names[0]
 
 
 def key_words(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -79,15 +87,18 @@ def keys_from_jax(x) -> np.ndarray:
 
     impl = _compat.prng_impl_of(x.dtype)
     _check_impl(impl, "keys_from_jax")
+    if len(impl.key_shape) != 1:
+        raise ValueError(f"keys_from_jax: key_shape {impl.key_shape} is not 1-D.")
     data = np.ascontiguousarray(np.asarray(jax.random.key_data(x)))
     return data.view(_compat.key_numpy_dtype(impl))[..., 0]
 
 
 def keys_to_jax(keys: np.ndarray):
-    """refsim's structured key array as a JAX threefry key array."""
+    """refsim's structured key array as a JAX key array of the same impl."""
     import jax
 
-    return jax.random.wrap_key_data(np.ascontiguousarray(keys[_THREEFRY]), impl=_THREEFRY)
+    name = impl_name(keys)
+    return jax.random.wrap_key_data(np.ascontiguousarray(keys[name]), impl=name)
 
 
 # --- counters as JAX lays them out --------------------------------------------------------
@@ -197,21 +208,29 @@ def fold_in(keys, msgs):
 @register("random_seed")
 def random_seed_rule(ctx, seeds, *, impl):
     _check_impl(impl, "random_seed")
+    if impl.name in _RBG:
+        return rbg.seed(impl.name, seeds)
     return make_keys(*seed_words(seeds))
 
 
 @register("random_bits")
 def random_bits_rule(ctx, keys, *, bit_width, shape):
+    if impl_name(keys) in _RBG:
+        return rbg.random_bits(keys, ctx.nm, bit_width, shape)
     return random_bits(keys, bit_width, shape)
 
 
 @register("random_split")
 def random_split_rule(ctx, keys, *, shape):
+    if impl_name(keys) in _RBG:
+        return rbg.split(keys, ctx.nm, shape)
     return split(keys, shape)
 
 
 @register("random_fold_in")
 def random_fold_in_rule(ctx, keys, msgs):
+    if impl_name(keys) in _RBG:
+        return rbg.fold_in(keys, ctx.nm, np.asarray(msgs))
     keys, msgs = U.bcast_local_rank(ctx.nm, [keys, np.asarray(msgs)])
     return fold_in(keys, msgs)
 
@@ -226,7 +245,7 @@ def random_wrap_rule(ctx, base, *, impl):
 
 @register("random_unwrap")
 def random_unwrap_rule(ctx, keys):
-    return np.array(keys[_THREEFRY])
+    return np.array(keys[impl_name(keys)])
 
 
 @register("random_clone")
@@ -247,3 +266,6 @@ def iota_2x32_shape_rule(ctx, *, shape):
     hi, lo = _iota_2x32(tuple(shape))
     lead = (1,) * ctx.nm
     return [hi.reshape(lead + hi.shape), lo.reshape(lead + lo.shape)]
+
+
+from refsim.interpreter.rules import rbg  # noqa: E402  (rbg builds on the threefry helpers above)
