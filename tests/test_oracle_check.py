@@ -242,3 +242,30 @@ def test_oracle_records_a_disagreement_even_when_the_inputs_were_donated(tmp_pat
     assert isinstance(err, conformance.ConformanceError)
     # `step` is a local, so no reproducer; the disagreement itself is reported all the same
     assert err.repro_path is None and "no reproducer" in str(err) and "values differ" in str(err)
+
+
+# --- found by running JAX's own tests/shard_map_test.py under oracle mode (docs/oracle.md) ----
+
+def test_grad_of_a_shard_map_whose_jaxpr_has_a_literal_operand_is_checked():
+    # jit(grad(...)) of a shard_map: the jaxpr seeds the cotangent with `reshard 1.0`, a
+    # Literal operand; refsim used to fail hashing it ("refsim error").
+    mesh = jax.make_mesh((8,), ("x",), axis_types=(AxisType.Auto,))
+    f1 = jax.shard_map(lambda b: (b, jax.lax.psum(b, "x")), mesh=mesh, in_specs=P("x"),
+                       out_specs=(P("x"), P()))
+    g = jax.jit(jax.grad(lambda a: f1(a)[0].sum()))
+    x = np.arange(16, dtype=np.float32)
+    res = conformance.check(g, x)
+    assert res.ok and res.entry == "jit(shard_map)"
+    np.testing.assert_array_equal(np.asarray(g(x)), np.ones(16, np.float32))  # d sum / dx = 1
+
+
+def test_vmap_of_a_partially_manual_shard_map_keeps_the_explicit_batch_split():
+    # vmap over an Explicit-sharded dimension: out_specs name only 'model', the output type
+    # (and JAX) split dimension 0 over 'data' too; refsim used to leave it replicated.
+    mesh = jax.make_mesh((2, 2), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    f = jax.shard_map(lambda a: a, mesh=mesh, in_specs=P("model"), out_specs=P("model"))
+    g = jax.jit(jax.vmap(f))
+    x = jax.device_put(np.arange(16, dtype=np.int32).reshape(4, 4), NamedSharding(mesh, P("data", "model")))
+    assert g(x).sharding.spec == P("data", "model")                 # what JAX does
+    res = conformance.check(g, x)
+    assert res.ok and res.outputs[0].placement == "program" and res.outputs[0].max_abs_diff == 0

@@ -13,6 +13,7 @@ import contextlib
 from typing import Callable
 
 import numpy as np
+from jax.extend.core import Literal
 
 from refsim import _compat
 from refsim.array import Array, Shard, device_put
@@ -238,9 +239,15 @@ def _is_top_shard_map(jaxpr) -> bool:
         return False
     last = jaxpr.eqns[-1]
     produced = set(last.outvars)
-    return all(v in produced for v in jaxpr.outvars) and not any(
-        v in produced for e in jaxpr.eqns[:-1] for v in e.invars
+    # Literals (a constant operand such as grad's seed `reshard 1.0`) are unhashable and never
+    # produced by the shard_map: test only Vars for membership.
+    return all(_is_var(v) and v in produced for v in jaxpr.outvars) and not any(
+        _is_var(v) and v in produced for e in jaxpr.eqns[:-1] for v in e.invars
     )
+
+
+def _is_var(v) -> bool:
+    return not isinstance(v, Literal)
 
 
 def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = True, axis_names=None,
