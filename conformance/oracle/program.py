@@ -219,6 +219,25 @@ def _top_shard_map_mesh(closed, xla_outs):
     return None
 
 
+def _explicit_out_layout(var, mesh, manual: set):
+    """The layout a partially manual shard_map's output type states over Explicit axes.
+
+    out_specs name only the manual axes; an output split over an Explicit axis the shard_map
+    leaves automatic (vmap of a shard_map over an Explicit-sharded batch dimension: the type
+    reads ``i32[4@data,4@model]`` for ``out_specs=P(None, 'model')``) is laid out by its type,
+    as JAX lays it out. None when the type names no automatic axis."""
+    from refsim.layouts.named_sharding import NamedSharding
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    jspec = getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
+    if jspec is None:
+        return None
+    spec = PartitionSpec.from_jax(jspec)
+    if spec.unreduced or spec.reduced or not (set(spec.used_axes()) - manual):
+        return None
+    return NamedSharding(mesh, spec)
+
+
 def _same_layout(a, b, ndim: int) -> bool:
     return (getattr(a, "mesh", None) == getattr(b, "mesh", None)
             and a.spec.padded(ndim) == b.spec.padded(ndim))
@@ -248,8 +267,11 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
             by_var = api._run_top_shard_map(closed, args, mesh, extra)
             info = api._info(extra)
             outs = [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
+            manual = set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
             for k, arr in enumerate(outs):
                 s = stated[k] if stated is not None and k < len(stated) else None
+                if s is None:
+                    s = _explicit_out_layout(closed.jaxpr.outvars[k], mesh, manual)
                 if s is not None and not _same_layout(s, arr.sharding, arr.ndim):
                     # an enclosing jit's out_shardings lay the shard_map's result out anew
                     outs[k] = device_put(np.asarray(arr), s)
