@@ -15,6 +15,17 @@ def jax_version() -> tuple[int, ...]:
     return tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
 
+def unreduced_read_error(message: str) -> Exception:
+    """The error JAX raises when an unreduced array is read on the host (np.asarray,
+    jax.device_get): jax 0.10 raises NotImplementedError ("device_indices_map doesn't work
+    with unreduced"), jax 0.12 a JaxRuntimeError (INVALID_ARGUMENT from PjRt)."""
+    if jax_version() >= (0, 12):
+        import jax
+
+        return jax.errors.JaxRuntimeError(message)
+    return NotImplementedError(message)
+
+
 def no_trace_active() -> bool:
     """True when no JAX trace (jit, grad, vmap, make_jaxpr, ...) is active in this thread: a call
     made now is a top-level call (`jax._src.core.trace_state_clean`, jax 0.10 … 0.12)."""

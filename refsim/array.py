@@ -208,6 +208,16 @@ class Array:
         """The global value; ReplicationError if devices holding the same block disagree."""
         if copy is False:
             raise ValueError("refsim.Array assembles its global value, so np.asarray(arr, copy=False) cannot avoid a copy.")
+        unreduced = getattr(getattr(self._sharding, "spec", None), "unreduced", None)
+        if unreduced:  # JAX refuses to read partial sums as a global value; so does refsim
+            from refsim import _compat
+
+            raise _compat.unreduced_read_error(
+                f"cannot read a refsim.Array unreduced over mesh axes {sorted(unreduced)} "
+                f"(sharding {self._sharding!r}) as one global value: each device holds a partial "
+                "sum, and JAX refuses this read too. Reduce it first, e.g. "
+                "jax.reshard(x, P(...)) without unreduced inside refsim.jit, or read the partial "
+                "sums per device with x.addressable_shards.")
         if _stackable(self._sharding):
             value = self._assemble_stacked()
         else:
