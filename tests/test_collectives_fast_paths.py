@@ -2,8 +2,11 @@
 plans) against independent per-device loops, at sizes that take those paths."""
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from refsim import Mesh
 from refsim.collectives import alltoall, permute
@@ -151,3 +154,39 @@ def test_bench_runs_and_reports_ratios():
     rows = bench.run(1, [8], 1, "cpu")
     assert {r["op"] for r in rows} == {"psum", "all_gather", "all_to_all", "ppermute"}
     assert all(r["seconds"] >= 0 and r["copy_seconds"] > 0 for r in rows)
+
+
+@settings(deadline=None)
+@given(k=st.integers(2, 40), b=st.sampled_from([1, 2, 3, 4]), r=st.integers(1, 3),
+       dtype=st.sampled_from([np.int8, np.float16, np.float32, np.complex128]),
+       concat=st.integers(0, 1), area=st.integers(256, 1024),
+       grouping=st.sampled_from(["none", "blocks", "strided", "irregular"]), seed=st.integers(0, 2**16))
+def test_all_to_all_tiled_path_matches_naive_loop(k, b, r, dtype, concat, area, grouping, seed):
+    """The cache-blocked path on small arrays (its size threshold lowered, tiles of `area`
+    wide elements so several tiles and trimmed edge tiles occur) against the per-device loop."""
+    import naive_collectives as naive
+
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((k, k * b, r)) * 100).astype(dtype)
+    if grouping == "none" or k % 2:
+        grouping, groups = "none", None
+    else:
+        gs = k // 2
+        groups = {"blocks": np.arange(k).reshape(2, gs), "strided": np.arange(k).reshape(gs, 2).T,
+                  "irregular": rng.permutation(k).reshape(2, gs)}[grouping].tolist()
+    calls = []
+    orig = alltoall._tiled_copy
+
+    def spy(*a):
+        calls.append(a[1].shape)
+        return orig(*a)
+    wide = b * r * np.dtype(dtype).itemsize
+    with mock.patch.object(alltoall, "_SMALL", 0), mock.patch.object(alltoall, "_TILE_BYTES", area * wide), \
+            mock.patch.object(alltoall, "_tiled_copy", spy):
+        got = alltoall.all_to_all(x, mesh=Mesh((k,), ("i",)), axis_name=("i",), split_axis=0,
+                                  concat_axis=concat, axis_index_groups=groups)
+    mesh = Mesh((k,), ("i",))
+    want = naive.all_to_all(x, mesh, "i", 0, concat, groups)
+    assert_bits(got, want, f"k={k} b={b} r={r} {np.dtype(dtype)} concat={concat} {grouping}")
+    if grouping == "none" and concat == 0 and wide <= alltoall._WIDE_RUN and k >= 16:
+        assert calls, "the blocked path was not taken"
