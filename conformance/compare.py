@@ -217,7 +217,7 @@ class SumBound:
             for d, t in terms.items():
                 tr = t.astype(ref)
                 total = tr.sum(axis=0)
-                exact[d] = total / ref.type(divisor)
+                exact[d] = _divide_parts(total, divisor)
                 abs_sum[d] = np.abs(tr).sum(axis=0)
                 parts = (tr.real, tr.imag) if tr.dtype.kind == "c" else (tr,)
                 if integer:
@@ -606,6 +606,17 @@ def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
                                        f"{side} result outside {tol.describe()} "
                                        f"in {int(bad.sum())} of {bad.size} elements", bound, policy=why))
     return int(exact.sum())
+
+
+def _divide_parts(total: np.ndarray, divisor: int) -> np.ndarray:
+    """`total / divisor`, a complex total part by part: NumPy divides a complex by a real as a
+    complex division, which makes both parts NaN when one is (``(nan-1.5j) / 1`` is nan+nanj),
+    while a psum / pmean of complex values adds (and scales) the parts separately."""
+    if total.dtype.kind != "c":
+        return total / total.dtype.type(divisor)
+    out = np.empty_like(total)
+    out.real, out.imag = total.real / divisor, total.imag / divisor
+    return out
 
 
 def _sum_ok(data, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:

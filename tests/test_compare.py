@@ -123,6 +123,20 @@ def test_nan_in_a_sum_must_stay_nan():
     assert not compare(one([np.nan]), one([1.0]), tolerances=tol).ok
 
 
+def test_complex_sum_with_a_nan_part_keeps_the_other_part():
+    # psum of complex values adds real and imaginary parts separately: one term nan-1.5j sums to
+    # nan-1.5j (and with +1j to nan-0.5j), and another imaginary part is wrong; NumPy's complex
+    # division by n would make the reference nan+nanj and reject the right answer
+    for terms, want in (([complex(np.nan, -1.5)], complex(np.nan, -1.5)),
+                        ([complex(np.nan, -1.5), 1j], complex(np.nan, -0.5))):
+        tol = SumBound.from_terms({0: np.asarray(terms, np.complex64).reshape(len(terms), 1)})
+        for mean in (False, True):
+            t = tol if not mean else SumBound.from_terms({0: np.asarray(terms, np.complex64).reshape(len(terms), 1)}, mean=True)
+            w = want if not mean else complex(np.nan, want.imag / len(terms))
+            assert compare(one([w], np.complex64), one([w], np.complex64), tolerances=t).ok
+            assert not compare(one([w], np.complex64), one([complex(np.nan, 2.0)], np.complex64), tolerances=t).ok
+
+
 def test_signed_zero_rules():
     assert not compare(one([0.0]), one([-0.0])).ok                       # data movement: sign is data
     assert compare(one([0.0]), one([-0.0]), tolerances=Exact(signed_zero=False)).ok  # min/max
