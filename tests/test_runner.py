@@ -1,6 +1,7 @@
 """The conformance runner: xfails files, status rules, reports, resume, compile reuse, processes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -288,6 +289,31 @@ def test_xla_cpu_pmax_ignoring_nan_is_found_without_an_entry_and_expected_with_i
     assert entry.signature == "model(xla-cpu-max-min)"
     listed = runner.run_task(task, None, entry, shrink_seconds=0)
     assert listed.status == "xfail" and listed.message.startswith("expected failure model(xla-cpu-max-min)")
+
+
+def test_xla_cpu_pargmax_with_nan_is_found_without_an_entry_and_explained_by_the_max_min_model():
+    # JAX's pargmax is pmax, ==, select and pmin of the index: with pmax NaN no index matches, so
+    # the documented composition gives 2**31-1; XLA:CPU's pmax ignores NaN and finds index 7 (of 7.0).
+    from conformance import platform_models
+    from conformance.cases import Program
+
+    x = np.arange(8, dtype=np.float32)
+    x[0] = np.nan
+    prog = Program(family="pargmax_pargmin", source="def f(a):\n    return jax._src.lax.parallel.pargmax(a, 'x')\n",
+                   entry="shard_map", mesh=Mesh((8,), ("x",)), args=(x,), in_specs=(P("x"),), out_specs=P("x"),
+                   labels=(("op", "pargmax"), ("axis", "x")))
+    task = base.group_tasks("programs", [prog], seed=0, variants=1)[0]
+    found = runner.run_task(task, None, None, shrink_seconds=0)
+    assert found.status == "fail" and found.details["failure"]["classes"] == ["value"], found.message
+    assert "refsim 2147483647, xla 7" in found.message
+    entry = xfails.load(None, platform="cpu").lookup(task.case_id)
+    assert entry.signature == "model(xla-cpu-max-min)"
+    listed = runner.run_task(task, None, entry, shrink_seconds=0)
+    assert listed.status == "xfail" and listed.message.startswith("expected failure model(xla-cpu-max-min)")
+    # the model predicts index 7 exactly: another wrong index (what a NaN-dropping pmin would give) is not it
+    assert platform_models.check("xla-cpu-max-min", prog, prog.run(xla_backend)) is True
+    lowest = dataclasses.replace(prog, source=prog.source.replace("pargmax", "pargmin"))
+    assert platform_models.check("xla-cpu-max-min", prog, lowest.run(xla_backend)) is False  # index 1
 
 
 def test_strict_xfails_fails_the_run_on_stale_and_too_broad_entries(tmp_path, monkeypatch):

@@ -205,6 +205,16 @@ def _pmap_grouped(draw, m, dt):
                 local=(draw(st.integers(1, 3)),), labels=[("groups", "drawn")])
 
 
+def _pargmax_pargmin(draw, m, dt):
+    # JAX's own composition (jax._src.lax.parallel: pmax / pmin, ==, select, pmin of the
+    # index), so refsim and XLA run the same function; NaN data shows how a max/min
+    # all-reduce that ignores NaN changes the index (docs/collectives.md, special values).
+    ax = draw(st.sampled_from(m.axis_names))
+    op = draw(st.sampled_from(["pargmax", "pargmin"]))
+    return dict(body=f"def f(a):\n    return jax._src.lax.parallel.{op}(a, {ax!r})\n",
+                local=(draw(st.integers(1, 3)),), labels=[("op", op), ("axis", ax)])
+
+
 FAMILIES = {
     "elementwise_psum": (_elementwise_psum, 1),
     "structural_all_to_all": (_structural_all_to_all, 1),
@@ -223,6 +233,7 @@ FAMILIES = {
     "jit_constraint": (_jit_constraint, 1),
     "reshard_device_order": (_reshard_device_order, 1),
     "pmap_grouped": (_pmap_grouped, 1),
+    "pargmax_pargmin": (_pargmax_pargmin, 1),
 }
 
 

@@ -1,4 +1,4 @@
-"""The programs suite: whole programs, from the strategies' 17 families and the 69-program corpus.
+"""The programs suite: whole programs, from the strategies' 18 families and the 69-program corpus.
 
 Strategy families (`conformance.strategies.programs.FAMILIES`) compose collectives with
 elementwise / structural ops, scan / while / cond / switch, grad, vmap, nested shard_map,
