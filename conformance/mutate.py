@@ -53,6 +53,7 @@ _FAMILY_TOUCHES = {
     "axis_index_ppermute": {"axis_index", "ppermute"}, "nested_shard_map": {"psum", "psum_invariant"},
     "reshard_device_order": {"reshard"}, "pmap_grouped": {"psum", "pmax"},
     "jit_shardings": {"reduce_sum"}, "jit_constraint": {"sharding_constraint"},
+    "pargmax_pargmin": {"pmax", "pmin", "axis_index"},
 }
 # Faults outside the lowering tables say what they touch here.
 _FAULT_TOUCHES = {"reshard_permutation_ignored": {"reshard"}, "output_shards_swapped": {"shard_map"}}
