@@ -323,3 +323,47 @@ def test_eager_shard_map_rejects_branching_on_a_device_varying_value():
 
     with pytest.raises(jax.errors.TracerBoolConversionError):
         refsim.shard_map(bad, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.arange(4.0, dtype=np.float32))
+
+
+def _loop_programs():
+    def ein(a, b):
+        return jnp.einsum("ab,bc->ac", a, b, out_sharding=JP(unreduced={"x"}))
+
+    def scan_carry(a, b):  # gradient-accumulation shape: an unreduced carry summed at the end
+        c, _ = jax.lax.scan(lambda c, i: (c + ein(a * i, b), None), ein(a, b), jnp.arange(3.0))
+        return c
+
+    def while_carry(a, b):
+        return jax.lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] + ein(a, b)),
+                                  (0, ein(a, b)))[1]
+
+    def scan_ys(a, b):
+        return jax.lax.scan(lambda c, i: (c, ein(a * i, b)), 0.0, jnp.arange(1.0, 3.0))[1]
+
+    def cond_operand(a, b):  # a replicated predicate choosing what to do with partial sums
+        return jax.lax.cond(a.sum() > 0, lambda z: z + z + z, lambda z: z, ein(a, b))
+
+    # by hand: the carried sums are (1 + 0 + 1 + 2) a@b and 4 a@b; the ys are [a@b, 2 a@b]
+    return [(scan_carry, lambda m: 4 * m), (while_carry, lambda m: 4 * m),
+            (scan_ys, lambda m: np.stack([m, 2 * m])), (cond_operand, lambda m: 3 * m)]
+
+
+@pytest.mark.parametrize("k", range(4))
+def test_unreduced_loop_carries_and_ys_keep_partial_sums(k):
+    fn, by_hand = _loop_programs()[k]
+    jmesh, rmesh = _explicit((2,), ("x",))
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.arange(24, dtype=np.float32).reshape(4, 6)
+    in_sh = (NamedSharding(rmesh, P(None, "x")), NamedSharding(rmesh, P("x", None)))
+    with jax.set_mesh(jmesh):
+        ja, jb = jax.device_put(a, JP(None, "x")), jax.device_put(b, JP("x", None))
+        want = jax.jit(fn)(ja, jb)
+        want_total = np.asarray(jax.jit(lambda a, b: jax.reshard(fn(a, b), JP()))(ja, jb))
+        got_total = np.asarray(refsim.jit(lambda a, b: jax.reshard(fn(a, b), JP()), in_shardings=in_sh)(a, b))
+    got = refsim.jit(fn, in_shardings=in_sh)(a, b)
+    w, g = _shards(want), _shards(got)
+    assert w.keys() == g.keys()
+    for d in w:  # each device's partial sum, as XLA holds it
+        np.testing.assert_array_equal(g[d], w[d], err_msg=f"device {d}")
+    np.testing.assert_array_equal(got_total, want_total)
+    np.testing.assert_array_equal(got_total, by_hand(a @ b))

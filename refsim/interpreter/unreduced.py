@@ -24,8 +24,10 @@ from refsim.layouts.partition_spec import PartitionSpec
 
 # Equations whose outputs are not unreduced but whose operand is: JAX's all-reduce of the
 # partial sums (`reshard` / `sharding_constraint` to a reduced-free spec), or a move.
+# Loops and cond too: a scan / while carry, a cond operand (or scan xs / ys) unreduced over the same axes on every
+# iteration stays `Partials`, and the body's own equations combine the partial sums.
 _SUBJAXPR = {"jit", "pjit", "closed_call", "core_call", "remat2", "checkpoint", "custom_jvp_call",
-             "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map"}
+             "custom_vjp_call", "custom_vjp_call_jaxpr", "shard_map", "scan", "while", "cond"}
 
 
 class Partials:

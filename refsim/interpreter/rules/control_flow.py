@@ -19,6 +19,7 @@ import numpy as np
 from refsim import _compat
 from refsim.interpreter import core
 from refsim.interpreter.registry import register
+from refsim.interpreter.unreduced import Partials
 
 
 def run_jaxpr(ctx, jaxpr, args):
@@ -150,6 +151,13 @@ def _while(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **par
 
 # --- scan -------------------------------------------------------------------------------------
 
+def _step(x, nm, i):
+    """Step `i` of a scanned operand (local axis 0); unreduced xs keep their partial sums."""
+    if isinstance(x, Partials):
+        return Partials(x.parts[(slice(None),) * x.mesh.ndim + (i,)], x.mesh, x.axes)
+    return x[(slice(None),) * nm + (i,)]
+
+
 @register("scan")
 def _scan(ctx, *args, jaxpr, length, reverse, **params):
     """`lax.scan`: carry through `length` steps, slicing xs and stacking ys along local axis 0."""
@@ -159,7 +167,7 @@ def _scan(ctx, *args, jaxpr, length, reverse, **params):
     ys_steps: list[list[np.ndarray]] = []
     steps = range(length - 1, -1, -1) if reverse else range(length)
     for i in steps:
-        x_i = [x[(slice(None),) * nm + (i,)] for x in xs]
+        x_i = [_step(x, nm, i) for x in xs]
         out = run_jaxpr(ctx, jaxpr, [*consts, *carry, *x_i])
         carry, ys = list(out[:n_carry]), out[n_carry:]
         ys_steps.append(ys)
@@ -168,6 +176,11 @@ def _scan(ctx, *args, jaxpr, length, reverse, **params):
     n_ys = len(jaxpr.out_avals) - n_carry
     ys_out = []
     for j in range(n_ys):
+        if ys_steps and isinstance(ys_steps[0][j], Partials):  # unreduced ys: stack the partial sums
+            first = ys_steps[0][j]
+            stacked = np.stack([s[j].parts for s in ys_steps], axis=first.mesh.ndim)
+            ys_out.append(Partials(stacked, first.mesh, first.axes))
+            continue
         parts = [np.asarray(s[j]) for s in ys_steps]
         if not parts:
             aval = jaxpr.out_avals[n_carry + j]
