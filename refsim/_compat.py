@@ -26,6 +26,25 @@ def unreduced_read_error(message: str) -> Exception:
     return NotImplementedError(message)
 
 
+def reshape_view(a, shape):
+    """`a` reshaped to `shape` as a view of the same memory, or None where NumPy would have to
+    copy (NumPy >= 2.1: `reshape(copy=False)`; older NumPy: assigning `.shape`, which 2.5
+    deprecates)."""
+    import numpy as np
+
+    try:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # NumPy < 2.1 has no copy= keyword
+        v = a.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return None
+        return v
+
+
 def no_trace_active() -> bool:
     """True when no JAX trace (jit, grad, vmap, make_jaxpr, ...) is active in this thread: a call
     made now is a top-level call (`jax._src.core.trace_state_clean`, jax 0.10 … 0.12)."""
@@ -523,13 +542,6 @@ def aval_with_mat(aval, sharding, varying):
     from jax._src import core
 
     return aval.update(sharding=sharding, manual_axis_type=core.ManualAxisType(varying=frozenset(varying)))
-
-
-def outside_any_trace() -> bool:
-    """True when no JAX transformation is tracing (the caller runs eagerly)."""
-    from jax._src import core
-
-    return core.trace_state_clean()
 
 
 def check_vma_context(check: bool):

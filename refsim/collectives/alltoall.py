@@ -16,6 +16,7 @@ import numpy as np
 
 from refsim.collectives.gather import check_dimension
 from refsim.collectives.groups import GroupLayout, device_groups, member_index
+from refsim._compat import reshape_view
 
 # A tile of the swapped axes is staged through one buffer that stays in L2. Runs of
 # more than `_WIDE_RUN` contiguous bytes on both sides already stream well, and
@@ -196,25 +197,15 @@ def _into_input_order(x, xs, lay, grid, ng, gs, p):
         mesh_shape[a] = n
     res = empty_in_order_of(tuple(mesh_shape) + local, x)
     dst = res.transpose(lay.pos + lay.others + tuple(range(lay.nm, res.ndim)))
-    dst = _reshape_view(dst, (lay.k,) + dst.shape[len(lay.pos):])  # the K axis, as lay.to_k
+    dst = reshape_view(dst, (lay.k,) + dst.shape[len(lay.pos):])  # the K axis, as lay.to_k
     if dst is not None:
-        dst = _reshape_view(dst, ((ng, gs) if grid == "blocks" else (gs, ng)) + dst.shape[1:])
+        dst = reshape_view(dst, ((ng, gs) if grid == "blocks" else (gs, ng)) + dst.shape[1:])
     if dst is not None:
-        dst = _reshape_view(dst, dst.shape[:p] + (xs.shape[p], xs.shape[p + 1]) + dst.shape[p + 1:])
+        dst = reshape_view(dst, dst.shape[:p] + (xs.shape[p], xs.shape[p + 1]) + dst.shape[p + 1:])
     if dst is None or dst.shape != xs.shape:
         return None
     copy_into(dst, xs)
     return res
-
-
-def _reshape_view(a: np.ndarray, shape: tuple) -> np.ndarray | None:
-    """`a` reshaped to `shape` as a view of the same memory (None if NumPy would have to copy)."""
-    v = a.view()
-    try:
-        v.shape = shape
-    except AttributeError:
-        return None
-    return v
 
 
 def all_to_all(x, *, mesh, axis_name, split_axis, concat_axis, axis_index_groups=None,

@@ -292,7 +292,7 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
         try:
             closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
-            if _compat.outside_any_trace():
+            if _compat.no_trace_active():
                 # As eager jax.shard_map: run the body op by op (refsim's rules), so Python may
                 # branch on values the type says are the same on every device.
                 return _run_eager(f, args, rmesh, tmesh, in_specs, out_specs, check_vma, axis_names,
