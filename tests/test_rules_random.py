@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
+from refsim.interpreter.accuracy import ulp_bound
 from refsim.interpreter.rules.random import keys_from_jax, threefry2x32
 from rules_harness import assert_close, assert_exact, jax_eval, refsim_eval, stacked_matches_loop
 
@@ -35,8 +36,8 @@ def test_random_programs_match_jax_bit_exact(seed):
     key = jax.random.key(seed)
     want, got = jax_eval(_program, key), refsim_eval(_program, key)
     for i, (w, g) in enumerate(zip(want, got)):
-        if w.dtype == np.float32:  # normal() goes through erf_inv: a few ulps
-            assert_close([w], [g], ulps=4, call=f"seed {seed} output {i}")
+        if w.dtype == np.float32:  # normal() is sqrt(2) * erf_inv(u): erf_inv's contract, one more rounding
+            assert_close([w], [g], ulps=ulp_bound("erf_inv") + 1, call=f"seed {seed} output {i}")
         else:
             assert_exact([w], [g], call=f"seed {seed} output {i}")
 

@@ -43,6 +43,9 @@ class OpAccuracy:
     mixed: int | None = None  # where the ulp figures are meaningless (zeros of the function): the mixed bound
 
 
+_BELOW_ONE = float(np.nextafter(np.float32(1), np.float32(0)))  # the largest float32 below 1
+
+
 def _logistic(x):
     return 1 / (1 + np.exp(-x))
 
@@ -94,7 +97,10 @@ ACCURACY: dict[str, OpAccuracy] = {
     "erf": OpAccuracy(((-10.0, 10.0),), 0, 4, 4, 2),
     "erfc": OpAccuracy(((-10.0, 10.0),), 0, 59, 59, 6,
                        "the 59 ulp are on results near underflow (mixed: 1); subnormals flushed"),
-    "erf_inv": OpAccuracy(((-0.999, 0.999),), 2, 8, 8, 15),
+    "erf_inv": OpAccuracy(((-_BELOW_ONE, _BELOW_ONE),), 3, 65, 65, 112192,
+                          "the large figures are in the tails |x| > 0.999 (jax.random.normal draws 0.1% of its\n"
+                          "samples there): measured on 2.8M points dense in the tails, as the log-uniform draw\n"
+                          "rarely reaches them; within |x| < 0.999 XLA:CPU is 13 ulp (float32) from refsim"),
     "lgamma": OpAccuracy(((1e-3, 1e3),), 0, 1320521, 1320521, 262144,
                          "near the zeros at 1 and 2 only a mixed bound holds: 20 (float32), 17 (float64); "
                          "jax 0.12.0's float32 lgamma is within 2 ulp", mixed=20),
