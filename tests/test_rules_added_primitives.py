@@ -220,3 +220,12 @@ def test_ragged_dot_groups_rows():
 def test_composite_and_empty():
     x = np.arange(4.0, dtype=np.float32)
     np.testing.assert_array_equal(np.asarray(refsim.jit(lax.composite(lambda a: a * 2, name="my.double"))(x)), 2 * x)
+
+
+def test_tridiagonal_solve_perturbed_is_an_unsupported_primitive():
+    # jaxlib's perturbed gtsv kernel is not reproduced: refsim says so with its own error class
+    # (a NotImplementedError, as JAX's for a missing lowering), naming the primitive and the fix.
+    d = np.full((3,), 4.0, np.float32)
+    b = np.ones((3, 1), np.float32)
+    with pytest.raises(refsim.UnsupportedPrimitive, match="tridiagonal_solve.*perturb_singular=False"):
+        refsim.jit(lambda *a: lax.linalg.tridiagonal_solve(*a, perturb_singular=True))(d, d, d, b)

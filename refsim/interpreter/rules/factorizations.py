@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from refsim.errors import UnsupportedPrimitive
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
 
@@ -298,9 +299,9 @@ def tridiagonal_solve_rule(ctx, dl, d, du, b, *, perturb_singular=False):
     and du[-1] unused) by the Thomas algorithm, vectorised over batches and right-hand sides.
     A zero pivot gives inf / NaN, as JAX's own (non-CPU) implementation does."""
     if perturb_singular:
-        raise NotImplementedError(
-            "tridiagonal_solve(perturb_singular=True) runs jaxlib's perturbed LAPACK kernel, which "
-            "refsim does not reproduce; call it with perturb_singular=False.")
+        raise UnsupportedPrimitive(
+            "tridiagonal_solve", "With perturb_singular=True it runs jaxlib's perturbed LAPACK kernel, "
+            "which refsim does not reproduce; call it with perturb_singular=False.")
     dl, d, du, b = U.bcast_mesh(ctx.nm, *(_compute(v) for v in (dl, d, du, b)))
     n = d.shape[-1]
     c = np.zeros_like(d)
