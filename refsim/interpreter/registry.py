@@ -9,6 +9,7 @@ same leading mesh dimensions convention.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -41,22 +42,22 @@ def lookup(name: str) -> Callable[..., Any]:
         raise UnsupportedPrimitive(name) from None
 
 
-_LOADED = False
+@functools.lru_cache(maxsize=None)
+def import_rule_modules(package: str) -> None:
+    """Import every public module of `package` (each registers its rules on import), once: the
+    interpreter asks on every call, so later calls must not scan the package again."""
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")
 
 
 def load_rules() -> dict[str, Callable[..., Any]]:
-    """Import every module of `refsim.interpreter.rules` (each registers its rules) once."""
-    global _LOADED
-    if not _LOADED:
-        import importlib
-        import pkgutil
-
-        import refsim.interpreter.rules as pkg
-
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
-        _LOADED = True
+    """The rule table with every module of `refsim.interpreter.rules` imported."""
+    import_rule_modules("refsim.interpreter.rules")
     return RULES
 
 

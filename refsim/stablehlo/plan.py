@@ -256,8 +256,9 @@ class _Builder:
     def block(self, region) -> Block:
         blocks = list(region.blocks)
         if len(blocks) != 1:
-            raise NotImplementedError(f"refsim.stablehlo: a region with {len(blocks)} blocks is not supported "
-                                      "(StableHLO regions have one block).")
+            raise ValueError(f"refsim.stablehlo: a region with {len(blocks)} blocks is not StableHLO (every "
+                             "region of a StableHLO op has one block); pass the module JAX lowers or "
+                             "hlo_to_stablehlo's output.")
         blk = blocks[0]
         args = tuple(self.slot(a) for a in blk.arguments)
         ops, returns = [], ()

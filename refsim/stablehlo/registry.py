@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from refsim.errors import UnsupportedPrimitive
+from refsim.interpreter.registry import import_rule_modules
 
 OPS: dict[str, Callable[..., Any]] = {}
 
@@ -46,20 +47,7 @@ def op_key(op) -> str:
     return op.name
 
 
-_LOADED = False
-
-
 def load() -> dict:
-    """Import every module of `refsim.stablehlo.ops` (each registers its rules) once."""
-    global _LOADED
-    if not _LOADED:
-        import importlib
-        import pkgutil
-
-        import refsim.stablehlo.ops as pkg
-
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
-        _LOADED = True
+    """The op table with every module of `refsim.stablehlo.ops` imported."""
+    import_rule_modules("refsim.stablehlo.ops")
     return OPS
