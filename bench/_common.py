@@ -20,16 +20,20 @@ from typing import Callable, Iterable, Sequence
 _JSON_SINK: list = []  # open file objects that also receive every JSON line
 
 
-def interleaved(fns: dict, passes: int) -> dict:
-    """{name: [seconds of each pass]}: `passes` rounds, each calling every fn once in turn."""
+def interleaved(fns: dict, passes: int, clock: Callable[[], float] = time.perf_counter) -> dict:
+    """{name: [seconds of each pass]}: `passes` rounds, each calling every fn once in turn.
+
+    `clock` reads the time (wall clock by default; `time.process_time` counts only this
+    process's CPU time, ignoring time spent descheduled on a shared machine).
+    """
     if passes < 1:
         raise ValueError(f"passes={passes} must be >= 1; pass how many timed rounds to take medians over.")
     times: dict = {k: [] for k in fns}
     for _ in range(passes):
         for name, fn in fns.items():
-            t = time.perf_counter()
+            t = clock()
             fn()
-            times[name].append(time.perf_counter() - t)
+            times[name].append(clock() - t)
     return times
 
 
@@ -56,18 +60,6 @@ def fmt_stat(st: dict | None, rate_of: float | None = None) -> str:
         return fmt_seconds(st["median"])
     scale, unit = (1e3, "ms") if st["max"] < 1 else (1.0, "s")
     return f"{fmt_seconds(st['median'])} ({st['min'] * scale:.3g}–{st['max'] * scale:.3g} {unit})"
-
-
-def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
-    """The minimum wall time of `repeat` calls of `fn` (seconds)."""
-    if repeat < 1:
-        raise ValueError(f"repeat={repeat} must be >= 1; pass how many timed calls to take the minimum of.")
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def _status_kib(field: str) -> int | None:

@@ -75,12 +75,14 @@ timed in interleaved passes. 1-D meshes lay the array out `P('i')`; the 64×64 m
 Results invariant over the axis (psum, all_gather) are stored once and read back as a view.""",
     "stablehlo": """For every program of `conformance.corpus`: refsim's jaxpr interpretation (the entry point of its
 kind, trace cached) beside `refsim.stablehlo.interpret` on the module JAX lowered and on XLA's
-compiled per-device module (each walked once beforehand: the `load` column); best of N
-(`bench.stablehlo`). The target: interpreting the lowered module costs no more than ~3× the
-jaxpr interpretation. The known exceptions are `jax.random` programs: refsim evaluates a
-`threefry2x32` equation with one vectorised kernel, while the lowered module spells it out as
-~700 executed scalar-sized ops; matching a function by name to skip it would defeat the purpose
-(a wrong lowering of threefry must show), so that cost stays.""",
+compiled per-device module (each walked once beforehand: the `load` column), timed in equal,
+interleaved passes; each time is the median of the passes (range in brackets where the run
+recorded it) and the ratio is median lowered / median jaxpr (`bench.stablehlo`). The target:
+interpreting the lowered module costs no more than ~3× the jaxpr interpretation. The known
+exceptions are `jax.random` programs: refsim evaluates a `threefry2x32` equation with one
+vectorised kernel, while the lowered module spells it out as ~700 executed scalar-sized ops;
+matching a function by name to skip it would defeat the purpose (a wrong lowering of threefry
+must show), so that cost stays.""",
 }
 
 
@@ -205,12 +207,20 @@ def _bandwidth(recs: list) -> str:
 
 def _stablehlo(recs: list) -> str:
     s = next((r for r in recs if r.get("program") == "summary"), None)
-    rows = [(f"`{r['program']}`", C.fmt_seconds(r.get("jaxpr_s")), C.fmt_seconds(r.get("lowered_s")),
-             "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×", C.fmt_seconds(r.get("compiled_s")),
+
+    def t(r, name):  # median (range); runs recorded before the interleaved passes have the time alone
+        st = r.get("timing")
+        return C.fmt_stat(st.get(name)) if isinstance(st, dict) else C.fmt_seconds(r.get(f"{name}_s"))
+
+    rows = [(f"`{r['program']}`", t(r, "jaxpr"), t(r, "lowered"),
+             "-" if r.get("ratio") is None else f"{r['ratio']:.2f}×", t(r, "compiled"),
              C.fmt_seconds(r.get("lowered_load_s")), r.get("status", "-"))
             for r in recs if r.get("program") != "summary"]
     text = _md_table(["program", "jaxpr", "lowered", "lowered / jaxpr", "compiled", "load (walk module)", "status"],
                      rows)
+    if any("jaxpr_s" in r and "timing" not in r for r in recs):
+        text = ("These figures were recorded before `bench.stablehlo` timed in interleaved passes: each time "
+                "is the best of N calls, not a median.\n\n" + text)
     if s and s.get("median_ratio") is not None:
         text = (f"{s['timed']} of {s['programs']} programs timed; lowered / jaxpr median {s['median_ratio']:.2f}×, "
                 f"max {s['max_ratio']:.1f}×; over 3×: {', '.join(s['over_3x']) or 'none'}.\n\n" + text)

@@ -4,34 +4,38 @@ refsim's trace reuse (`refsim.interpreter.trace_cache`).
 One example is: refsim runs the program on a 2x4 mesh in one device order, XLA (through
 xla_backend, on the 8 CPU devices) runs it on the same mesh, and `conformance.compare`
 checks every device's shard. The XLA side compiles once per mesh either way (jax.jit's
-cache is keyed by devices); refsim either traces once for all 20 orders or once per
-order. The refsim-only rate isolates what the cache saves. Prints a table and one JSON line.
+cache is keyed by devices; warmed before timing); refsim either traces once for all orders
+or once per order. The refsim-only rate isolates what the cache saves. After one untimed
+round, the two modes are timed in equal, interleaved passes (each pass starts from an empty
+trace cache); each rate is the median of the passes, with their range. Prints a table and
+one JSON line per mode; `--markdown` prints the block docs/layout-details.md shows, and
+`--docs PAGE` rewrites that block in PAGE (between its `bench/trace_reuse.py` markers) with
+this run's figures:
 
-    python bench/trace_reuse.py [--orders 20] [--repeat 3]
+    python -m bench.trace_reuse [--orders 20] [--repeat 5] [--markdown] [--docs docs/layout-details.md]
 """
 from __future__ import annotations
 
 import argparse
-import json
-import time
+import contextlib
+import os
+import re
+import sys
 
-from xla_backend import platform
+if __package__ in (None, ""):  # run as `python bench/trace_reuse.py`: import the checkout's packages
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-platform.configure("cpu", 8)
+from bench import _common as C  # noqa: E402
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-import refsim  # noqa: E402
-import xla_backend  # noqa: E402
-from conformance.compare import compare  # noqa: E402
-from refsim import P  # noqa: E402
-from refsim.interpreter import trace_cache  # noqa: E402
+MODES = ("no reuse", "trace reuse")
+BEGIN, END = "<!-- bench/trace_reuse.py --docs: begin -->", "<!-- bench/trace_reuse.py --docs: end -->"
 
 
 def program(a, b):
     """A small training-step-like body: matmul, psum over x, all_gather over y, a ppermute."""
-    c = jnp_dot(a, b)
+    import jax
+
+    c = jax.numpy.dot(a, b)
     c = jax.lax.psum(c, "x")
     g = jax.lax.all_gather(c, "y", axis=1, tiled=True)
     n = jax.lax.axis_size("y")
@@ -39,72 +43,130 @@ def program(a, b):
     return jax.numpy.tanh(g).sum(axis=1, keepdims=True) + r
 
 
-def jnp_dot(a, b):
-    return jax.numpy.dot(a, b)
-
-
 def _orders(n: int):
     base = ["default", "reversed", "transposed"]
     return (base + [("random", s) for s in range(n)])[:n]
 
 
-def run(orders: int, repeat: int) -> list[dict]:
+def run(orders: int = 20, repeat: int = 5) -> list[dict]:
+    """One record per mode (rates are medians over `repeat` interleaved passes) and a speedup record."""
+    from xla_backend import platform
+
+    platform.configure("cpu", 8)
+    import numpy as np
+
+    import refsim
+    import xla_backend
+    from conformance.compare import compare
+    from refsim import P
+    from refsim.interpreter import trace_cache
+
     a = np.arange(64, dtype=np.float32).reshape(8, 8) % 7
     b = np.arange(32, dtype=np.float32).reshape(8, 4) % 5
     meshes = [xla_backend.mesh((2, 4), ("x", "y"), o) for o in _orders(orders)]
     kw = dict(in_specs=(P("x", None), P(None, "y")), out_specs=P("x", "y"))
-    expected_xla = {}
     for m in meshes:  # warm XLA's compile cache so both modes see the same XLA cost
-        expected_xla[m] = xla_backend.shard_map(program, mesh=m, **kw)(a, b)
-    rows = []
-    for mode in ("no reuse", "trace reuse"):
-        best_full = best_ref = float("inf")
-        for _ in range(repeat):
-            trace_cache.clear()
-            ctx = trace_cache.disabled() if mode == "no reuse" else _null()
-            with ctx:
-                t0 = time.perf_counter()
-                for m in meshes:
-                    refsim.shard_map(program, mesh=m, **kw)(a, b)
-                t_ref = time.perf_counter() - t0
-            trace_cache.clear()
-            with (trace_cache.disabled() if mode == "no reuse" else _null()):
-                t0 = time.perf_counter()
-                for m in meshes:
-                    ours = refsim.shard_map(program, mesh=m, **kw)(a, b)
-                    theirs = xla_backend.shard_map(program, mesh=m, **kw)(a, b)
-                    res = compare(ours, theirs)
-                    if not res.ok:
-                        raise SystemExit(res.report())
-                t_full = time.perf_counter() - t0
-            best_full, best_ref = min(best_full, t_full), min(best_ref, t_ref)
-        rows.append({"mode": mode, "orders": len(meshes), "examples_per_s": len(meshes) / best_full,
-                     "refsim_runs_per_s": len(meshes) / best_ref, "traces": trace_cache.cache_info()["misses"]
-                     if mode == "trace reuse" else len(meshes)})
+        xla_backend.shard_map(program, mesh=m, **kw)(a, b)
+    traces = {}
+
+    def refsim_only(mode):
+        trace_cache.clear()
+        with trace_cache.disabled() if mode == "no reuse" else contextlib.nullcontext():
+            for m in meshes:
+                refsim.shard_map(program, mesh=m, **kw)(a, b)
+
+    def examples(mode):
+        trace_cache.clear()
+        with trace_cache.disabled() if mode == "no reuse" else contextlib.nullcontext():
+            for m in meshes:
+                res = compare(refsim.shard_map(program, mesh=m, **kw)(a, b),
+                              xla_backend.shard_map(program, mesh=m, **kw)(a, b))
+                if not res.ok:
+                    raise SystemExit(res.report())
+        traces[mode] = trace_cache.cache_info()["misses"] if mode == "trace reuse" else len(meshes)
+
+    fns = {(kind, mode): (lambda f=f, mode=mode: f(mode))
+           for kind, f in (("refsim", refsim_only), ("examples", examples)) for mode in MODES}
+    for f in fns.values():  # one untimed round: JAX's and refsim's first-call costs are not the cache's
+        f()
+    st = {k: C.stats(ts) for k, ts in C.interleaved(fns, repeat).items()}
+    n = len(meshes)
+    out = []
+    for mode in MODES:
+        full, ref = st["examples", mode], st["refsim", mode]
+        rec = dict(bench="trace_reuse", mode=mode, orders=n, traces=traces[mode],
+                   examples_per_s=n / full["median"], refsim_runs_per_s=n / ref["median"],
+                   timing=full, refsim_timing=ref)
+        C.emit(rec)
+        out.append(rec)
+    speed = dict(bench="trace_reuse", mode="speedup", orders=n,
+                 examples_per_s=out[1]["examples_per_s"] / out[0]["examples_per_s"],
+                 refsim_runs_per_s=out[1]["refsim_runs_per_s"] / out[0]["refsim_runs_per_s"])
+    C.emit(speed)
+    return out + [speed]
+
+
+def _rows(records: list[dict]) -> list[tuple]:
+    rows = [(r["mode"], r["traces"], C.fmt_stat(r["timing"], r["orders"]), C.fmt_stat(r["refsim_timing"], r["orders"]))
+            for r in records if r["mode"] in MODES]
+    s = next((r for r in records if r["mode"] == "speedup"), None)
+    if s:
+        rows.append(("reuse / no reuse", "", f"{s['examples_per_s']:.2f}x", f"{s['refsim_runs_per_s']:.2f}x"))
     return rows
 
 
-class _null:
-    def __enter__(self):
-        return self
+HEADER = ["mode", "traces", "examples/s", "refsim runs/s"]
 
-    def __exit__(self, *exc):
-        return False
+
+def show(records: list[dict]) -> None:
+    r0 = records[0]
+    C.table(f"trace reuse: {r0['orders']} device orders of one program, 2x4 mesh (medians of "
+            f"{r0['timing']['passes']} interleaved passes (range))", HEADER, _rows(records))
+
+
+def markdown(records: list[dict], machine: dict, command: str) -> str:
+    """The docs block: how and where the figures were measured, then the table (no hand-typed numbers)."""
+    r0 = records[0]
+    m = machine
+    lines = [BEGIN, "",
+             f"`{command}` ({r0['orders']} device orders; rates are medians of {r0['timing']['passes']} "
+             f"interleaved passes per mode, range in brackets) at commit `{m.get('commit')}`, {m.get('date')}, on "
+             f"{m.get('cpu')} ({m.get('cores')} cores, shared), Python {m.get('python')}, NumPy {m.get('numpy')}, "
+             f"JAX {m.get('jax')}:", "",
+             "| " + " | ".join(HEADER) + " |", "|---|---:|---:|---:|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in _rows(records)]
+    return "\n".join(lines + ["", END])
+
+
+def replace_block(page: str, block: str) -> str:
+    """`page` with the text between the BEGIN and END markers (inclusive) replaced by `block`."""
+    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if not pat.search(page):
+        raise ValueError(f"the page has no {BEGIN!r} ... {END!r} block; add the two markers where the table goes.")
+    return pat.sub(lambda _: block, page, count=1)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--orders", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved passes per mode (default 5)")
+    ap.add_argument("--markdown", action="store_true", help="also print the docs block of this run")
+    ap.add_argument("--docs", metavar="PAGE", help="rewrite the block between the markers in PAGE with this run")
     args = ap.parse_args(argv)
-    rows = run(args.orders, args.repeat)
-    print(f"{'mode':<12} {'orders':>6} {'traces':>6} {'examples/s':>11} {'refsim runs/s':>14}")
-    for r in rows:
-        print(f"{r['mode']:<12} {r['orders']:>6} {r['traces']:>6} {r['examples_per_s']:>11.1f} "
-              f"{r['refsim_runs_per_s']:>14.1f}")
-    speed = {k: rows[1][k] / rows[0][k] for k in ("examples_per_s", "refsim_runs_per_s")}
-    print(json.dumps({"bench": "trace_reuse", "jax": jax.__version__, "rows": rows,
-                      "speedup": speed}))
+    recs = run(args.orders, args.repeat)
+    show(recs)
+    if args.markdown or args.docs:
+        command = f"python -m bench.trace_reuse --orders {args.orders} --repeat {args.repeat}"
+        block = markdown(recs, C.machine(), command)
+        if args.markdown:
+            print(block)
+        if args.docs:
+            with open(args.docs) as f:
+                page = f.read()
+            with open(args.docs, "w") as f:
+                f.write(replace_block(page, block))
+            print(f"wrote {args.docs}")
+    return recs
 
 
 if __name__ == "__main__":

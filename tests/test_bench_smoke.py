@@ -245,7 +245,6 @@ def test_docs_page_renders_every_part_from_records(tmp_path):
 
 
 def test_common_helpers():
-    assert C.best_of(lambda: None, 3) >= 0
     calls = []
     t = C.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
     assert calls == ["a", "b"] * 3 and len(t["a"]) == len(t["b"]) == 3
@@ -253,8 +252,10 @@ def test_common_helpers():
     assert C.stats([1.0, 3.0])["median"] == 2.0
     assert C.fmt_stat(C.stats([0.010, 0.012, 0.011])) == "11.0 ms (10–12 ms)"
     assert C.fmt_stat(C.stats([2.0, 4.0, 4.0]), rate_of=8) == "2.0/s (2.0–4.0)"
-    with pytest.raises(ValueError, match="repeat=0 must be >= 1"):
-        C.best_of(lambda: None, 0)
+    with pytest.raises(ValueError, match="passes=0 must be >= 1"):
+        C.interleaved({"a": lambda: None}, 0)
+    ticks = iter(range(100))
+    assert C.interleaved({"a": lambda: None}, 2, clock=lambda: float(next(ticks))) == {"a": [1.0, 1.0]}
     assert C.peak_rss() >= C.current_rss() > 0
     assert C.fmt_seconds(0.0123) == "12.3 ms" and C.fmt_seconds(2.5) == "2.50 s"
     assert C.fmt_bytes(3 * 2**30) == "3.00 GiB" and C.fmt_bytes(5 * 2**20) == "5 MiB"
@@ -312,9 +313,56 @@ def test_stablehlo_part_times_lowered_and_compiled_modules():
     recs = stablehlo.run(names=["psum_x", "pbroadcast_from_source"], repeat=1)
     by = {r["program"]: r for r in recs}
     assert by["psum_x"]["status"] == "ok" and by["psum_x"]["lowered_s"] > 0 and by["psum_x"]["compiled_s"] > 0
+    st = by["psum_x"]["timing"]
+    assert set(st) == {"jaxpr", "lowered", "compiled"} and all(v["passes"] == 1 for v in st.values())
+    assert by["psum_x"]["ratio"] == st["lowered"]["median"] / st["jaxpr"]["median"]
     assert by["pbroadcast_from_source"]["status"].startswith("not lowered")
     assert by["summary"]["timed"] == 1 and by["summary"]["programs"] == 2
     stablehlo.show(recs)
+
+
+def test_trace_reuse_times_both_modes_in_interleaved_passes():
+    from bench import trace_reuse
+
+    recs = trace_reuse.run(orders=3, repeat=2)
+    by = {r["mode"]: r for r in recs}
+    assert set(by) == {"no reuse", "trace reuse", "speedup"}
+    assert by["no reuse"]["traces"] == 3 and by["trace reuse"]["traces"] == 1  # 3 device orders, one trace
+    for mode in ("no reuse", "trace reuse"):
+        r = by[mode]
+        assert r["timing"]["passes"] == r["refsim_timing"]["passes"] == 2
+        assert r["examples_per_s"] == 3 / r["timing"]["median"] and r["refsim_runs_per_s"] > 0
+    assert by["speedup"]["examples_per_s"] == by["trace reuse"]["examples_per_s"] / by["no reuse"]["examples_per_s"]
+    trace_reuse.show(recs)
+
+
+def test_trace_reuse_docs_block_is_rendered_not_typed():
+    from bench import trace_reuse
+
+    def st(med, lo, hi):
+        return dict(median=med, min=lo, max=hi, spread=(hi - lo) / med, passes=3)
+
+    recs = [dict(bench="trace_reuse", mode="no reuse", orders=20, traces=20, examples_per_s=40.0,
+                 refsim_runs_per_s=50.0, timing=st(0.5, 0.4, 1.0), refsim_timing=st(0.4, 0.25, 0.5)),
+            dict(bench="trace_reuse", mode="trace reuse", orders=20, traces=1, examples_per_s=50.0,
+                 refsim_runs_per_s=200.0, timing=st(0.4, 0.2, 0.5), refsim_timing=st(0.1, 0.08, 0.2)),
+            dict(bench="trace_reuse", mode="speedup", orders=20, examples_per_s=1.25, refsim_runs_per_s=4.0)]
+    m = dict(commit="abc123", date="2026-11-23 01:00 UTC", cpu="EPYC", cores=2, python="3.11", numpy="2.4",
+             jax="0.10.2")
+    block = trace_reuse.markdown(recs, m, "python -m bench.trace_reuse --orders 20 --repeat 3")
+    lines = block.splitlines()
+    assert lines[0] == trace_reuse.BEGIN and lines[-1] == trace_reuse.END
+    assert ("`python -m bench.trace_reuse --orders 20 --repeat 3` (20 device orders; rates are medians of 3 "
+            "interleaved passes per mode, range in brackets) at commit `abc123`, 2026-11-23 01:00 UTC, on EPYC "
+            "(2 cores, shared), Python 3.11, NumPy 2.4, JAX 0.10.2:") in lines
+    # 20 orders / 0.5 s = 40/s; range 20 / 1.0 s .. 20 / 0.4 s
+    assert "| no reuse | 20 | 40.0/s (20.0–50.0) | 50.0/s (40.0–80.0) |" in lines
+    assert "| trace reuse | 1 | 50.0/s (40.0–100.0) | 200.0/s (100.0–250.0) |" in lines
+    assert "| reuse / no reuse |  | 1.25x | 4.00x |" in lines
+    page = f"intro\n{trace_reuse.BEGIN}\nold figures\n{trace_reuse.END}\nrest\n"
+    assert trace_reuse.replace_block(page, block) == f"intro\n{block}\nrest\n"
+    with pytest.raises(ValueError, match="the page has no"):
+        trace_reuse.replace_block("no markers", block)
 
 
 def test_docs_page_takes_each_part_from_the_last_run_that_measured_it():

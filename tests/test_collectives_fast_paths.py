@@ -146,14 +146,16 @@ def test_normalize_perm_cache_keeps_errors_and_read_only_results():
 
 
 def test_bench_runs_and_reports_ratios():
-    import importlib.util, pathlib
-    path = pathlib.Path(alltoall.__file__).parents[2] / "bench" / "collectives.py"
-    spec = importlib.util.spec_from_file_location("bench_collectives", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rows = bench.run(1, [8], 1, "cpu")
-    assert {r["op"] for r in rows} == {"psum", "all_gather", "all_to_all", "ppermute"}
-    assert all(r["seconds"] >= 0 and r["copy_seconds"] > 0 for r in rows)
+    from bench import collectives as bench
+
+    rows = bench.run(1, [8], 2, "cpu")
+    assert [r["op"] for r in rows] == ["psum", "all_gather", "all_to_all", "ppermute"]
+    for r in rows:
+        assert r["bench"] == "collectives" and r["devices"] == 8 and r["clock"] == "cpu"
+        assert r["timing"]["passes"] == r["copy_timing"]["passes"] == 2  # equal, interleaved passes
+        assert r["timing"]["min"] <= r["seconds"] == r["timing"]["median"] <= r["timing"]["max"]
+        assert r["copy_seconds"] == r["copy_timing"]["median"] > 0 and r["ratio_to_copy"] > 0
+    bench.show(rows)
 
 
 @settings(deadline=None)
