@@ -365,6 +365,22 @@ def test_trace_reuse_docs_block_is_rendered_not_typed():
         trace_reuse.replace_block("no markers", block)
 
 
+def test_layout_details_page_shows_a_generated_trace_reuse_block():
+    """docs/layout-details.md's figures are the output of `python -m bench.trace_reuse --docs ...`:
+    the block between the markers names the command, commit, date and machine, and both modes."""
+    import os
+    import re
+
+    from bench import trace_reuse
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    page = open(os.path.join(root, "docs", "layout-details.md")).read()
+    block = page[page.index(trace_reuse.BEGIN):page.index(trace_reuse.END)]
+    assert re.search(r"`python -m bench\.trace_reuse --orders \d+ --repeat \d+` .* at commit `[0-9a-f]{7,}`, "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d UTC, on .+ \(\d+ cores, shared\), .*JAX [0-9.]+:", block)
+    assert re.search(r"\| no reuse \| \d+ \| [0-9.]+/s", block) and re.search(r"\| trace reuse \| 1 \| [0-9.]+/s", block)
+
+
 def test_docs_page_takes_each_part_from_the_last_run_that_measured_it():
     def machine(c):
         return dict(bench="machine", commit=c, date="d", host="h", cpu="c", cores=2, memory_gib=1,
