@@ -8,11 +8,17 @@ data movement). The reference is `np.copyto` of the bytes the collective must mo
 larger of its global input and global output. The copy and the collectives are timed in
 equal interleaved passes; each figure is the median. Target: every ratio <= 3.
 
+all_to_all's transposing copy splits large arrays over threads (`refsim.collectives.alltoall.threads`,
+``$REFSIM_NUM_THREADS``) while `np.copyto` uses one: the row "all_to_all, 1 thread" times it
+with ``REFSIM_NUM_THREADS=1`` as well, so both figures are on the table.
+
     python -m bench.bandwidth [--quick] [--mib 64] [--devices 8 64 512 4096] [--repeat 5] [--no-2d]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 
 import numpy as np
 
@@ -44,6 +50,30 @@ def programs(axis: str, k: int, other: str | None):
         "ppermute": (lambda v: lax.ppermute(v, axis, ring), var, True),
         "psum_scatter": (lambda v: lax.psum_scatter(v, axis, scatter_dimension=0, tiled=True), var, True),
     }
+
+
+ONE_THREAD = "all_to_all, 1 thread"
+
+
+@contextlib.contextmanager
+def _threads(n: int):
+    """refsim's copy kernel limited to `n` threads for the block (`REFSIM_NUM_THREADS`)."""
+    old = os.environ.get("REFSIM_NUM_THREADS")
+    os.environ["REFSIM_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["REFSIM_NUM_THREADS"]
+        else:
+            os.environ["REFSIM_NUM_THREADS"] = old
+
+
+def _one_thread(fn):
+    def call():
+        with _threads(1):
+            return fn()
+    return call
 
 
 def _layouts(mib: float, devices, two_d: bool):
@@ -86,14 +116,19 @@ def run(quick: bool = False, mib: float | None = None, devices=None, repeat: int
             fn = refsim.shard_map(f, mesh=mesh, in_specs=spec, out_specs=out_spec, check_vma=vma)
             moved[name] = max(a.nbytes, np.asarray(fn(a)).nbytes)  # also the first (tracing) call
             fns[name] = (lambda fn=fn: np.asarray(fn(a)))
+        fns[ONE_THREAD] = _one_thread(fns["all_to_all"])
+        moved[ONE_THREAD] = moved["all_to_all"]
         srcs = {b: np.ones(b // 4, np.float32) for b in set(moved.values())}
         dsts = {b: np.empty_like(s) for b, s in srcs.items()}
         timed = {f"copy{b}": (lambda b=b: np.copyto(dsts[b], srcs[b])) for b in srcs}
         timed.update(fns)
         st = {key: C.stats(ts) for key, ts in C.interleaved(timed, repeat).items()}
+        from refsim.collectives.alltoall import threads
+
         for name in fns:
             copy = st[f"copy{moved[name]}"]
             rec = dict(bench="bandwidth", op=name, layout=label, devices=mesh.size, mib=mib,
+                       threads=1 if name == ONE_THREAD else threads(),
                        seconds=st[name]["median"], timing=st[name], bytes_moved=moved[name],
                        copyto_seconds=copy["median"], ratio_to_copyto=st[name]["median"] / copy["median"],
                        copy_gb_per_s=moved[name] / copy["median"] / 1e9)

@@ -72,7 +72,10 @@ rendezvous, but only 7 of them arrived") and it refused more than 2048 devices i
     "bandwidth": """Each collective as its own `refsim.shard_map` program: NumPy in, `np.asarray` of the result out,
 divided by `np.copyto` of the bytes it must move (the larger of its global input and output),
 timed in interleaved passes. 1-D meshes lay the array out `P('i')`; the 64×64 mesh `P('x', 'y')`.
-Results invariant over the axis (psum, all_gather) are stored once and read back as a view.""",
+Results invariant over the axis (psum, all_gather) are stored once and read back as a view.
+all_to_all's transposing copy splits arrays of 8 MiB or more over threads (one per CPU this process
+may use, at most 8; ``REFSIM_NUM_THREADS`` sets it) while `np.copyto` uses one thread: the row
+"all_to_all, 1 thread" is the same call with ``REFSIM_NUM_THREADS=1``.""",
     "stablehlo": """For every program of `conformance.corpus`: refsim's jaxpr interpretation (the entry point of its
 kind, trace cached) beside `refsim.stablehlo.interpret` on the module JAX lowered and on XLA's
 compiled per-device module (each walked once beforehand: the `load` column), timed in equal,

@@ -7,6 +7,7 @@ command line's contract (JSON lines, part selection, errors).
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -154,11 +155,15 @@ def test_conformance_rate_rejects_unknown_source():
 
 
 def test_bandwidth_quick():
+    before = os.environ.get("REFSIM_NUM_THREADS")
     recs = bandwidth.run(mib=0.25, devices=(8,), repeat=1, two_d=False)
-    assert [r["op"] for r in recs] == ["psum", "all_gather", "all_to_all", "ppermute", "psum_scatter"]
+    assert os.environ.get("REFSIM_NUM_THREADS") == before  # the one-thread row restores the setting
+    assert [r["op"] for r in recs] == ["psum", "all_gather", "all_to_all", "ppermute", "psum_scatter",
+                                       "all_to_all, 1 thread"]
     for r in recs:
         assert r["bytes_moved"] == 2**18  # every op reads the whole 0.25 MiB global input
         assert r["ratio_to_copyto"] > 0 and r["layout"] == "8"
+    assert recs[-1]["threads"] == 1 and recs[2]["threads"] >= 1
     bandwidth.show(recs)
 
 
@@ -179,7 +184,7 @@ def test_cli_writes_one_json_line_per_figure(tmp_path, capsys):
     assert bench_main.main(["--quick", "--parts", "bandwidth", "--json", str(path)]) == 0
     lines = [json.loads(ln) for ln in path.read_text().splitlines()]
     kinds = [ln["bench"] for ln in lines]
-    assert kinds[0] == "machine" and kinds.count("bandwidth") == 5 and kinds[-1] == "target"
+    assert kinds[0] == "machine" and kinds.count("bandwidth") == 6 and kinds[-1] == "target"
     assert lines[0]["commit"] and lines[0]["date"]
     assert lines[-1]["quick"] is True
     out = capsys.readouterr().out

@@ -192,3 +192,41 @@ def test_all_to_all_tiled_path_matches_naive_loop(k, b, r, dtype, concat, area, 
     assert_bits(got, want, f"k={k} b={b} r={r} {np.dtype(dtype)} concat={concat} {grouping}")
     if grouping == "none" and concat == 0 and wide <= alltoall._WIDE_RUN and k >= 16:
         assert calls, "the blocked path was not taken"
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3", "5"])
+def test_threaded_blocked_copy_is_bit_identical(threads, monkeypatch):
+    """The blocked copy split over threads (rows of tiles dealt round-robin, uneven counts
+    included) writes the same bits as NumPy's own copy, for an axis swap and a 3-axis
+    permutation, whatever the thread count."""
+    monkeypatch.setenv("REFSIM_NUM_THREADS", threads)
+    monkeypatch.setattr(alltoall, "_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(alltoall, "_SMALL", 0)
+    monkeypatch.setattr(alltoall, "_TILE_BYTES", 4096)
+    jobs = []
+    orig = alltoall._copy_tile_rows
+
+    def spy(*a):
+        import threading
+        jobs.append(threading.current_thread() is threading.main_thread())
+        return orig(*a)
+    monkeypatch.setattr(alltoall, "_copy_tile_rows", spy)
+    rng = np.random.default_rng(int(threads))
+    f = rng.standard_normal((300, 257)).astype(np.float32)
+    f[::7] = np.frombuffer(np.uint32(0x7FC01234).tobytes(), np.float32)[0]  # a NaN payload survives
+    for v in (f.T, f.reshape(30, 10, 257).transpose(2, 0, 1), f.T[::-1]):
+        jobs.clear()
+        assert_bits(alltoall.transpose_copy(v), np.array(v, order="C"), f"threads={threads} {v.shape}")
+        # one job per thread, run in the pool (on the calling thread when there is one)
+        assert len(jobs) == int(threads) and all(jobs) == (threads == "1"), (v.shape, jobs)
+
+
+def test_thread_count_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("REFSIM_NUM_THREADS", "3")
+    assert alltoall.threads() == 3
+    monkeypatch.delenv("REFSIM_NUM_THREADS")
+    assert 1 <= alltoall.threads() <= alltoall._MAX_THREADS
+    for bad, msg in (("two", "is not an integer"), ("0", "positive number")):
+        monkeypatch.setenv("REFSIM_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match=msg):
+            alltoall.threads()

@@ -8,9 +8,15 @@ squeezes a size-1 dimension around the primitive).
 
 The data movement is one axis swap of the stacked value, materialised by
 `transpose_copy`, a cache-blocked copy: at 4096 devices with one element per block
-a plain strided copy reads every element from a different cache line.
+a plain strided copy reads every element from a different cache line. Large copies
+split their tiles over a few threads (`threads()`, ``$REFSIM_NUM_THREADS``); the
+tiles are disjoint, so the bits do not depend on the thread count.
 """
 from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -25,6 +31,9 @@ _TILE_BYTES = 1 << 18
 _WIDE_RUN = 128
 _SMALL = 1 << 20
 _PAD_BYTES = 64  # one cache line of padding per buffer row breaks power-of-two aliasing
+# Below this a copy takes about a millisecond, less than handing tiles to threads is worth.
+_PARALLEL_BYTES = 8 << 20
+_MAX_THREADS = 8
 
 
 def _coalesce(v: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -62,7 +71,22 @@ def _tiled_copy(dst: np.ndarray, src: np.ndarray, p: int, q: int, tp: int, tq: i
 
     Each tile is read in the source's memory order into a padded buffer, then
     written in the destination's order, so both big arrays are walked in runs.
+    Copies of at least `_PARALLEL_BYTES` split their rows of tiles over `threads()`
+    threads (NumPy's copy loops release the GIL); tiles are disjoint, so the result
+    is the same bits for any thread count.
     """
+    starts = range(0, src.shape[p], tp)
+    n = min(threads(), len(starts)) if src.nbytes >= _PARALLEL_BYTES else 1
+    if n <= 1:
+        _copy_tile_rows(dst, src, p, q, tp, tq, starts)
+        return
+    futures = [_pool(n).submit(_copy_tile_rows, dst, src, p, q, tp, tq, starts[t::n]) for t in range(n)]
+    for f in futures:
+        f.result()  # re-raises a thread's exception here
+
+
+def _copy_tile_rows(dst, src, p, q, tp, tq, p_starts) -> None:
+    """The tiles of `_tiled_copy` whose offset along p is in `p_starts`, through one staging buffer."""
     ndim = src.ndim
     full = list(src.shape)
     full[p], full[q] = min(tp, full[p]), min(tq, full[q])
@@ -73,7 +97,7 @@ def _tiled_copy(dst: np.ndarray, src: np.ndarray, p: int, q: int, tp: int, tq: i
     # 4096 x 4096 transpose has 256 tiles).
     stages = {}
     idx = [slice(None)] * ndim
-    for p0 in range(0, src.shape[p], tp):
+    for p0 in p_starts:
         idx[p] = slice(p0, p0 + tp)
         for q0 in range(0, src.shape[q], tq):
             idx[q] = slice(q0, q0 + tq)
@@ -84,6 +108,41 @@ def _tiled_copy(dst: np.ndarray, src: np.ndarray, p: int, q: int, tp: int, tq: i
                 stage = stages[tile.shape] = _view(base, tile.shape, order)
             np.copyto(stage, tile)
             np.copyto(dst[key], stage)
+
+
+def threads() -> int:
+    """Threads a large blocked copy uses: ``$REFSIM_NUM_THREADS`` if set, else the CPUs this
+    process may run on, at most `_MAX_THREADS` (a copy is memory-bound beyond a few)."""
+    env = os.environ.get("REFSIM_NUM_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"REFSIM_NUM_THREADS={env!r} is not an integer; set it to the number of threads "
+                             "refsim's copy kernel may use (1 turns threading off).") from None
+        if n < 1:
+            raise ValueError(f"REFSIM_NUM_THREADS={env!r}; set it to a positive number of threads (1: no threads).")
+        return n
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, _MAX_THREADS))
+
+
+_POOLS: dict = {}
+_POOL_LOCK = threading.Lock()
+# A forked child has none of the parent's pool threads: it starts its own pools.
+os.register_at_fork(after_in_child=_POOLS.clear)
+
+
+def _pool(n: int) -> ThreadPoolExecutor:
+    """One shared pool of `n` threads (created on first use)."""
+    with _POOL_LOCK:
+        pool = _POOLS.get(n)
+        if pool is None:
+            pool = _POOLS[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="refsim-copy")
+        return pool
 
 
 def _pow2_at_most(n: int) -> int:
