@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["IDENTITY_KEYS", "check_resume", "differences", "identity", "parse_shard", "select_shard"]
+__all__ = ["IDENTITY_KEYS", "check_resume", "differences", "identity", "parse_shard", "select_shard",
+           "select_shard_chunks"]
 
 IDENTITY_KEYS = ("suite", "seed", "examples", "devices", "platform", "jax", "jaxlib", "numpy", "python",
                  "hypothesis")
@@ -50,6 +51,23 @@ def select_shard(tasks: list, shard) -> list:
         return list(tasks)
     k, n = shard if isinstance(shard, tuple) else parse_shard(shard)
     return list(tasks[k - 1::n])
+
+
+def select_shard_chunks(chunks, shard):
+    """`select_shard` over a plan drawn in chunks (lists of tasks): yields each chunk's tasks of
+    shard (K, N), counting plan positions across chunks, so the concatenation is `select_shard`
+    of the whole plan. None: every chunk as it is. A bad `shard` raises here, before any drawing."""
+    if shard is None:
+        return iter(chunks)
+    k, n = shard if isinstance(shard, tuple) else parse_shard(shard)
+    return _shard_chunks(chunks, k, n)
+
+
+def _shard_chunks(chunks, k: int, n: int):
+    pos = 0
+    for chunk in chunks:
+        yield [t for i, t in enumerate(chunk, pos) if i % n == k - 1]
+        pos += len(chunk)
 
 
 def plan_records(path) -> list[dict]:

@@ -6,6 +6,11 @@ refsim and on the XLA side (`xla`, default `xla_backend`), compares them by the 
 case to every reporter as it finishes. A disagreeing case is shrunk with hypothesis within
 its family and dtype (smallest mesh, smallest shape) and written as a standalone
 reproducer (`conformance.cases.Program.repro`).
+
+In worker processes (the CLI's default) drawing overlaps with running: the workers start
+first, the parent draws family by family and hands each family's tasks out as soon as it is
+drawn, in plan order. The reporters start once the whole plan is drawn (they are told its
+case count first); results that came before are replayed to them in the order they came.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from conformance.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "RunResult", "plan_tasks", "run", "run_task", "write_repro"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "RunResult", "plan_chunks", "plan_tasks", "run", "run_task",
+           "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
@@ -300,12 +306,17 @@ def _shape_text(case) -> str:
 # -- the whole run --------------------------------------------------------------------------------
 def plan_tasks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, devices: int = 8) -> list:
     """Every task of the selected suites, deterministic in (examples, seed, devices)."""
+    return base.flatten(plan_chunks(suite, examples=examples, seed=seed, devices=devices))
+
+
+def plan_chunks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, devices: int = 8):
+    """The tasks of `plan_tasks` as an iterator of lists, one per family, each drawn when it is
+    asked for (the suites' `task_chunks`). Bad arguments raise here, before any drawing."""
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"examples={examples!r}; pass a positive int (draws per family).")
-    out = []
-    for name in selected(suite):
-        out += suite_module(name).tasks(examples=examples, seed=seed, devices=devices)
-    return out
+    names = selected(suite)
+    return (chunk for name in names
+            for chunk in suite_module(name).task_chunks(examples=examples, seed=seed, devices=devices))
 
 
 def _versions() -> dict:
@@ -333,8 +344,10 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
     that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
     the next case (`conformance.workers`; `python -m conformance run` uses one per CPU core by
-    default). compile_cache: a folder for JAX's persistent compilation cache
-    (`conformance.compile_cache`), so a rerun skips XLA compiles; None leaves JAX's setting alone.
+    default); they start before the cases are drawn and run them as they are drawn, except with
+    `resume` or `executor`, which draw the whole plan first. compile_cache: a folder for JAX's
+    persistent compilation cache (`conformance.compile_cache`), so a rerun skips XLA compiles;
+    None leaves JAX's setting alone.
     strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
     suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
     shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.plan.select_shard`);
@@ -370,62 +383,100 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
 
         compile_cache = cc.enable(compile_cache)
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
-    t0 = time.perf_counter()  # the wall time includes drawing the cases
-    tasks = plan_mod.select_shard(plan_tasks(suite, examples=examples, seed=seed, devices=devices), shard)
-    drawing = time.perf_counter() - t0
     finished: dict = {}
-    reporters: list = []
     repro_dir = None
     if report_dir is not None:
-        from conformance.report import JSONL_NAME, load_finished, open_report_dir
+        from conformance.report import JSONL_NAME, load_finished
 
         if resume:
             finished = load_finished(os.path.join(os.fspath(report_dir), JSONL_NAME))
-        reporters = open_report_dir(report_dir, resume=resume)  # creates and checks the folder
         repro_dir = os.path.join(os.fspath(report_dir), "repros")
-    if progress:
-        from conformance.report import ProgressReporter
-
-        reporters.append(ProgressReporter(total=len(tasks), console=console))
-    plan = dict(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
-                processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks), resumed=bool(resume), **_versions())
-    plan.update(plan_extra or {})
-    if shard is not None:
-        plan["shard"] = "%d/%d" % (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
-    if resume:
-        plan_mod.check_resume(report_dir, plan)  # before any reporter rewrites the folder
-    for r in reporters:
-        r.start(plan)
-    results: list = []
-    c_total = 0.0
-    todo = []
-    for task in tasks:
-        done = finished.get(task.case_id)
-        entry = xf.lookup(task.case_id)
-        if done is not None:
-            results.append(done)
-            for r in reporters:
-                r.case_finished(done)
-        else:
-            todo.append((task, entry))
     opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
+    t0 = time.perf_counter()  # the wall time includes drawing the cases
+    chunks = plan_mod.select_shard_chunks(plan_chunks(suite, examples=examples, seed=seed, devices=devices), shard)
+    tasks: list = []
+    plan: dict = {}
+    drawing = 0.0
+    reporters: list = []
+    results: list = []
+    early: list | None = []  # results that finished while the plan was still being drawn
+
+    def begin() -> None:
+        """The plan is drawn: start the reporters with it (they need its case count), then
+        replay the results that came early, in the order they came."""
+        nonlocal drawing, early
+        drawing = time.perf_counter() - t0
+        if report_dir is not None:
+            from conformance.report import open_report_dir
+
+            reporters.extend(open_report_dir(report_dir, resume=resume))  # creates and checks the folder
+        if progress:
+            from conformance.report import ProgressReporter
+
+            reporters.append(ProgressReporter(total=len(tasks), console=console))
+        plan.update(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
+                    processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks),
+                    resumed=bool(resume), **_versions())
+        plan.update(plan_extra or {})
+        if shard is not None:
+            plan["shard"] = "%d/%d" % (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
+        if resume:
+            plan_mod.check_resume(report_dir, plan)  # before any reporter rewrites the folder
+        for r in reporters:
+            r.start(plan)
+        for res in early:
+            for r in reporters:
+                r.case_finished(res)
+        early = None
+
+    if processes is not None and executor is None and not resume:
+        # The default worker run streams the plan: the workers start (and import JAX) while the
+        # parent draws, and take each family's tasks as soon as it is drawn. A resumed run (it
+        # skips finished cases of the whole plan), an executor and an in-process run draw first.
+        def feed():
+            for chunk in chunks:
+                tasks.extend(chunk)
+                yield [(task, xf.lookup(task.case_id)) for task in chunk]
+            begin()
+
+        source = _execute([], xla, opts, processes, platform, devices, case_timeout, more=feed())
+    else:
+        tasks.extend(base.flatten(chunks))
+        begin()
+        todo = []
+        for task in tasks:
+            done = finished.get(task.case_id)
+            entry = xf.lookup(task.case_id)
+            if done is not None:
+                results.append(done)
+                for r in reporters:
+                    r.case_finished(done)
+            else:
+                todo.append((task, entry))
+        source = executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices,
+                                                                case_timeout)
+    c_total = 0.0
     try:
-        for res in (executor(todo, opts) if executor else
-                    _execute(todo, xla, opts, processes, platform, devices, case_timeout)):
+        for res in source:
             results.append(res)
             c_total += res.compile_seconds
+            if early is not None:
+                early.append(res)
+                continue
             for r in reporters:
                 r.case_finished(res)
     finally:
-        wall = time.perf_counter() - t0
-        summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
-        # An entry no case matched is stale only if every suite ran: a suite-filtered run
-        # never draws the other suites' cases, so their entries say nothing there.
-        _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
-        summary["plan"] = plan
-        summary["phases"] = timing.totals(results, drawing)
-        for r in reporters:
-            r.finish(summary)
+        # An exception while drawing leaves nothing half-done: no reporter had started.
+        if early is None:
+            wall = time.perf_counter() - t0
+            summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
+            # An entry no case matched is stale only if every suite ran: a suite-filtered run
+            # never draws the other suites' cases, so their entries say nothing there.
+            _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
+            summary["plan"] = plan
+            summary["phases"] = timing.totals(results, drawing)
+            for r in reporters:
+                r.finish(summary)
     return RunResult(results, summary)
 
 
@@ -454,9 +505,10 @@ def _check_picklable(xla) -> None:
                          "instance of a module-level class, or processes=None to run it in this process.") from None
 
 
-def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None):
+def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None):
     """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
-    workers that survive a crashing or hanging case (`conformance.workers`)."""
+    workers that survive a crashing or hanging case (`conformance.workers`), which also take
+    the lists of tasks `more` yields while it is drawn."""
     if processes is None:
         for task, entry in todo:
             yield run_task(task, xla, entry, **opts)
@@ -464,4 +516,4 @@ def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None):
     from conformance import workers
 
     yield from workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices,
-                                      xla=xla, opts=opts, case_timeout=case_timeout)
+                                      xla=xla, opts=opts, case_timeout=case_timeout, more=more)

@@ -12,11 +12,16 @@ a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous
 to Python, so the parent kills that worker, records the task as status "timeout" with its
 layout and a reproducer, and a fresh worker takes the next task. `fault` names an
 `xla_backend.faults` fault every worker runs its tasks under (the mutation run).
+
+`more` streams a plan that is still being drawn: the workers are started first (they import
+JAX while the parent draws), and between chunks the parent only polls the workers, so a
+worker that finishes gets the next task as soon as it is drawn.
 """
 from __future__ import annotations
 
 import os
 import signal
+import collections
 import tempfile
 import time
 import traceback
@@ -32,32 +37,38 @@ _PENDING = object()   # receive(): nothing finished yet
 
 
 def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=None, opts: dict,
-                   case_timeout: float | None = None, fault: str | None = None):
+                   case_timeout: float | None = None, fault: str | None = None, more=None):
     """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
     workers; a task whose worker dies yields an "error" result naming the signal or exit code,
     one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
+
+    more: an iterator of further lists of (task, entry), run after `todo` in order; the next
+    list is taken whenever no worker has a result to hand back, so drawing them (the work of
+    `next`) overlaps with running the tasks already taken. An exception from it stops the
+    workers and propagates.
 
     `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object.
     """
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
-    pending = list(reversed(todo))  # pop() takes tasks in plan order
+    pending = collections.deque(todo)  # popleft() takes tasks in plan order
     logs = tempfile.mkdtemp(prefix="conformance-workers-")
     workers: list[_Worker] = []
     started = 0
     try:
-        while pending or any(w.job is not None for w in workers):
-            while pending and len(workers) < processes:
+        while pending or more is not None or any(w.job is not None for w in workers):
+            while (pending or more is not None) and len(workers) < processes:
                 workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
                                        fault))
                 started += 1
             for w in workers:
                 if w.job is None and pending:
-                    w.send(pending.pop(), opts)
+                    w.send(pending.popleft(), opts)
             busy = [w for w in workers if w.job is not None]
-            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy],
-                                        timeout=_next_deadline(busy, case_timeout)))
+            # while tasks are still to be drawn, only look (timeout 0): drawing is the next thing to do
+            timeout = 0 if more is not None else _next_deadline(busy, case_timeout)
+            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout))
             for w in busy:
                 if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
                     result = w.timeout_result(case_timeout, opts)
@@ -77,6 +88,12 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
                     w.close()
                     workers.remove(w)
                 yield result
+            if more is not None:
+                chunk = next(more, None)
+                if chunk is None:
+                    more = None
+                else:
+                    pending.extend(chunk)
     finally:
         for w in workers:
             w.stop()
@@ -123,7 +140,10 @@ class _Worker:
         self.job, self.t0 = job, time.perf_counter()
         self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
         task, entry = job
-        self.conn.send((task, entry, opts))
+        try:
+            self.conn.send((task, entry, opts))
+        except OSError:  # the worker is already gone (it may die while starting): its sentinel tells
+            pass
 
     def receive(self):
         """The finished task's result; `_PENDING` when only the start-up message came; None

@@ -265,7 +265,7 @@ def test_a_refsim_exception_in_a_listed_case_fails_the_run_as_an_error(monkeypat
 
     registry.load_rules()
     monkeypatch.setitem(registry.RULES, "ppermute", planted)
-    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: [task])
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [[task]])
     res = runner.run(suite="collectives", progress=False, shrink_seconds=0)
     (r,) = res.results
     assert r.status == "error" and not res.ok, r.message
@@ -318,7 +318,7 @@ def test_xla_cpu_pargmax_with_nan_is_found_without_an_entry_and_explained_by_the
 
 def test_strict_xfails_fails_the_run_on_stale_and_too_broad_entries(tmp_path, monkeypatch):
     task = base.group_tasks("collectives", [_psum_call()], seed=0, variants=1)[0]
-    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: [task])
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [[task]])
     xf = tmp_path / "xf.txt"
     xf.write_text("psum[* mismatch(any): listed although it agrees\n")
     lax_run = runner.run(suite="collectives", progress=False, xfails=str(xf))

@@ -119,7 +119,7 @@ def _small_tasks():
 
 
 def test_a_hanging_case_is_a_timeout_and_the_run_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: _small_tasks())
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [_small_tasks()])
     got = runner.run(suite="collectives", progress=False, processes=1, xla=HangingXla(str(tmp_path)),
                      case_timeout=15, shrink_seconds=0, report_dir=tmp_path / "rep")
     assert [r.status for r in got.results] == ["timeout", "pass", "pass"], [r.message for r in got.results]
@@ -137,3 +137,123 @@ def test_case_timeout_needs_workers():
         runner.run(suite="errors", examples=1, progress=False, case_timeout=5)
     with pytest.raises(ValueError, match="case_timeout=-1; pass a positive number of seconds"):
         runner.run(suite="errors", examples=1, progress=False, processes=1, case_timeout=-1)
+
+
+# -- the default worker run draws the plan while the workers start and run it ----------------------
+def _spy_sends(monkeypatch) -> list:
+    """The case ids the parent hands to workers, in the order it hands them out."""
+    from conformance import workers
+
+    sent, send = [], workers._Worker.send
+
+    def spy(self, job, opts):
+        sent.append(job[0].case_id)
+        send(self, job, opts)
+
+    monkeypatch.setattr(workers._Worker, "send", spy)
+    return sent
+
+
+def _records(folder) -> list:
+    import json
+
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+
+
+def test_a_streamed_run_runs_the_plan_in_plan_order_with_the_draw_first_statuses(tmp_path, monkeypatch):
+    plan = [t.case_id for t in runner.plan_tasks("collectives", examples=1)]
+    first = runner.run(suite="collectives", examples=1, progress=False, shrink_seconds=0)  # draws first, in-process
+    sent = _spy_sends(monkeypatch)
+    streamed = runner.run(suite="collectives", examples=1, progress=False, shrink_seconds=0, processes=2,
+                          report_dir=tmp_path / "rep")
+    assert sent == plan == [r.case_id for r in first.results]
+    assert {r.case_id: r.status for r in streamed.results} == {r.case_id: r.status for r in first.results}
+    assert len(streamed.results) == len(plan) and streamed.summary["plan"]["cases"] == len(plan)
+    assert streamed.summary["phases"]["drawing"] > 0
+    recs = _records(tmp_path / "rep")
+    assert recs[0]["type"] == "plan" and recs[0]["cases"] == len(plan) and recs[-1]["type"] == "summary"
+    assert [r["case_id"] for r in recs[1:-1]] == [r.case_id for r in streamed.results]  # as they came
+
+
+def test_a_streamed_shard_keeps_the_plan_positions_of_select_shard(monkeypatch):
+    from conformance.plan import select_shard
+
+    chunks = [_small_tasks()[:2], [], _small_tasks()[2:]]   # positions 0, 1 | - | 2
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter(chunks))
+    sent = _spy_sends(monkeypatch)
+    got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, shard="2/2")
+    want = [t.case_id for t in select_shard(_small_tasks(), "2/2")]
+    assert sent == [r.case_id for r in got.results] == want == ["pmax[axes='x',dtype=int32,mesh=2:default]"]
+    assert got.summary["plan"]["shard"] == "2/2" and got.summary["plan"]["cases"] == 1
+
+
+def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start_in_order(tmp_path, monkeypatch):
+    import time
+
+    seen: list = []
+    execute = runner._execute
+
+    def spy(*a, **k):
+        for res in execute(*a, **k):
+            seen.append(res.case_id)
+            yield res
+
+    def chunks():
+        first, *rest = _small_tasks()
+        yield [first]
+        while not seen:          # the first result is back before the rest of the plan is drawn
+            time.sleep(0.01)
+            yield []
+        yield rest
+
+    monkeypatch.setattr(runner, "_execute", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
+    got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
+    ids = [t.case_id for t in _small_tasks()]
+    assert [r.case_id for r in got.results] == seen == ids and got.ok
+    recs = _records(tmp_path / "rep")
+    # the reporters saw the whole plan first (its case count), then every case once, in order
+    assert [r["type"] for r in recs] == ["plan", "case", "case", "case", "summary"]
+    assert recs[0]["cases"] == 3 and [r["case_id"] for r in recs[1:4]] == ids
+    assert recs[-1]["cases"] == 3 and recs[-1]["by_status"]["pass"] == 3
+
+
+def test_an_error_while_drawing_stops_the_workers_and_propagates(tmp_path, monkeypatch):
+    from conformance import workers
+
+    started: list = []
+    init = workers._Worker.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        started.append(self)
+
+    def chunks():
+        yield _small_tasks()
+        raise RuntimeError("planted drawing error")
+
+    monkeypatch.setattr(workers._Worker, "__init__", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
+    with pytest.raises(RuntimeError, match="planted drawing error"):
+        runner.run(suite="collectives", progress=False, processes=2, shrink_seconds=0, report_dir=tmp_path / "rep")
+    assert len(started) == 2 and not any(w.proc.is_alive() for w in started)
+    assert not (tmp_path / "rep" / "results.jsonl").exists()   # no reporter had started: nothing half-written
+
+
+class FailsInWorkers:
+    """Pickles in the parent, fails to unpickle in a worker: the worker dies while starting."""
+
+    def __init__(self):
+        self.parent = os.getpid()
+
+    def __setstate__(self, state):
+        if os.getpid() != state["parent"]:
+            raise RuntimeError("planted start-up failure")
+        self.__dict__.update(state)
+
+
+def test_a_worker_that_fails_to_start_while_the_plan_is_drawn_fails_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter([_small_tasks()[:1], _small_tasks()[1:]]))
+    with pytest.raises(RuntimeError, match="a conformance worker process failed to start"):
+        runner.run(suite="collectives", progress=False, processes=1, xla=FailsInWorkers(),
+                   report_dir=tmp_path / "rep")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance import cli, merge, runner
-from conformance.plan import parse_shard, select_shard
+from conformance.plan import parse_shard, select_shard, select_shard_chunks
 
 BASE = ["run", "--suite", "errors,layouts", "--examples", "1", "--no-progress"]
 PLAN = dict(suite="errors,layouts", examples=1, progress=False, processes=None, shrink_seconds=0)
@@ -41,6 +41,27 @@ def test_shards_partition_the_plan_and_interleave_back(tasks, n):
     # position p of the plan is in shard p % n + 1, at index p // n
     rebuilt = [shards[p % n][p // n] for p in range(len(tasks))]
     assert rebuilt == tasks
+
+
+@given(st.lists(st.lists(st.integers(), max_size=6), max_size=8), st.integers(1, 5), st.data())
+def test_a_shard_of_a_plan_drawn_in_chunks_is_the_shard_of_the_whole_plan(chunks, n, data):
+    # the streamed run draws family by family: positions count across the chunks
+    k = data.draw(st.integers(1, n))
+    whole = [t for c in chunks for t in c]
+    got = list(select_shard_chunks(iter(chunks), (k, n)))
+    assert len(got) == len(chunks)                      # one (maybe empty) list per chunk, as it comes
+    want = [t for p, t in enumerate(whole) if p % n == k - 1]
+    assert [t for c in got for t in c] == want == select_shard(whole, f"{k}/{n}")
+    assert list(select_shard_chunks(iter(chunks), None)) == chunks
+
+
+def test_a_bad_shard_of_a_chunked_plan_is_refused_before_drawing():
+    def never():
+        raise AssertionError("drawn")
+        yield
+
+    with pytest.raises(ValueError, match="--shard '3/2'"):
+        select_shard_chunks(never(), "3/2")
 
 
 def test_two_shards_merged_are_exactly_the_unsplit_run(runs, tmp_path, capsys):

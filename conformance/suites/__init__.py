@@ -1,7 +1,9 @@
 """The conformance suites: collectives, layouts, programs, errors, mpmd.
 
-Each suite module has ``tasks(*, examples, seed, devices) -> list`` of
-`conformance.suites.base.ProgramTask` / `CheckTask`; suites whose failures shrink also
+Each suite module has ``task_chunks(*, examples, seed, devices)``, a generator of lists of
+`conformance.suites.base.ProgramTask` / `CheckTask` (one list per family, yielded as soon as
+it is drawn, so a run can start cases while it draws the rest), and ``tasks(...) -> list``,
+the same tasks flattened; suites whose failures shrink also
 have ``strategy(family, dtype, devices)``, the hypothesis strategy a failing case is
 shrunk within.
 """

@@ -58,6 +58,11 @@ class CheckTask:
     check: Callable
 
 
+def flatten(chunks) -> list:
+    """The tasks of a suite's `task_chunks` as one list, in order (the suite's `tasks`)."""
+    return [t for chunk in chunks for t in chunk]
+
+
 def draw(strategy, count: int, seed: int) -> list:
     """`count` examples of `strategy`, deterministic in `seed` (hypothesis generate phase only)."""
     from hypothesis import HealthCheck, Phase, given, settings

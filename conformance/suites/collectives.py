@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import zlib
 
-from conformance.suites.base import COLLECTIVE_DATA, draw, group_tasks
+from conformance.suites.base import COLLECTIVE_DATA, draw, flatten, group_tasks
 
 NAME = "collectives"
 # Every dtype the strategies draw by default, plus every float8 type JAX has (XLA:CPU runs
@@ -28,12 +28,15 @@ def strategy(family: str, dtype: str | None, devices: int):
                             dtypes=(dtype,) if dtype else DTYPES)
 
 
-def tasks(*, examples: int, seed: int, devices: int) -> list:
+def task_chunks(*, examples: int, seed: int, devices: int):
+    """The suite's tasks, one list per collective as it is drawn."""
     from conformance.strategies import COLLECTIVES
 
-    out = []
     for name in COLLECTIVES:
         s = seed ^ zlib.crc32(name.encode())
         calls = draw(strategy(name, None, devices), examples, s)
-        out += group_tasks(NAME, calls, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=COLLECTIVE_DATA)
-    return out
+        yield group_tasks(NAME, calls, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=COLLECTIVE_DATA)
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    return flatten(task_chunks(examples=examples, seed=seed, devices=devices))

@@ -107,14 +107,17 @@ def check_invalid(cases: list, xla) -> Outcome:
     return Outcome("pass", examples=len(cases))
 
 
-def tasks(*, examples: int, seed: int, devices: int) -> list:
+def task_chunks(*, examples: int, seed: int, devices: int):
+    """The suite's tasks, one list per error kind as it is drawn."""
     from conformance.cases import mesh_id
 
-    out = []
     for kind in KINDS:
         groups: dict = {}
         for c in draw(_invalid(devices, kind), max(1, examples // 2), seed ^ zlib.crc32(kind.encode())):
             groups.setdefault(f"{kind}[mesh={mesh_id(c.mesh)}]", []).append(c)
-        out += [CheckTask(cid, NAME, kind, "float32", functools.partial(check_invalid, cs))
-                for cid, cs in groups.items()]
-    return out
+        yield [CheckTask(cid, NAME, kind, "float32", functools.partial(check_invalid, cs))
+               for cid, cs in groups.items()]
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    return flatten(task_chunks(examples=examples, seed=seed, devices=devices))

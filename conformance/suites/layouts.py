@@ -13,7 +13,7 @@ import zlib
 
 import numpy as np
 
-from conformance.suites.base import CheckTask, Outcome, draw
+from conformance.suites.base import CheckTask, Outcome, draw, flatten
 
 NAME = "layouts"
 
@@ -142,18 +142,21 @@ def check_single(ids: list, xla) -> Outcome:
     return Outcome("pass", examples=len(ids))
 
 
-def tasks(*, examples: int, seed: int, devices: int) -> list:
+def task_chunks(*, examples: int, seed: int, devices: int):
+    """The suite's tasks, one list per layout type as it is drawn."""
     from conformance.cases import mesh_id
 
-    out = []
     groups: dict = {}
     for mesh, spec, shape in draw(_named_cases(devices), examples * 3, seed ^ zlib.crc32(b"named")):
         groups.setdefault(f"named_sharding[ndim={len(shape)},mesh={mesh_id(mesh)}]", []).append((mesh, spec, shape))
-    out += [CheckTask(cid, NAME, "NamedSharding", "int32", functools.partial(check_named, d)) for cid, d in groups.items()]
+    yield [CheckTask(cid, NAME, "NamedSharding", "int32", functools.partial(check_named, d)) for cid, d in groups.items()]
     groups = {}
     for case in draw(_pmap_cases(devices), examples, seed ^ zlib.crc32(b"pmap")):
         groups.setdefault(f"pmap_sharding[n={case[0]},out_axes={case[3]}]", []).append(case)
-    out += [CheckTask(cid, NAME, "PmapSharding", "int32", functools.partial(check_pmap, d)) for cid, d in groups.items()]
-    out.append(CheckTask(f"single_device[devices={devices}]", NAME, "SingleDeviceSharding", "int32",
-                         functools.partial(check_single, list(range(devices)))))
-    return out
+    yield [CheckTask(cid, NAME, "PmapSharding", "int32", functools.partial(check_pmap, d)) for cid, d in groups.items()]
+    yield [CheckTask(f"single_device[devices={devices}]", NAME, "SingleDeviceSharding", "int32",
+                     functools.partial(check_single, list(range(devices))))]
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    return flatten(task_chunks(examples=examples, seed=seed, devices=devices))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from conformance.suites.base import CheckTask, Outcome
+from conformance.suites.base import CheckTask, Outcome, flatten
 
 NAME = "mpmd"
 
@@ -16,7 +16,8 @@ def check_case(case_json: str, xla) -> Outcome:
     return Outcome("pass" if r.passed else "fail", "" if r.passed else r.message)
 
 
-def tasks(*, examples: int, seed: int, devices: int) -> list:
+def task_chunks(*, examples: int, seed: int, devices: int):
+    """The suite's tasks, as one list (its cases are drawn together)."""
     from conformance.mpmd_checks import draw_cases
 
     out = []
@@ -25,4 +26,8 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
         out.append(CheckTask(case.case_id, NAME, f"round_trip[{case.tree},{case.threshold_kind}]",
                              dtypes[0] if len(dtypes) == 1 else "mixed",
                              functools.partial(check_case, case.to_json())))
-    return out
+    yield out
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    return flatten(task_chunks(examples=examples, seed=seed, devices=devices))

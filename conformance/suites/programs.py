@@ -15,7 +15,7 @@ import zlib
 
 import numpy as np
 
-from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, group_tasks
+from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
 
 NAME = "programs"
 CORPUS_SEEDS = (0, 1)
@@ -36,22 +36,27 @@ def strategy(family: str, dtype: str | None, devices: int):
     return programs(mesh_s, families=(family,), dtypes=dts)
 
 
-def tasks(*, examples: int, seed: int, devices: int) -> list:
+def task_chunks(*, examples: int, seed: int, devices: int):
+    """The suite's tasks, one list per program family as it is drawn, then the corpus's."""
     from conformance.corpus import PROGRAMS
     from conformance.strategies.programs import FAMILIES
 
-    out = []
     for fam in FAMILIES:
         s = seed ^ zlib.crc32(fam.encode())
         cases = draw(strategy(fam, None, devices), examples, s)
-        out += group_tasks(NAME, cases, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=PROGRAM_DATA)
+        yield group_tasks(NAME, cases, seed=s, shrink_of=lambda c: (NAME, c.family, c.dtype), data=PROGRAM_DATA)
+    out = []
     for prog in PROGRAMS:
         if int(np.prod(prog.mesh_shape)) > devices:
             continue
         dtype = str(np.asarray(prog.inputs(0)[0]).dtype) if prog.inputs(0) else "none"
         out.append(CheckTask(f"corpus:{prog.name}[mesh={'x'.join(map(str, prog.mesh_shape))}]", NAME,
                              f"corpus.{prog.family}", dtype, functools.partial(check_corpus, prog.name)))
-    return out
+    yield out
+
+
+def tasks(*, examples: int, seed: int, devices: int) -> list:
+    return flatten(task_chunks(examples=examples, seed=seed, devices=devices))
 
 
 def _close(e, a, tol, ulp=0) -> str:
