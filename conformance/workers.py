@@ -87,6 +87,8 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
                     result = w.death_result()
                     w.close()
                     workers.remove(w)
+                elif pending:  # the worker's next task goes out before the reporters see this result
+                    w.send(pending.popleft(), opts)
                 yield result
             if more is not None:
                 chunk = next(more, None)
@@ -95,6 +97,8 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
                 else:
                     pending.extend(chunk)
     finally:
+        for w in workers:  # all at once: each worker's exit (JAX's teardown) overlaps the others'
+            w.ask_to_stop()
         for w in workers:
             w.stop()
         for name in os.listdir(logs):
@@ -230,12 +234,17 @@ class _Worker:
             return ""
         return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit after its task in flight (`stop` waits for it)."""
         if self.proc.is_alive():
             try:
                 self.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
+
+    def stop(self) -> None:
+        """Wait for a worker told to stop (`ask_to_stop`) to exit; terminate it after 5 s."""
+        if self.proc.is_alive():
             self.proc.join(timeout=5)
         if self.proc.is_alive():
             self.proc.terminate()
