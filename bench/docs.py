@@ -116,9 +116,15 @@ def _throughput(recs: list) -> str:
     text = _md_table(["engine", "programs/s", "pass time", "compile share"], rows)
     text += (f"\n\n{ratio['programs']} programs ({ratio['drawn']} drawn), {ratio['passes']} passes per engine; "
              f"{ratio['agree']} agree bit for bit")
-    if ratio.get("disagree"):
+    known = ratio.get("known_differences")
+    if known is None and ratio.get("disagree"):  # a run from before disagreements were classified
         text += f"; disagreeing (for the conformance suite to triage): {', '.join(ratio['disagree'])}"
-    return text + "."
+    text += "."
+    for cid, why in (known or {}).items():
+        text += f"\n\n`{cid}` differs as `xfails/cpu.txt` expects ({why})."
+    if known is not None and ratio.get("unexplained"):
+        text += f"\n\n**Unexplained disagreements**: {', '.join(f'`{c}`' for c in ratio['unexplained'])}."
+    return text
 
 
 def _conformance(recs: list) -> str:
