@@ -49,7 +49,11 @@ NOTES = {
     "throughput": """Distinct small programs drawn with a fixed seed from `conformance.strategies.programs` over
 `meshes(max_devices=8)` (collectives with elementwise/structural ops, scan, while, cond, switch,
 grad, vmap, nested shard_map, jit with shardings, pmap with groups). Each pass uses fresh function
-objects and empty caches, so every program is traced (and, for XLA, lowered and compiled) once.""",
+objects and empty caches, so every program is traced (and, for XLA, lowered and compiled) once.
+Both engines trace every program with JAX the same way; refsim then interprets the jaxpr, XLA
+lowers, compiles and runs it, so the ratio is about (trace + compile) / (trace + interpret) and
+grows with program size and with load on the machine (compiling suffers more from it). A program
+whose results differ is checked against `xfails/cpu.txt` as the conformance runner checks it.""",
     "conformance": """The default `python -m conformance run` (same seed and examples, no shrinking) of this commit
 and of the baseline commit, each in a fresh process, in interleaved passes: baseline, this commit
 with an empty compilation cache ("cold"), this commit again on the cache the cold pass wrote
@@ -160,6 +164,15 @@ def _conformance(recs: list) -> str:
         if total > 0:
             parts = ", ".join(f"{LABELS.get(k, k)} {100 * v / total:.0f}%" for k, v in ph.items() if v > 0)
             text += f"\n\nPhases of the {r['variant']} run ({total:.0f} s of work): {parts}."
+    cold, base = by.get("cold"), by.get("baseline")
+    if cold and base and cold.get("phases") and base.get("processes") == 1:
+        # The baseline runs in one process, so its wall time is its work; the cold run's work is its phases' sum.
+        work = 1e3 * sum(cold["phases"].values()) / cold["examples"]
+        base_ms = 1e3 * sorted(base["wall_s_each"])[len(base["wall_s_each"]) // 2] / base["examples"]
+        text += (f"\n\nWork per example: the cold run {work:.1f} ms (summed over its {cold['processes']} workers and the "
+                 f"drawing), the baseline {base_ms:.1f} ms (one process: its wall time). A first run's work is mostly "
+                 f"XLA compiling, which a cache cannot skip, so its speed-up over the baseline is about the number "
+                 f"of workers ({cold['processes']}) times {base_ms / work:.2f}; a rerun loads the compiled executables instead.")
     return text
 
 
