@@ -12,8 +12,9 @@ an xfail, a case the platform cannot run is skipped as unsupported, and a stale 
 entry passes with a warning.
 
 Oracle mode (docs/oracle.md): ``pytest --conformance-oracle [--conformance-oracle-report FILE]``
-checks the top-level calls of `jax.jit`, `jax.shard_map` and `jax.pmap` programs that a test
-suite makes against refsim (a disagreement fails the test that made the call) and prints
+checks the top-level calls of `jax.jit`, `jax.shard_map` and `jax.pmap` programs (and
+`jax.experimental.shard_map.shard_map` / `jax.experimental.pjit.pjit` ones) that a test suite
+makes against refsim (a disagreement fails the test that made the call) and prints
 ``conformance oracle: N calls checked, D disagreed, S not checkable``. The fixture
 `conformance_check` is `conformance.check` with reproducers under the test's tmp_path.
 """
@@ -40,7 +41,8 @@ def pytest_addoption(parser):
     group.addoption("--conformance-xfails", default=None, metavar="FILE",
                     help="expected failures (default xfails/<platform>.txt)")
     group.addoption("--conformance-oracle", action="store_true", default=False,
-                    help="oracle mode: also run every top-level jax.jit/shard_map/pmap call of a distributed "
+                    help="oracle mode: also run every top-level jax.jit/shard_map/pmap (and jax.experimental "
+                         "shard_map/pjit) call of a distributed "
                          "program on refsim and fail the test on a disagreement")
     group.addoption("--conformance-oracle-report", default=None, metavar="FILE",
                     help="oracle mode: write the JSON report (counts, reasons, one record per call) to FILE")

@@ -550,3 +550,33 @@ def check_vma_context(check: bool):
     from jax._src import config
 
     return config._check_vma(bool(check))
+
+
+#: JAX's older public entry points that build the same programs as `jax.shard_map` / `jax.jit`:
+#: (module, attribute, the kind of program they build). `jax.experimental.shard_map.shard_map`
+#: takes `check_rep` (jax 0.10 … 0.12 pass it on as `check_vma`; older JAX also took `auto=`),
+#: `jax.experimental.pjit.pjit` takes jit's arguments, positionally too.
+LEGACY_ENTRY_POINTS = (("jax.experimental.shard_map", "shard_map", "shard_map"),
+                       ("jax.experimental.pjit", "pjit", "jit"))
+
+
+def legacy_entry_points() -> list:
+    """[(module, attribute, kind, current value)] for each of `LEGACY_ENTRY_POINTS` this JAX has.
+
+    In jax 0.10 … 0.12 both are deprecated attributes that the module's `__getattr__` serves with
+    a DeprecationWarning on first access; reading them here must not warn the user, and a JAX that
+    has dropped one (ImportError / AttributeError) gives fewer entries."""
+    import importlib
+    import warnings
+
+    found = []
+    for mod_name, attr, kind in LEGACY_ENTRY_POINTS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                mod = importlib.import_module(mod_name)
+                value = getattr(mod, attr)
+            except (ImportError, AttributeError):
+                continue
+        found.append((mod, attr, kind, value))
+    return found

@@ -2,11 +2,13 @@
 
     python -m conformance check [--report FILE] [--platform P] [--devices N] SCRIPT.py [ARGS...]
 
-Every top-level call of a `jax.jit` / `jax.shard_map` / `jax.pmap` program the script makes
-that is distributed is also run on refsim and compared; disagreements are printed as they
-happen (report and reproducer), and at the end the summary line
-``conformance oracle: N calls checked, D disagreed, S not checkable``. Exit status: the
-script's own when it fails, else 1 if any call disagreed, else 0; 2 for bad arguments.
+Every top-level call of a `jax.jit` / `jax.shard_map` / `jax.pmap` program (or one built with
+`jax.experimental.shard_map.shard_map` / `jax.experimental.pjit.pjit`) the script makes that is
+distributed is also run on refsim and compared; disagreements are printed as they happen
+(report and reproducer), and at the end the summary line
+``conformance oracle: N calls checked, D disagreed, S not checkable`` (with a WARNING line when
+nothing was checked). Exit status: the script's own when it fails, else 1 if any call
+disagreed, else 0; 2 for bad arguments.
 """
 from __future__ import annotations
 

@@ -1,22 +1,29 @@
 """Oracle mode's hook: `jax.jit`, `jax.shard_map` and `jax.pmap` return checked callables.
 
-While `install(session)` is active, the three entry points build the callable JAX would
-build and wrap it in `Checked`. A call of a `Checked` with concrete arguments outside any
+While `install(session)` is active, the three entry points and JAX's older public ones
+(`jax.experimental.shard_map.shard_map`, `jax.experimental.pjit.pjit`: `WRAPPED` lists them
+all) build the callable JAX would build and wrap it in `Checked`; the older ones are checked
+as the `jax.shard_map` / `jax.jit` programs they build (the same jaxpr). A call of a `Checked` with concrete arguments outside any
 JAX trace (a top-level call) runs on XLA as usual and, when its program is distributed (a
 shard_map, a collective, or sharded inputs/outputs), is also evaluated on refsim by the
 session; its return value is XLA's, untouched. Calls under an outer trace (a jitted function
 called inside another jit, the refsim/XLA machinery's own tracing) go straight to JAX.
 
-Only callables built after `install` are wrapped: functions decorated in modules imported
-before it (JAX's own `jax.numpy`, a library imported earlier) are not intercepted, which
+Only callables built after `install` are wrapped, and only through the module attributes it
+replaces: functions decorated in modules imported before it (JAX's own `jax.numpy`, a library
+imported earlier) and names bound before it (`from jax import jit`) are not intercepted, which
 is why the pytest plugin installs the hook before test modules and conftests are imported.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
+from refsim import _compat
+
 _STATE = threading.local()
+#: (module, attribute) -> (JAX's own value, whether it was a plain module attribute)
 _ORIGINALS: dict = {}
 
 
@@ -39,8 +46,6 @@ def top_level(args, kwargs) -> bool:
     """True for concrete arguments with no JAX trace active."""
     import jax
 
-    from refsim import _compat
-
     if not _compat.no_trace_active():
         return False
     return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
@@ -53,16 +58,17 @@ class Checked:
     object stands in for what `jax.jit` / `jax.shard_map` / `jax.pmap` returned.
     """
 
-    def __init__(self, inner, entry: str, session, static=((), ())):
+    def __init__(self, inner, entry: str, session, static=((), ()), via: str | None = None):
         functools.update_wrapper(self, inner)
         self._inner, self._entry, self._session, self._static = inner, entry, session, static
+        self._via = via or f"jax.{entry}"           # the entry point the user called
 
     def __call__(self, *args, **kwargs):
         s = self._session
         if s is None or not s.active or busy() or not top_level(args, kwargs):
             return self._inner(*args, **kwargs)
         with _Busy():
-            return s.call(self._inner, self._entry, args, kwargs, static=self._static)
+            return s.call(self._inner, self._entry, args, kwargs, static=self._static, via=self._via)
 
     def __getattr__(self, name):
         if name == "_inner":                  # not set yet (copy, unpickling): no recursion
@@ -83,9 +89,30 @@ class Checked:
         return self is other or (isinstance(other, Checked) and other._inner is self._inner)
 
 
-def _wrapping(entry: str, original, session):
-    """`original` (jax.jit / jax.shard_map / jax.pmap), its result wrapped in `Checked`;
-    also in its decorator form (called without the function)."""
+def _signature(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _static_of(sig, args, kwargs):
+    """jit's (static_argnums, static_argnames) as given to a function of signature `sig`
+    (pjit takes them positionally too)."""
+    try:
+        bound = sig.bind_partial(*args, **kwargs).arguments
+    except (AttributeError, TypeError):              # no signature, or bad arguments JAX itself reports
+        bound = kwargs
+    return bound.get("static_argnums") or (), bound.get("static_argnames") or ()
+
+
+def _wrapping(entry: str, original, session, via: str | None = None):
+    """`original` (jax.jit / jax.shard_map / jax.pmap, or an older entry point building the
+    same `entry` kind of program), its result wrapped in `Checked`; also in its decorator form
+    (called without the function). The arguments reach `original` unchanged (`check_rep`,
+    `auto`, pjit's positional shardings are JAX's to interpret)."""
+
+    sig = _signature(original) if entry == "jit" else None
 
     @functools.wraps(original)
     def build(*args, **kwargs):
@@ -94,13 +121,13 @@ def _wrapping(entry: str, original, session):
             return out
         has_fun = (bool(args) and callable(args[0])) or any(k in kwargs for k in ("fun", "f"))
         # jit's static arguments are closed over, not traced, when the oracle traces a call
-        static = (kwargs.get("static_argnums", ()), kwargs.get("static_argnames", ())) if entry == "jit" else ((), ())
+        static = _static_of(sig, args, kwargs) if entry == "jit" else ((), ())
         if has_fun:
-            return Checked(out, entry, session, static)
+            return Checked(out, entry, session, static, via)
 
         @functools.wraps(out)
         def decorate(fun):
-            return Checked(out(fun), entry, session, static)
+            return Checked(out(fun), entry, session, static, via)
         return decorate
 
     build._conformance_original = original
@@ -110,21 +137,39 @@ def _wrapping(entry: str, original, session):
 ENTRY_POINTS = ("jit", "shard_map", "pmap")
 
 
-def install(session) -> None:
-    """Wrap `jax.jit`, `jax.shard_map` and `jax.pmap` for `session` (idempotent)."""
+def _targets() -> list:
+    """[(module, attribute, kind, current value)]: jax.jit / jax.shard_map / jax.pmap, then the
+    older entry points this JAX has (refsim._compat.LEGACY_ENTRY_POINTS)."""
     import jax
 
-    for name in ENTRY_POINTS:
-        current = getattr(jax, name)
+    return [(jax, name, name, getattr(jax, name)) for name in ENTRY_POINTS] + _compat.legacy_entry_points()
+
+
+#: Every entry point oracle mode wraps, as users spell them (the summary names them).
+WRAPPED = tuple(f"jax.{n}" for n in ENTRY_POINTS) + tuple(f"{m}.{a}" for m, a, _ in _compat.LEGACY_ENTRY_POINTS)
+
+
+def install(session) -> None:
+    """Wrap every entry point of `WRAPPED` that this JAX has for `session` (idempotent).
+
+    Each is replaced by a plain module attribute, so `from jax.experimental.shard_map import
+    shard_map` run after this gets the wrapped one."""
+    for mod, name, kind, current in _targets():
         original = getattr(current, "_conformance_original", current)
-        _ORIGINALS.setdefault(name, original)
-        setattr(jax, name, _wrapping(name, original, session))
+        key = (mod.__name__, name)
+        if key not in _ORIGINALS:
+            plain = name in vars(mod) and vars(mod)[name] is original
+            _ORIGINALS[key] = (mod, original, plain)
+        via = f"{mod.__name__}.{name}"
+        setattr(mod, name, _wrapping(kind, original, session, via))
 
 
 def uninstall() -> None:
-    """Put JAX's own entry points back."""
-    import jax
-
-    for name, original in _ORIGINALS.items():
-        setattr(jax, name, original)
+    """Put JAX's own entry points back (a deprecated attribute goes back to its module's
+    `__getattr__`, which serves it as before)."""
+    for (_, name), (mod, original, plain) in _ORIGINALS.items():
+        if plain:
+            setattr(mod, name, original)
+        else:
+            vars(mod).pop(name, None)
     _ORIGINALS.clear()

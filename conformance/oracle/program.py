@@ -63,6 +63,23 @@ def _sub_jaxprs(params):
                 yield x
 
 
+def states_multi_device_layout(jaxpr) -> bool:
+    """True when a jit (`in_shardings` / `out_shardings`) or a sharding constraint in `jaxpr`
+    states a layout over several devices: such a program is distributed even when it is called
+    with NumPy arguments."""
+    stack = [jaxpr]
+    while stack:
+        j = stack.pop()
+        for eqn in j.eqns:
+            p = eqn.params
+            stated = [*p.get("in_shardings", ()), *p.get("out_shardings", ())] if eqn.primitive.name in (
+                "jit", "pjit") else [p.get("sharding")] if eqn.primitive.name == "sharding_constraint" else []
+            if any(_multi_device_sharding(sh) for sh in stated):
+                return True
+            stack.extend(_sub_jaxprs(p))
+    return False
+
+
 def primitive_names(jaxpr) -> frozenset:
     """Every primitive name in `jaxpr` and its sub-jaxprs (jit, shard_map, scan, cond, ...)."""
     seen: set = set()
@@ -99,8 +116,11 @@ def _host_copy(x):
 
 def _multi_device(x) -> bool:
     """True for a value laid out over several devices (an abstract-mesh sharding counts by its mesh size)."""
-    sh = getattr(x, "sharding", None)
-    if sh is None:
+    return _multi_device_sharding(getattr(x, "sharding", None))
+
+
+def _multi_device_sharding(sh) -> bool:
+    if sh is None or not hasattr(sh, "device_set"):    # e.g. jit's UnspecifiedValue
         return False
     try:
         return len(sh.device_set) > 1
@@ -141,7 +161,8 @@ def trace(fn, args: tuple, kwargs: dict, static=((), ())) -> Traced:
         raise NotCheckable("trace failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     prims = primitive_names(closed.jaxpr)
     out_leaves = jax.tree_util.tree_leaves(out_shape)
-    sharded = any(_multi_device(x) for x in leaves) or any(_multi_device(o) for o in out_leaves)
+    sharded = (any(_multi_device(x) for x in leaves) or any(_multi_device(o) for o in out_leaves)
+               or states_multi_device_layout(closed.jaxpr))
     return Traced(fn, closed, list(leaves), jax.tree_util.tree_structure(out_shape), prims, sharded)
 
 

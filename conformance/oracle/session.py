@@ -36,14 +36,17 @@ class Session:
         self.echo = echo                    # called with each disagreement's report (the CLI prints it)
 
     # -- one call ----------------------------------------------------------------------------------
-    def call(self, inner, entry: str, args: tuple, kwargs: dict, static=((), ())):
+    def call(self, inner, entry: str, args: tuple, kwargs: dict, static=((), ()), via: str | None = None):
         """Run `inner(*args, **kwargs)` on XLA and return its result; check it on refsim on the side.
 
+        `entry`: the kind of program (jit, shard_map, pmap); `via`: the entry point the user
+        called (``jax.experimental.pjit.pjit``; default ``jax.<entry>``), kept in the record.
         `static`: the jit's (static_argnums, static_argnames). The user's call runs exactly once
         and its exceptions reach the user; nothing the oracle itself raises does (a failure of
         the oracle's own machinery is counted as not checkable, reason "oracle error").
         """
         name = chk._name(inner)
+        via = via or f"jax.{entry}"
         t0 = time.perf_counter()
         try:
             traced = prog.trace(inner, args, kwargs, static)
@@ -52,7 +55,7 @@ class Session:
                 prog.take_host_copies(traced)
         except Exception as e:  # noqa: BLE001 - see the docstring
             out = inner(*args, **kwargs)
-            self._not_checkable(name, entry, e, time.perf_counter() - t0, None)
+            self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
             return out
         if not traced.distributed:
             self.skipped += 1
@@ -64,7 +67,7 @@ class Session:
             res, ref, pols = chk.finish(traced, out, name=name, entry=entry, policy=self.policy, ulps=self.ulps,
                                         seconds={"trace": t1 - t0, "xla": t2 - t1})
             overhead = (t1 - t0) + (time.perf_counter() - t2)
-            rec = self._record(name, entry, "agree" if res.ok else "disagree", policy=res.policies,
+            rec = self._record(name, entry, via, "agree" if res.ok else "disagree", policy=res.policies,
                                overhead=overhead, xla=t2 - t1)
             if not res.ok:
                 try:
@@ -78,18 +81,19 @@ class Session:
                 if self.echo is not None:
                     self.echo(str(err))
         except Exception as e:  # noqa: BLE001 - see the docstring
-            self._not_checkable(name, entry, e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+            self._not_checkable(name, entry, via, e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
         return out
 
-    def _not_checkable(self, name, entry, e, overhead, xla):
+    def _not_checkable(self, name, entry, via, e, overhead, xla):
         if isinstance(e, prog.NotCheckable):
             reason, detail = e.reason, e.detail
         else:
             reason, detail = "oracle error", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        self._record(name, entry, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
+        self._record(name, entry, via, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
 
-    def _record(self, name, entry, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
-        rec = {"test": self.context, "entry": entry, "name": name, "outcome": outcome,
+    def _record(self, name, entry, via, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
+        rec = {"test": self.context, "entry": entry, "via": via,
+               "name": name, "outcome": outcome,
                "policy": policy or [], "seconds": round(overhead, 6),
                "xla_seconds": None if xla is None else round(xla, 6)}
         if reason is not None:
@@ -159,7 +163,8 @@ def merge(reports: list[dict]) -> dict:
 
 def summary_lines(c: dict) -> list[str]:
     """The summary line ``conformance oracle: N calls checked, D disagreed, S not checkable``,
-    then the overhead per checked call, the skipped calls and the not-checkable reasons."""
+    then the overhead per checked call, the skipped calls and the not-checkable reasons; with
+    no call checked, a warning line saying why (a zero count is no verdict)."""
     lines = [f"conformance oracle: {c['checked']} calls checked, {c['disagreed']} disagreed, "
              f"{sum(c['not_checkable'].values())} not checkable"]
     o = c["overhead"]
@@ -169,4 +174,18 @@ def summary_lines(c: dict) -> list[str]:
     if c["not_checkable"]:
         detail.append("not checkable: " + ", ".join(f"{k} x{v}" for k, v in c["not_checkable"].items()))
     lines.append("  " + "; ".join(detail))
+    if not c["checked"]:
+        lines.append(_nothing_checked_warning(c))
     return lines
+
+
+def _nothing_checked_warning(c: dict) -> str:
+    from conformance.oracle.intercept import WRAPPED
+
+    seen = c["skipped"] + sum(c["not_checkable"].values())
+    if not seen:
+        return (f"WARNING: conformance oracle checked nothing: none of the calls went through the entry points "
+                f"it wraps ({', '.join(WRAPPED)}), as top-level calls of callables built after the oracle "
+                f"started; see docs/oracle.md")
+    return (f"WARNING: conformance oracle checked nothing: the {seen} calls it saw were single-device or "
+            f"not checkable")
