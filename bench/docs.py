@@ -28,7 +28,7 @@ RERUN = """## Rerun
 
 ```bash
 git worktree add ../base <older-commit>                   # the baseline of the conformance part
-python -m bench --json figures.jsonl --against ../base    # every part (about 25 min on 2 cores)
+python -m bench --json figures.jsonl --against ../base    # every part (7 min on a quiet 2-core machine)
 python -m bench.docs figures.jsonl --out docs/performance.md
 python -m bench.docs docs/performance-figures.jsonl --out docs/performance.md   # this page, again
 python -m bench --quick                                   # tiny sizes: checks the code paths only
