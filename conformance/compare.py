@@ -720,6 +720,8 @@ def _fmt_index(index) -> str:
 
 def _scalar(v):
     v = np.asarray(v)
+    if v.dtype.names:  # a PRNG key (refsim's structured key dtype): its key words
+        return tuple(int(w) for name in v.dtype.names for w in np.ravel(v[name]))
     if v.dtype.kind == "c":
         return complex(v)
     if v.dtype.kind in "iu":

@@ -77,9 +77,16 @@ def local_shards(jax_array):
     order = {d: k for k, d in enumerate(jax_array.sharding.devices_indices_map(jax_array.shape))}
     shards = sorted(jax_array.addressable_shards, key=lambda s: order[s.device])
     return [
-        Shard(int(s.device.id), _plain_index(s.index), np.array(s.data, copy=True), int(s.replica_id))
+        Shard(int(s.device.id), _plain_index(s.index), np.array(_host(s.data), copy=True), int(s.replica_id))
         for s in shards
     ]
+
+
+def _host(data):
+    """A single-device jax.Array as NumPy: a PRNG key array as refsim's structured key array."""
+    from refsim import _compat
+
+    return _compat.to_numpy(data)
 
 
 def _plain_index(index) -> tuple:
@@ -100,8 +107,10 @@ def to_refsim(jax_array, *, info=None):
             "of several processes and this process sees only its own shards; call "
             "xla_backend.distributed.gather(result) on every process to collect all of them."
         )
+    from refsim import _compat
+
     sharding = from_jax_sharding(jax_array.sharding)
-    return Array(tuple(jax_array.shape), np.dtype(jax_array.dtype), sharding,
+    return Array(tuple(jax_array.shape), _compat.physical_dtype(jax_array.dtype), sharding,
                  local_shards(jax_array), info=info)
 
 

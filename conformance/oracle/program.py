@@ -102,7 +102,9 @@ def _host_copy(x):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            raise NotCheckable("typed PRNG key argument", f"{x.dtype}; pass jax.random.key_data(key)")
+            from refsim import _compat
+
+            return _compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
         try:
