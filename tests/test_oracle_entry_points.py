@@ -184,3 +184,16 @@ def test_planted_disagreement_through_experimental_shard_map_in_process():
     assert [c["outcome"] for c in session.calls] == ["disagree", "agree"], session.calls
     (err,) = session.pop_failures("planted")
     assert "values differ" in str(err)
+
+
+def test_a_sharding_over_an_abstract_mesh_counts_by_the_mesh_size():
+    """`device_set` of a NamedSharding over an AbstractMesh raises ValueError (hasattr does not
+    catch it); the oracle counts such a sharding as distributed when its mesh has > 1 device."""
+    from conformance.oracle import program
+
+    abstract = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2).abstract_mesh
+    assert program._multi_device_sharding(NamedSharding(abstract, P("x")))
+    one = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:1]).abstract_mesh
+    assert not program._multi_device_sharding(NamedSharding(one, P()))
+    assert not program._multi_device_sharding(None)
+    assert not program._multi_device_sharding(object())            # e.g. jit's UnspecifiedValue

@@ -122,11 +122,14 @@ def _multi_device(x) -> bool:
 
 
 def _multi_device_sharding(sh) -> bool:
-    if sh is None or not hasattr(sh, "device_set"):    # e.g. jit's UnspecifiedValue
+    if sh is None:
         return False
     try:
+        # hasattr is not enough: over an AbstractMesh, `device_set` raises ValueError
         return len(sh.device_set) > 1
-    except (ValueError, NotImplementedError, AttributeError):   # e.g. a sharding over an AbstractMesh
+    except AttributeError:                                          # e.g. jit's UnspecifiedValue
+        return False
+    except (ValueError, NotImplementedError):                       # a sharding over an AbstractMesh
         mesh = getattr(sh, "mesh", None)
         return getattr(mesh, "size", 1) > 1
 
