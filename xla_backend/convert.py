@@ -71,13 +71,27 @@ def from_jax_sharding(sharding):
 
 
 def local_shards(jax_array):
-    """[refsim.Shard] copied off this process's devices, in the sharding's device order."""
+    """[refsim.Shard] copied off this process's devices, in the sharding's device order.
+
+    JAX defines no device indices for a sharding with unreduced axes (each device along them
+    holds a partial sum, `devices_indices_map` raises NotImplementedError); those come from
+    refsim's equal sharding, which places a partial sum as if the unreduced axes were
+    replicated and gives every device its own replica id (no two hold the same values).
+    """
     from refsim.array import Shard
 
-    order = {d: k for k, d in enumerate(jax_array.sharding.devices_indices_map(jax_array.shape))}
-    shards = sorted(jax_array.addressable_shards, key=lambda s: order[s.device])
+    shape = tuple(jax_array.shape)
+    try:
+        order = {d.id: k for k, d in enumerate(jax_array.sharding.devices_indices_map(shape))}
+        index = replica = None
+    except NotImplementedError:
+        ref = from_jax_sharding(jax_array.sharding)
+        index, replica = ref.devices_indices_map(shape), ref.device_replica_id_map(shape)
+        order = {d: k for k, d in enumerate(index)}
+    shards = sorted(jax_array.addressable_shards, key=lambda s: order[s.device.id])
     return [
-        Shard(int(s.device.id), _plain_index(s.index), np.array(_host(s.data), copy=True), int(s.replica_id))
+        Shard(int(s.device.id), _plain_index(s.index if index is None else index[s.device.id]),
+              np.array(_host(s.data), copy=True), int(s.replica_id if replica is None else replica[s.device.id]))
         for s in shards
     ]
 

@@ -312,9 +312,8 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     for k, (v, x) in enumerate(zip(values, xla_outs)):
         s = stated[k] if stated is not None and k < len(stated) else None
         where.append("program" if s is not None else "xla")
-        arr = device_put(np.asarray(v), s if s is not None else x.sharding)
-        arr.info = dict(info)
-        outs.append(arr)
+        # as refsim.jit places its results: an unreduced value keeps each device's partial sum
+        outs.append(api._place(v, s if s is not None else x.sharding, info))
     return outs, where
 
 
