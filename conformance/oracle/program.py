@@ -292,7 +292,9 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
                 args = [np.asarray(a) for a in args]
             by_var = api._run_top_shard_map(closed, args, mesh, extra)
             info = api._info(extra)
-            outs = [Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
+            # as refsim.shard_map builds its results: unreduced out_specs keep each device's partial sum
+            outs = [api._partials_array(by_var[v][0], mesh, by_var[v][1], info) if by_var[v][1].unreduced
+                    else Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
             manual = set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
             for k, arr in enumerate(outs):
                 s = stated[k] if stated is not None and k < len(stated) else None
