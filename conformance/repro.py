@@ -68,17 +68,7 @@ def run():
     return jax.device_put(jax.device_put(args[0], named(IN_SHARDINGS[0])), target)
 
 
-def _same(have, want, exact: bool):
-    """Element by element: equal, or NaN on both sides; a complex number part by part; with
-    `exact`, a float zero's sign counts (bfloat16 and float8 included)."""
-    if have.dtype.kind == "c":
-        return _same(have.real, want.real, exact) & _same(have.imag, want.imag, exact)
-    same = (have == want) | ((have != have) & (want != want))
-    if exact and (have.dtype.kind == "f" or "float" in have.dtype.name):
-        same &= (np.signbit(have) == np.signbit(want)) | (have != have)
-    return same
-
-
+# <element check>
 def check(out) -> list:
     """Every disagreement between `out` (JAX's result) and EXPECTED, as lines of text."""
     failures = []
@@ -120,6 +110,22 @@ if __name__ == "__main__":
         sys.exit(1)
     print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
 '''
+
+# Shared by the reproducer templates (this module's and `conformance.oracle.reproduce`'s): how a
+# reproducer holds an element, as `conformance.compare` does.
+ELEMENT_CHECK = '''def _same(have, want, exact: bool):
+    """Element by element: equal, or NaN on both sides; a complex number part by part; with
+    `exact`, a float zero's sign counts (bfloat16 and float8 included)."""
+    if have.dtype.kind == "c":
+        return _same(have.real, want.real, exact) & _same(have.imag, want.imag, exact)
+    same = (have == want) | ((have != have) & (want != want))
+    if exact and (have.dtype.kind == "f" or "float" in have.dtype.name):
+        same &= (np.signbit(have) == np.signbit(want)) | (have != have)
+    return same
+
+
+'''
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
 
 
 def _ids_literal(mesh) -> str:

@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from conformance.cases import _index_source, spec_source
+from conformance.repro import ELEMENT_CHECK
 
 _HEAD = '''\
 # conformance reproducer v1 (program): {name}
@@ -115,17 +116,7 @@ def run():
     return program()(*args, **kwargs)
 
 
-def _same(have, want, exact: bool):
-    """Element by element: equal, or NaN on both sides; a complex number part by part; with
-    `exact`, a float zero's sign counts (bfloat16 and float8 included)."""
-    if have.dtype.kind == "c":
-        return _same(have.real, want.real, exact) & _same(have.imag, want.imag, exact)
-    same = (have == want) | ((have != have) & (want != want))
-    if exact and (have.dtype.kind == "f" or "float" in have.dtype.name):
-        same &= (np.signbit(have) == np.signbit(want)) | (have != have)
-    return same
-
-
+# <element check>
 def check(out) -> list:
     """Every disagreement between `out` (JAX's result) and refsim's expected shards, as text."""
     data = _data()
@@ -171,6 +162,7 @@ if __name__ == "__main__":
         sys.exit(1)
     print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
 '''
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
 
 
 class NotReproducible(ValueError):
