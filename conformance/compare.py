@@ -230,14 +230,14 @@ class SumBound:
                 if mean and divisor > 1:
                     # the quotient itself must be exact for the mean to have no rounding at all
                     mask[d] &= ~np.isfinite(total) | (exact[d] * ref.type(divisor) == total)
+                # A complex sum adds its parts separately: each part keeps its own overflow and
+                # non-finite record (a leading axis of 2), so a NaN in one part allows no NaN in the other.
                 fin = [np.where(np.isfinite(c), c, 0) for c in parts]
-                pos[d] = np.maximum.reduce([np.where(c > 0, c, 0).sum(axis=0) for c in fin])
-                neg[d] = np.maximum.reduce([np.where(c < 0, -c, 0).sum(axis=0) for c in fin])
-                flags = np.zeros(exact[d].shape, np.int8)
-                for c in parts:
-                    flags |= (np.isposinf(c).any(axis=0) * 1 | np.isneginf(c).any(axis=0) * 2
-                              | np.isnan(c).any(axis=0) * 4).astype(np.int8)
-                infs[d] = flags
+                per_part = lambda xs: np.stack(xs) if len(xs) > 1 else xs[0]  # noqa: E731
+                pos[d] = per_part([np.where(c > 0, c, 0).sum(axis=0) for c in fin])
+                neg[d] = per_part([np.where(c < 0, -c, 0).sum(axis=0) for c in fin])
+                infs[d] = per_part([(np.isposinf(c).any(axis=0) * 1 | np.isneginf(c).any(axis=0) * 2
+                                     | np.isnan(c).any(axis=0) * 4).astype(np.int8) for c in parts])
         return cls(n=ns.pop(), exact=exact, abs_sum=abs_sum, divisor=int(divisor), integer_terms=integer,
                    reference_u=unit_roundoff(ref), mean=mean, exact_mask=mask, pos_sum=pos, neg_sum=neg,
                    inf_terms=infs)
@@ -281,25 +281,36 @@ class SumBound:
 
     def allowed_nonfinite(self, device_id: int, out_dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(+inf allowed, -inf allowed, NaN allowed) per element: what IEEE arithmetic gives from
-        non-finite terms, and what some order of additions can overflow to."""
+        non-finite terms, and what some order of additions can overflow to. For a complex sum each
+        mask has a leading axis of 2: the real part's, then the imaginary part's."""
         ex = np.asarray(self.exact[device_id])
+        if ex.dtype.kind == "c":
+            masks = [self._allowed_nonfinite_part(device_id, out_dtype, part) for part in (0, 1)]
+            return tuple(np.stack(m) for m in zip(*masks))
+        return self._allowed_nonfinite_part(device_id, out_dtype, None)
+
+    def _allowed_nonfinite_part(self, device_id: int, out_dtype, part):
+        """`allowed_nonfinite` of a real sum, or of one part (0 real, 1 imaginary) of a complex one."""
+        pick = (lambda a: np.asarray(a)) if part is None else (lambda a: np.asarray(a)[part])  # noqa: E731
         if self.pos_sum is None:
-            z = np.zeros(ex.shape, bool)
-            return np.isposinf(np.real(ex)), np.isneginf(np.real(ex)), np.isnan(ex) | z
+            x = np.asarray(self.exact[device_id])
+            x = x if part is None else (x.real, x.imag)[part]
+            return np.isposinf(x), np.isneginf(x), np.isnan(x)
         u = unit_roundoff(out_dtype)
         grow = 1 + _growth(max(self.n - 1, 0), u)
         thr = _overflow_threshold(out_dtype)
         with np.errstate(invalid="ignore", over="ignore"):
-            over_p = np.asarray(self.pos_sum[device_id]) * grow / max(self.divisor, 1) >= thr
-            over_n = np.asarray(self.neg_sum[device_id]) * grow / max(self.divisor, 1) >= thr
+            pos, neg = pick(self.pos_sum[device_id]), pick(self.neg_sum[device_id])
+            over_p = pos * grow / max(self.divisor, 1) >= thr
+            over_n = neg * grow / max(self.divisor, 1) >= thr
             if not self.mean:
-                over_p = np.asarray(self.pos_sum[device_id]) * grow >= thr
-                over_n = np.asarray(self.neg_sum[device_id]) * grow >= thr
+                over_p = pos * grow >= thr
+                over_n = neg * grow >= thr
             else:
                 # psum overflows before the division when the sum itself passes the threshold
-                over_p = over_p | (np.asarray(self.pos_sum[device_id]) * grow >= thr)
-                over_n = over_n | (np.asarray(self.neg_sum[device_id]) * grow >= thr)
-        f = np.asarray(self.inf_terms[device_id])
+                over_p = over_p | (pos * grow >= thr)
+                over_n = over_n | (neg * grow >= thr)
+        f = pick(self.inf_terms[device_id])
         pinf_t, ninf_t, nan_t = (f & 1) > 0, (f & 2) > 0, (f & 4) > 0
         nan = nan_t | (pinf_t & ninf_t) | (pinf_t & over_n) | (ninf_t & over_p) | (over_p & over_n)
         pinf = ~nan_t & ~ninf_t & (pinf_t | over_p)
@@ -623,8 +634,11 @@ def _sum_ok(data, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
     """Per element: NaN where NaN is possible, an infinity where it is possible, else `ref`
     exactly (`exact`; either zero sign for a zero sum) or within `bound`."""
     if data.dtype.kind == "c":
-        re = _sum_ok(data.real, ref.real, bound, exact, pinf, ninf, nan)
-        return re & _sum_ok(data.imag, ref.imag, bound, exact, pinf, ninf, nan)
+        # masks with a leading axis of 2 are per part (SumBound.allowed_nonfinite of a complex sum)
+        per_part = np.ndim(nan) == data.ndim + 1
+        part = (lambda m, i: m[i]) if per_part else (lambda m, i: m)  # noqa: E731
+        re = _sum_ok(data.real, ref.real, bound, exact, part(pinf, 0), part(ninf, 0), part(nan, 0))
+        return re & _sum_ok(data.imag, ref.imag, bound, exact, part(pinf, 1), part(ninf, 1), part(nan, 1))
     with np.errstate(invalid="ignore", over="ignore"):
         d = data.astype(np.float64) if ref.dtype.itemsize <= 8 else data.astype(ref.dtype)
         r = np.asarray(ref)

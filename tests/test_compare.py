@@ -302,3 +302,21 @@ def test_mismatch_classes_name_how_elements_differ():
     r = compare(one([np.nan, 1.0, tiny, 0.0, 1.0]), one([7.0, np.nan, 0.0, -0.0, np.nextafter(np.float32(1), np.float32(2))]))
     assert r.classes == ("1-ulp", "nan-dropped", "nan-introduced", "signed-zero", "subnormal-flushed")
     assert compare(one([np.nan, 5.0]), one([7.0, 5.0])).classes == ("nan-dropped",)
+
+
+def test_complex_sum_nan_and_overflow_are_tracked_part_by_part():
+    # a NaN term in the real part makes the real part of the sum NaN, never the imaginary part:
+    # (nan+1j) + (2+3j) is nan+4j by hand, and nan+nanj is a wrong answer
+    terms = np.asarray([[complex(np.nan, 1.0)], [complex(2.0, 3.0)]], np.complex64)
+    for mean, want in ((False, complex(np.nan, 4.0)), (True, complex(np.nan, 2.0))):
+        tol = SumBound.from_terms({0: terms}, mean=mean)
+        assert compare(one([want], np.complex64), one([want], np.complex64), tolerances=tol).ok
+        assert not compare(one([want], np.complex64), one([complex(np.nan, np.nan)], np.complex64), tolerances=tol).ok
+    # real parts 3e38 + 3e38 overflow float32 (some order gives inf); imaginary parts 1 + 2 = 3 do not
+    big = np.asarray([[complex(3e38, 1.0)], [complex(3e38, 2.0)]], np.complex64)
+    tol = SumBound.from_terms({0: big})
+    assert compare(one([complex(np.inf, 3.0)], np.complex64), one([complex(np.inf, 3.0)], np.complex64), tolerances=tol).ok
+    assert not compare(one([complex(np.inf, 3.0)], np.complex64), one([complex(np.inf, np.inf)], np.complex64),
+                       tolerances=tol).ok
+    pinf, ninf, nan = tol.allowed_nonfinite(0, np.complex64)
+    assert pinf.shape == (2, 1) and pinf[:, 0].tolist() == [True, False] and not nan.any()
