@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from refsim.values import complex_from_parts
+
 __all__ = ["MODELS", "check", "flush_subnormals"]
 
 # XLA:CPU runs float arithmetic with denormals-are-zero and flush-to-zero; float16, bfloat16
@@ -31,7 +33,7 @@ def flush_subnormals(x):
     if not _is_float(a.dtype):
         return a
     if a.dtype.kind == "c":
-        return (flush_subnormals(a.real) + 1j * flush_subnormals(a.imag)).astype(a.dtype)
+        return complex_from_parts(flush_subnormals(a.real), flush_subnormals(a.imag), a.dtype)
     tiny = _F64_TINY if a.dtype.itemsize == 8 else _F32_TINY
     wide = a.astype(np.float64)
     with np.errstate(invalid="ignore"):

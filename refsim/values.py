@@ -64,3 +64,16 @@ def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put") -> np.nda
     dtype = check_numeric_dtype(value.dtype, arg=arg, api=api)
     canon = canonical_dtype(dtype)
     return value if canon == dtype else value.astype(canon)
+
+
+def complex_from_parts(real, imag, dtype) -> np.ndarray:
+    """The complex array of `dtype` with these real and imaginary parts, part by part.
+
+    Not ``real + 1j * imag``: NumPy's complex product ``1j * inf`` is ``nan+infj`` and
+    ``1j * nan`` is ``nan+nanj``, so a non-finite imaginary part would spoil the real part
+    (``jax.lax.complex(1., inf)`` is ``1+infj``).
+    """
+    real, imag = np.broadcast_arrays(np.asarray(real), np.asarray(imag))
+    out = np.empty(real.shape, dtype)
+    out.real, out.imag = real, imag
+    return out

@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from refsim.values import complex_from_parts
+
 # Data sets per drawn structure: the first is hypothesis's draw, the others refill the same
 # shapes and dtypes, so they hit xla_backend's compile cache. What each refill holds is one of
 # DATA_KINDS: "exact" (exact-friendly: every sum exact in any order), "special" (exact-friendly
@@ -120,7 +122,7 @@ def special_fill(rng: np.random.Generator, like: np.ndarray, kinds=("nan", "inf"
         real = np.dtype(f"f{base.dtype.itemsize // 2}")
         re = special_fill(rng, base.real.astype(real), kinds, share)
         im = special_fill(rng, base.imag.astype(real), kinds, share)
-        return (re.astype(base.dtype) + 1j * im.astype(base.dtype)).astype(base.dtype)
+        return complex_from_parts(re, im, base.dtype)
     pick = rng.random(base.shape) < share
     return np.where(pick, table[rng.integers(0, len(table), size=base.shape)], base).astype(base.dtype)
 

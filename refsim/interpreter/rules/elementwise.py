@@ -13,6 +13,7 @@ import scipy.special as sp
 
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
+from refsim.values import complex_from_parts
 
 
 def _operands(ctx, invals):
@@ -367,7 +368,7 @@ def conj_rule(ctx, x, *, input_dtype):
 def complex_rule(ctx, x, y):
     x, y = _operands(ctx, [x, y])
     dtype = np.complex128 if x.dtype == np.float64 else np.complex64
-    return (x.astype(dtype) + 1j * y.astype(dtype)).astype(dtype)
+    return complex_from_parts(x, y, dtype)
 
 
 @register("polygamma")
