@@ -146,8 +146,18 @@ def _sizes_in_order(mesh, leaves, mpmd_dim):
 @st.composite
 def mpmd_cases(draw, *, max_devices: int = 8, mpmd_sizes=(2, 3, 4), multiprocess: bool = False,
                max_leaves: int = 4, dtypes=DTYPES):
-    """An MpmdCase. multiprocess=True: MPMD axis of size 2 over 2 x 4 devices, group k = process k's devices."""
-    pp = 2 if multiprocess else draw(st.sampled_from(tuple(mpmd_sizes)))
+    """An MpmdCase. multiprocess=True: MPMD axis of size 2 over 2 x 4 devices, group k = process k's devices.
+
+    The MPMD axis size is drawn from the `mpmd_sizes` that fit in `max_devices` (an MPMD mesh has
+    at least two groups, so at least 2 devices are needed)."""
+    fitting = tuple(s for s in mpmd_sizes if s <= max_devices)
+    if not multiprocess and not fitting:
+        from hypothesis.errors import InvalidArgument
+
+        raise InvalidArgument(f"max_devices={max_devices}: no MPMD axis size in mpmd_sizes={tuple(mpmd_sizes)} fits; "
+                              "an MPMD mesh splits its devices into at least 2 groups, so pass max_devices >= 2 "
+                              "and mpmd_sizes with a size <= max_devices.")
+    pp = 2 if multiprocess else draw(st.sampled_from(fitting))
     if multiprocess:
         rest = draw(st.sampled_from([(4,), (2, 2), (1, 4)]))
     else:

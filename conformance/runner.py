@@ -319,6 +319,14 @@ def plan_chunks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0,
             for chunk in suite_module(name).task_chunks(examples=examples, seed=seed, devices=devices))
 
 
+def not_drawn(suite="all", *, devices: int = 8) -> list[str]:
+    """The families of the selected suites that no mesh of `devices` devices can express, each
+    with its reason: the plan record and the summary list them, so a small machine's run says
+    what it could not cover."""
+    return [line for name in selected(suite)
+            for line in getattr(suite_module(name), "not_drawn", lambda devices: [])(devices)]
+
+
 def _versions() -> dict:
     import hypothesis
     import jax
@@ -416,7 +424,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
             reporters.append(ProgressReporter(total=len(tasks), console=console))
         plan.update(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
                     processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks),
-                    resumed=bool(resume), **_versions())
+                    resumed=bool(resume), not_drawn=not_drawn(suite, devices=devices), **_versions())
         plan.update(plan_extra or {})
         if shard is not None:
             plan["shard"] = "%d/%d" % (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))

@@ -267,6 +267,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     from xla_backend import platform as xplat
 
     xplat.configure(platform, devices)
+    xplat.share_accelerator()
     with contextlib.ExitStack() as stack:
         if fault is not None:
             from xla_backend import faults

@@ -60,3 +60,27 @@ def test_device_count_jax_cannot_provide():
         xla_backend.pmap(lambda v: v, axis_name="i")(np.zeros(12, np.float32))
     with pytest.raises(ValueError, match="devices=0: the CPU device count must be >= 1"):
         platform.configure("cpu", 0)
+
+
+def test_share_accelerator_turns_preallocation_off_on_accelerators_only(monkeypatch):
+    from xla_backend import platform as xplat
+
+    for var in xplat._PREALLOCATION_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XLA_BACKEND_PLATFORM", "cpu")
+    xplat.share_accelerator()
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in __import__("os").environ
+    monkeypatch.setenv("XLA_BACKEND_PLATFORM", "cuda")
+    xplat.share_accelerator()
+    assert __import__("os").environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+
+
+def test_share_accelerator_keeps_the_users_allocator_choice(monkeypatch):
+    from xla_backend import platform as xplat
+
+    for var in xplat._PREALLOCATION_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XLA_BACKEND_PLATFORM", "cuda")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".3")
+    xplat.share_accelerator()
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in __import__("os").environ

@@ -56,6 +56,23 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
     os.environ["XLA_BACKEND_PLATFORM"] = platform
 
 
+_PREALLOCATION_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",
+                       "XLA_PYTHON_CLIENT_ALLOCATOR")
+
+
+def share_accelerator() -> None:
+    """Let several processes of this machine share its accelerators: call before JAX starts.
+
+    JAX's GPU client preallocates 75% of each GPU's memory in the first process that starts it,
+    so a second conformance worker on the same GPU fails its first allocation. Unless the user
+    chose an allocator policy (any of XLA_PYTHON_CLIENT_PREALLOCATE, XLA_[PYTHON_]CLIENT_MEM_FRACTION,
+    XLA_PYTHON_CLIENT_ALLOCATOR), each process allocates what it uses. No effect on CPU.
+    """
+    if current_platform() == "cpu" or any(v in os.environ for v in _PREALLOCATION_VARS):
+        return
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+
+
 class PlatformError(RuntimeError):
     """JAX cannot provide the requested platform (not installed, failed to start)."""
 

@@ -164,6 +164,11 @@ def print_table(summary: dict, console=None, *, results=None):
         console.print(versions)
     if by.get("unsupported"):
         console.print(f"[blue]{by['unsupported']} case(s) unsupported on this platform[/] (not counted as passes)")
+    skipped = (summary.get("plan") or {}).get("not_drawn") or ()
+    if skipped:
+        devices = (summary.get("plan") or {}).get("devices")
+        console.print(f"[blue]not drawn on {devices} device(s)[/] (not in the plan, not counted as passes): "
+                      + "; ".join(escape(str(x)) for x in skipped))
     stale = [r.case_id for r in results or () if r.status == "xpass"] or list(summary.get("stale_xfails") or ())
     for cid in stale:
         console.print(f"[yellow]warning:[/] stale xfail entry {escape(str(cid))}: it passes now; "

@@ -18,6 +18,9 @@ NAME = "errors"
 KINDS = ("perm_repeated_source", "perm_repeated_destination", "perm_out_of_range", "groups_unequal",
          "groups_repeated_index", "groups_missing_index", "spec_unknown_axis", "spec_repeated_axis",
          "spec_indivisible", "collective_unknown_axis")
+# The smallest mesh axis each kind can be drawn on: a permutation or group error needs 3 positions,
+# an indivisible dimension an axis of 2 or more.
+MIN_AXIS_SIZE = {k: 3 for k in KINDS if k.startswith(("perm", "groups"))} | {"spec_indivisible": 2}
 _BASES = (NameError, IndexError, TypeError, ValueError, NotImplementedError)
 
 
@@ -35,7 +38,7 @@ def _invalid(devices: int, kind: str):
     from conformance.strategies import meshes
     from refsim.layouts.partition_spec import PartitionSpec as P
 
-    min_size = 3 if kind.startswith("perm") or kind.startswith("groups") else 1
+    min_size = MIN_AXIS_SIZE.get(kind, 1)
 
     @st.composite
     def case(d):
@@ -107,11 +110,19 @@ def check_invalid(cases: list, xla) -> Outcome:
     return Outcome("pass", examples=len(cases))
 
 
+def not_drawn(devices: int) -> list[str]:
+    """The kinds no mesh of `devices` devices can express (the run's plan lists them)."""
+    return [f"{NAME}/{kind}: needs a mesh axis of {need} or more devices"
+            for kind, need in MIN_AXIS_SIZE.items() if devices < need]
+
+
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per error kind as it is drawn."""
     from conformance.cases import mesh_id
 
     for kind in KINDS:
+        if devices < MIN_AXIS_SIZE.get(kind, 1):  # `not_drawn` lists it in the plan
+            continue
         groups: dict = {}
         for c in draw(_invalid(devices, kind), max(1, examples // 2), seed ^ zlib.crc32(kind.encode())):
             groups.setdefault(f"{kind}[mesh={mesh_id(c.mesh)}]", []).append(c)

@@ -7,6 +7,14 @@ import functools
 from conformance.suites.base import CheckTask, Outcome, flatten
 
 NAME = "mpmd"
+MIN_DEVICES = 2  # an MPMD mesh has at least two groups of devices
+
+
+def not_drawn(devices: int) -> list[str]:
+    """The families no mesh of `devices` devices can express (the run's plan lists them)."""
+    if devices < MIN_DEVICES:
+        return [f"{NAME}/round_trip: an MPMD mesh needs at least {MIN_DEVICES} devices (2 groups)"]
+    return []
 
 
 def check_case(case_json: str, xla) -> Outcome:
@@ -20,6 +28,9 @@ def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, as one list (its cases are drawn together)."""
     from conformance.mpmd_checks import draw_cases
 
+    if devices < MIN_DEVICES:  # nothing to draw: `not_drawn` says so in the plan
+        yield []
+        return
     out = []
     for case in draw_cases(max(1, examples), seed, max_devices=devices):
         dtypes = sorted({leaf.dtype for leaf in case.leaves})
