@@ -342,3 +342,26 @@ def test_rules_take_params_as_jax_binds_them():
                           lookup("ppermute")(ctx, x, axis_name=("y",), perm=((0, 1),)))
     with pytest.raises(NameError, match="manual mesh context"):
         lookup("psum")(Context(), x, axes=("y",), axis_index_groups=None)
+
+
+def test_sum_of_negative_zeros_is_negative_zero():
+    """StableHLO all_reduce: the operands are the schedule's only leaves (no +0 identity), and
+    IEEE 754 gives -0 + -0 = -0; one +0 operand makes the sum +0. Complex: part by part."""
+    import numpy as np
+
+    import jax
+
+    import refsim
+    from refsim import P
+    from refsim.collectives.reductions import ordered_reduce
+
+    got = ordered_reduce(np.add, np.array([[-0.0, -0.0, 0.0, -0.0], [-0.0, 0.0, -0.0, -0.0]], np.float32))
+    assert np.signbit(got).tolist() == [True, False, False, True] and not got.any()
+    one = ordered_reduce(np.add, np.array([[-0.0, 0.0]], np.float64))       # a one-member group
+    assert np.signbit(one).tolist() == [True, False]
+    z = ordered_reduce(np.add, np.array([[complex(-0.0, -0.0)], [complex(-0.0, 0.0)]], np.complex64))
+    assert np.signbit(z.real).tolist() == [True] and np.signbit(z.imag).tolist() == [False]
+    mesh = refsim.Mesh((2,), ("x",))
+    out = refsim.shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(
+        np.array([-0.0, -0.0], np.float32))
+    assert np.signbit(np.asarray(out)).all()
