@@ -2,7 +2,8 @@
 
 `build` wraps a function the way the conformance runner does (`jax.jit(jax.shard_map(...))`
 pinned to the out_specs, `jax.jit` with shardings under the mesh, or `jax.pmap`), places the
-arguments, and lowers it once. The stages of `conformance.explain` all start from this one
+arguments, and lowers it once, all through `xla_backend.staging`, the step xla_backend's own
+entry points use. The stages of `conformance.explain` all start from this one
 `Staged` object, so the module refsim interprets is the one XLA compiles and runs.
 """
 from __future__ import annotations
