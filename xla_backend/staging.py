@@ -420,9 +420,8 @@ class Staged:
 
     @property
     def dynamic_args(self) -> tuple:
-        """`args` without the static ones: what a `Compiled` executable takes."""
-        static = set(self.layout.static_argnums) | set(self.layout.static_broadcasted_argnums)
-        return tuple(a for i, a in enumerate(self.args) if i not in static)
+        """`args` without jit's static ones: what a `Compiled` executable takes."""
+        return _dynamic(self.args, self.layout.static_argnums)
 
     @property
     def device_ids(self) -> np.ndarray:

@@ -303,3 +303,13 @@ def test_bad_devices_and_specs_raise_when_wrapped_or_placed():
     w = staging.wrap(lambda a, b: a, staging.Layout.shard_map(Mesh((8,), ("i",)), (P("i"), P(), P()), P()))
     with pytest.raises(ValueError, match=r"in_specs=.* is not a pytree prefix of the 2 positional argument"):
         w.place((np.zeros(8), np.zeros(8)))
+
+
+def test_use_mesh_false_stages_without_a_context_mesh():
+    mesh = Mesh((8,), ("i",))
+    for use_mesh, want in ((True, ("i",)), (False, ())):
+        staged = staging.stage(lambda a: a, staging.Layout.shard_map(mesh, P("i"), P("i"), use_mesh=use_mesh,
+                                                                     pin_outputs=False), (np.arange(8.0),))
+        with staged.context():
+            assert jax.sharding.get_abstract_mesh().axis_names == want
+            np.testing.assert_array_equal(np.asarray(staged.call(*staged.args)), np.arange(8.0))
