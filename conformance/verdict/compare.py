@@ -21,7 +21,11 @@
 
 Every mismatch says which policy applied to its elements and why (`Mismatch.policy`), and
 classifies the differing elements (`Mismatch.classes`: "nan-dropped", "subnormal-flushed",
-...), which is what an xfails signature (`conformance.xfails`) matches.
+...), which is what an xfails signature (`conformance.verdict.xfails`) matches.
+
+The element checks themselves live in `conformance.verdict.elements` (NumPy only), whose source
+every reproducer embeds: this module decides which check applies (`element_rule`) and builds
+its arrays (`SumBound.check_arrays`). `conformance.compare` is this module under its old name.
 """
 from __future__ import annotations
 
@@ -30,10 +34,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from conformance.verdict.elements import is_float as _is_float
+from conformance.verdict.elements import same, sum_ok, ulp_distance, within_ulp
 from refsim.values import complex_from_parts
 
 __all__ = ["EXACT", "ComparisonResult", "Exact", "Mismatch", "SumBound", "Ulp", "as_outputs", "compare",
-           "element_classes", "gamma", "ulp_distance", "unit_roundoff"]
+           "element_classes", "element_rule", "gamma", "ulp_distance", "unit_roundoff"]
 
 _MAX_ELEMENTS = 5  # differing elements listed per mismatch
 
@@ -74,12 +80,6 @@ class Ulp:
 
     def why(self) -> str:
         return f"ulp bound: {self.describe()}"
-
-
-def _is_float(dtype) -> bool:
-    """True for real and complex floating dtypes, including ml_dtypes' bfloat16 and float8 types."""
-    dtype = np.dtype(dtype)
-    return dtype.kind in "fc" or (dtype.kind == "V" and "float" in dtype.name)
 
 
 def _finfo(dtype):
@@ -281,6 +281,15 @@ class SumBound:
         exact = self.exact_elements(device_id, out_dtype)
         return ex, np.where(exact, 0.0, bound)
 
+    def check_arrays(self, device_id: int, out_dtype) -> dict:
+        """The arrays `conformance.verdict.elements.sum_ok` holds device `device_id`'s output of
+        dtype `out_dtype` to: ref, bound (`reference_and_bound`), exact (`exact_elements`), pinf,
+        ninf, nan (`allowed_nonfinite`). compare and the reproducers check the same arrays."""
+        ref, bound = self.reference_and_bound(device_id, out_dtype)
+        pinf, ninf, nan = self.allowed_nonfinite(device_id, out_dtype)
+        return {"ref": ref, "bound": bound, "exact": self.exact_elements(device_id, out_dtype),
+                "pinf": pinf, "ninf": ninf, "nan": nan}
+
     def allowed_nonfinite(self, device_id: int, out_dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(+inf allowed, -inf allowed, NaN allowed) per element: what IEEE arithmetic gives from
         non-finite terms, and what some order of additions can overflow to. For a complex sum each
@@ -337,24 +346,6 @@ def _roundtrip(x: np.ndarray, dtype) -> np.ndarray:
             return complex_from_parts(_roundtrip(x.real, dtype), _roundtrip(x.imag, dtype), x.dtype)
         wide = x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
         return wide.astype(dtype).astype(wide.dtype).astype(x.dtype)
-
-
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Units in the last place between same-dtype floating `a` and `b`, elementwise (int64):
-    the number of representable values between them; +0 and -0 are 0 apart. NaN and
-    infinities are the caller's to handle (their distance is not meaningful)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype.kind == "c":
-        return np.maximum(ulp_distance(a.real, b.real), ulp_distance(a.imag, b.imag))
-    return np.abs(_ordered(a) - _ordered(b))
-
-
-def _ordered(x: np.ndarray) -> np.ndarray:
-    """Map floats onto integers monotonically (adjacent floats -> adjacent integers, ±0 -> 0)."""
-    bits = x.view(f"u{x.dtype.itemsize}").astype(np.int64)
-    sign = np.int64(1) << np.int64(8 * x.dtype.itemsize - 1)
-    mag = bits & (sign - 1)
-    return np.where(bits & sign, -mag, mag)
 
 
 def element_classes(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, dtype) -> tuple:
@@ -541,6 +532,20 @@ def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = N
                             policies=tuple(tolerances), case=case, applied=tuple(applied))
 
 
+def element_rule(tol, dtype) -> str:
+    """Which element check policy `tol` puts an output of `dtype` to, by the name a reproducer
+    writes in its POLICIES: "sum_bound" (`SumBound` and its subclasses, on a floating dtype:
+    `elements.sum_ok` with `SumBound.check_arrays`), "ulp" (`Ulp` on a floating dtype:
+    `elements.within_ulp`), "exact_unsigned_zero" (``Exact(signed_zero=False)``) or "exact"
+    (everything else: `elements.same`, a zero's sign counting)."""
+    floating = _is_float(dtype)
+    if isinstance(tol, SumBound) and floating:
+        return "sum_bound"
+    if isinstance(tol, Ulp) and floating:
+        return "ulp"
+    return "exact_unsigned_zero" if isinstance(tol, Exact) and not tol.signed_zero else "exact"
+
+
 def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
     shape_e, shape_a = tuple(e.shape), tuple(a.shape)
     if shape_e != shape_a:
@@ -558,6 +563,7 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
     mesh = getattr(getattr(a, "sharding", None), "mesh", None)
     ndev = nel = n_exact = 0
     floating = _is_float(e.dtype)
+    rule = element_rule(tol, e.dtype)
     for dev in sorted(set(se) & set(sa)):
         x, y = se[dev], sa[dev]
         pos = _position(mesh, dev)
@@ -575,17 +581,16 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
             continue
         ndev += 1
         nel += dx.size
-        if isinstance(tol, SumBound) and floating:
+        if rule == "sum_bound":
             n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
-        elif isinstance(tol, Ulp) and floating:
-            bad = ~_within_ulp(dx, dy, tol.ulps)
+        elif rule == "ulp":
+            bad = ~within_ulp(dx, dy, tol.ulps)
             if bad.any():
                 found.append(_element_mismatch(k, "ulp", dev, pos, x.index, bad, dx, dy, "xla",
                                                f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
                                                f"of {bad.size} elements", policy=tol.why()))
         else:
-            signed = tol.signed_zero if isinstance(tol, Exact) else True
-            bad = ~_bit_equal(dx, dy, signed)
+            bad = ~same(dx, dy, rule == "exact")
             if bad.any():
                 why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
                 found.append(_element_mismatch(k, "values", dev, pos, x.index, bad, dx, dy, "xla",
@@ -601,17 +606,16 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
 
 def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
     """Check both sides of one device against the sum policy; returns the exact-element count."""
-    ref, bound = tol.reference_and_bound(dev, dx.dtype)
+    arrays = tol.check_arrays(dev, dx.dtype)
+    ref, exact = arrays["ref"], arrays["exact"]
     if ref.shape != dx.shape:
         # Broadcasting would hide a policy built for another layout (e.g. pmap's shards
         # keep the mapped axis), so refuse it rather than compare the wrong elements.
         raise ValueError(f"tolerances[{k}] gives device {dev} an exact value of shape {ref.shape}, "
                          f"but its shard has shape {dx.shape}; build the SumBound from terms "
                          f"of shape (n, *shard_shape).")
-    exact = tol.exact_elements(dev, dx.dtype)
-    pinf, ninf, nan = tol.allowed_nonfinite(dev, dx.dtype)
     for side, data in (("xla", dy), ("refsim", dx)):
-        bad = ~_sum_ok(data, ref, bound, exact, pinf, ninf, nan)
+        bad = ~sum_ok(data, **arrays)
         if not bad.any():
             continue
         n_ex = int((bad & exact).sum())
@@ -623,7 +627,7 @@ def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
             why = f"{n_ex} element(s): {tol.why(True)}; the others: {tol.why(False)}"
         found.append(_element_mismatch(k, "bound", dev, pos, index, bad, ref, data, side,
                                        f"{side} result outside {tol.describe()} "
-                                       f"in {int(bad.sum())} of {bad.size} elements", bound, policy=why))
+                                       f"in {int(bad.sum())} of {bad.size} elements", arrays["bound"], policy=why))
     return int(exact.sum())
 
 
@@ -636,53 +640,6 @@ def _divide_parts(total: np.ndarray, divisor: int) -> np.ndarray:
     out = np.empty_like(total)
     out.real, out.imag = total.real / divisor, total.imag / divisor
     return out
-
-
-def _sum_ok(data, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
-    """Per element: NaN where NaN is possible, an infinity where it is possible, else `ref`
-    exactly (`exact`; either zero sign for a zero sum) or within `bound`."""
-    if data.dtype.kind == "c":
-        # masks with a leading axis of 2 are per part (SumBound.allowed_nonfinite of a complex sum)
-        per_part = np.ndim(nan) == data.ndim + 1
-        part = (lambda m, i: m[i]) if per_part else (lambda m, i: m)  # noqa: E731
-        re = _sum_ok(data.real, ref.real, bound, exact, part(pinf, 0), part(ninf, 0), part(nan, 0))
-        return re & _sum_ok(data.imag, ref.imag, bound, exact, part(pinf, 1), part(ninf, 1), part(nan, 1))
-    with np.errstate(invalid="ignore", over="ignore"):
-        d = data.astype(np.float64) if ref.dtype.itemsize <= 8 else data.astype(ref.dtype)
-        r = np.asarray(ref)
-        dn, di = np.isnan(d), np.isinf(d)
-        # where the exact reference is itself non-finite (inf/NaN terms), IEEE fixes the result
-        ok = np.where(np.isnan(r), dn, False)
-        ok |= dn & nan
-        ok |= (d == np.inf) & (pinf | (r == np.inf)) | (d == -np.inf) & (ninf | (r == -np.inf))
-        fin = np.isfinite(d) & np.isfinite(r)
-        ok |= fin & exact & (d == r)
-        ok |= fin & ~exact & (np.abs(d - r) <= bound)
-    return ok
-
-
-def _within_ulp(x: np.ndarray, y: np.ndarray, ulps: int) -> np.ndarray:
-    if x.dtype.kind == "c":
-        return _within_ulp(x.real, y.real, ulps) & _within_ulp(x.imag, y.imag, ulps)
-    with np.errstate(invalid="ignore"):
-        xf, yf = x.astype(np.float64), y.astype(np.float64)
-        both_nan = np.isnan(xf) & np.isnan(yf)
-        inf = np.isinf(xf) | np.isinf(yf)
-        fin = ~np.isnan(xf) & ~np.isnan(yf) & ~inf
-        return both_nan | (inf & (xf == yf)) | (fin & (ulp_distance(x, y) <= ulps))
-
-
-def _bit_equal(x: np.ndarray, y: np.ndarray, signed_zero: bool) -> np.ndarray:
-    """Elementwise equality with NaN == NaN and, if `signed_zero`, +0 != -0."""
-    if x.dtype.kind == "c":
-        return _bit_equal(x.real, y.real, signed_zero) & _bit_equal(x.imag, y.imag, signed_zero)
-    if not _is_float(x.dtype):
-        return np.asarray(x == y)
-    xf, yf = x.astype(np.float64), y.astype(np.float64)
-    same = (xf == yf) | (np.isnan(xf) & np.isnan(yf))
-    if signed_zero:
-        same &= (np.signbit(xf) == np.signbit(yf)) | np.isnan(xf)
-    return same
 
 
 def _element_mismatch(k, kind, dev, pos, index, bad, exp, act, side, msg, bound=None, policy="") -> Mismatch:

@@ -1,6 +1,6 @@
 """NumPy models of a platform's own semantics where it departs from the documented one.
 
-An xfails entry ``model(NAME)`` (`conformance.xfails`) expects XLA's result to differ from
+An xfails entry ``model(NAME)`` (`conformance.verdict.xfails`) expects XLA's result to differ from
 refsim's in exactly the way model NAME predicts: `check(NAME, case, actual)` computes the
 model's result for the case independently of refsim's rules and compares XLA's result with
 it, so the entry matches only that deviation, and a different wrong result (a miscompile
@@ -14,6 +14,8 @@ import re
 
 import numpy as np
 
+from conformance.verdict.compare import Exact, as_outputs, compare
+from conformance.verdict.elements import is_float
 from refsim.values import complex_from_parts
 
 __all__ = ["MODELS", "check", "flush_subnormals"]
@@ -27,10 +29,8 @@ _F64_TINY = float(np.finfo(np.float64).tiny)
 def flush_subnormals(x):
     """`x` with every float below float32's smallest normal (float64's for 8-byte floats) replaced
     by a zero of the same sign; other dtypes unchanged."""
-    from conformance.compare import _is_float
-
     a = np.asarray(x)
-    if not _is_float(a.dtype):
+    if not is_float(a.dtype):
         return a
     if a.dtype.kind == "c":
         return complex_from_parts(flush_subnormals(a.real), flush_subnormals(a.imag), a.dtype)
@@ -46,8 +46,6 @@ def _flushed_case(case):
 
 def _flushed_outputs(result):
     """refsim Arrays with their shards' subnormals flushed (same layout)."""
-    from conformance.compare import as_outputs
-
     outs = []
     for arr in as_outputs(result):
         outs.append(_Out(arr.shape, arr.dtype, [_Shard(s.device_id, s.index, flush_subnormals(s.data))
@@ -79,7 +77,6 @@ def _model_arith(case, actual):
     np.float32(1e-40))`` gives 0; ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives
     -0.0 (NumPy: 0.0); float16 subnormals survive (computed in float32, where they are normal)."""
     import refsim
-    from conformance.compare import Exact, compare
 
     flushed = _flushed_case(case)
     tols = [Exact(signed_zero=False) if isinstance(t, Exact) else t for t in flushed.tolerances()]
@@ -93,7 +90,6 @@ def _model_max_min(case, actual):
     ``pmax([nan, 1, ..., 7]) == 7``, ``pmax`` over a size-1 axis of NaN gives -inf,
     ``pmin([nan, nan]) == inf``, while ``jnp.maximum(nan, 1)`` is NaN."""
     from conformance.cases import reduction_terms
-    from conformance.compare import Exact, compare
 
     name = getattr(case, "name", "")
     if getattr(case, "family", "") == "pargmax_pargmin":
@@ -129,10 +125,9 @@ def _model_parg(case, actual):
     composition gives 2**31-1), an all-NaN axis gives 2**31-1 on both. The model is refsim
     running that composition written out with the NaN-ignoring reduction."""
     import refsim
-    from conformance.compare import _is_float, compare
 
     dt = np.asarray(case.args[0]).dtype
-    if not _is_float(dt) or dt.kind == "c":
+    if not is_float(dt) or dt.kind == "c":
         return None
 
     def fix(m):
@@ -150,7 +145,6 @@ def _model_parg(case, actual):
 def _model_layout(case):
     """The output layout (shapes, indices) of `case`, taken from refsim (values unused)."""
     import refsim
-    from conformance.compare import as_outputs
 
     return as_outputs(case.run(refsim))
 
@@ -168,7 +162,6 @@ def _model_ppermute_mesh_order(case, actual):
     import ast
 
     import refsim
-    from conformance.compare import compare
 
     order = list(case.mesh.axis_names)
 

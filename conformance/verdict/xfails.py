@@ -10,11 +10,11 @@ or parameters under the id: such a case passes when it agrees (otherwise an agre
 "xpass", a stale entry). SIGNATURE says *what* is expected, and the entry matches only that:
 
 * ``mismatch(CLASS, ...)`` -- XLA's values differ from refsim's (or from the exact sum), and
-  every differing element is of one of the named classes of `conformance.compare.element_classes`
+  every differing element is of one of the named classes of `conformance.verdict.compare.element_classes`
   (``nan-dropped``, ``nan-introduced``, ``inf``, ``subnormal-flushed``, ``signed-zero``,
   ``1-ulp``, ``value``; ``any`` for every class, which is reported as too broad);
 * ``model(NAME)`` -- XLA's values differ from refsim's but equal what the platform model NAME
-  of `conformance.platform_models` predicts (a NumPy model of the platform's own semantics);
+  of `conformance.verdict.platform_models` predicts (a NumPy model of the platform's own semantics);
 * ``raises(ExceptionClass)`` or ``raises(ExceptionClass, /REGEX/)`` -- XLA (never refsim)
   raises that class (by name, or a subclass) with a message REGEX searches (no REGEX: too broad);
 * ``unsupported`` -- the platform cannot run it at all (no lowering, no thunk); the case is
@@ -159,7 +159,7 @@ def _first_line(text: str) -> str:
 
 # -- failure signatures: what a check saw, in the terms an entry matches ------------------------
 def comparison_failure(result, models: dict | None = None) -> dict:
-    """The signature of a `conformance.compare.ComparisonResult` that is not ok: which side,
+    """The signature of a `conformance.verdict.compare.ComparisonResult` that is not ok: which side,
     which element classes, any layout (non-value) differences, and platform-model verdicts."""
     sides = {m.side for m in result.mismatches}
     layout = sorted({m.kind for m in result.mismatches if m.kind not in _VALUE_KINDS})
@@ -209,7 +209,7 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
                                  f"choose from {', '.join(CLASSES)} (or any).")
             kw = dict(kind="mismatch", classes=classes)
         elif sig.startswith("model"):
-            from conformance import platform_models
+            from conformance.verdict import platform_models
 
             if m.group("model") not in platform_models.MODELS:
                 raise ValueError(f"{source}:{n}: model({m.group('model')}) is not a platform model; choose from "
@@ -279,7 +279,7 @@ def audit(xf: XfailList, results: list) -> dict:
 
 def default_path(platform: str) -> str:
     """``xfails/<platform>.txt`` at the project root."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # conformance/verdict/
     return os.path.join(root, "xfails", f"{platform}.txt")
 
 
