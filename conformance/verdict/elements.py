@@ -82,7 +82,7 @@ def _ordered(x: np.ndarray) -> np.ndarray:
     """Map floats onto integers monotonically (adjacent floats -> adjacent integers, ±0 -> 0)."""
     bits = x.view(f"u{x.dtype.itemsize}").astype(np.int64)
     sign = np.int64(1) << np.int64(8 * x.dtype.itemsize - 1)
-    mag = bits & (sign - 1)
+    mag = bits & ~sign                                       # sign - 1 would overflow for 64 bits
     return np.where(bits & sign, -mag, mag)
 
 
