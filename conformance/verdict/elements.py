@@ -125,9 +125,10 @@ def abs_diff(a, b) -> np.ndarray:
 
 
 # -- a reference in any precision, written with float64 arrays only ----------------------------------
-# compare computes a float64 sum's reference in long double; a reproducer stores it as three
-# float64 arrays (the significand's high and low halves and the exponent), so it holds the same
-# value bit for bit, also beyond float64's range, and in a portable file (.npz or source text).
+# compare computes a float64 sum's reference in long double. A reproducer writes a long double
+# array as three float64 arrays (the significand's high and low halves and the exponent), so it
+# holds the same value bit for bit, also beyond float64's range, in a portable file (.npz or
+# source text); a float64 reference is written as itself.
 def _precision(dtype) -> str:
     dtype = np.dtype(dtype)
     if dtype.itemsize > 8 and dtype.kind == "f":
@@ -146,33 +147,36 @@ def _split(x: np.ndarray) -> np.ndarray:
 
 
 def pack(x) -> tuple:
-    """(precision name, float64 array) holding the real or complex float array `x` bit for bit,
-    long double included: axis 0 is (significand high, significand low, exponent); a complex
-    `x` adds an axis of 2 after it (real, imaginary). `unpack` rebuilds `x`."""
+    """(precision name, float64 array) holding the real or complex float array `x` bit for bit;
+    `unpack` rebuilds it. A complex `x` gets a leading axis of 2 (real, imaginary); a long
+    double one then an axis of 3 (significand high, significand low, exponent)."""
     x = np.asarray(x)
     name = _precision(x.dtype)
-    if x.dtype.kind == "c":
-        return name, np.stack([_split(x.real), _split(x.imag)], axis=1)
-    return name, _split(x.astype(x.dtype if x.dtype.kind == "f" else np.float64))
+    parts = [x.real, x.imag] if x.dtype.kind == "c" else [x]
+    wide = name in ("longdouble", "clongdouble")
+    cols = [_split(p) if wide else np.asarray(p, np.float64) for p in parts]
+    return name, (np.stack(cols) if len(cols) > 1 else cols[0])
 
 
 def unpack(precision: str, parts) -> np.ndarray:
-    """The array `pack` wrote: in `precision` ("float64", "longdouble", "complex128",
+    """The array `pack` wrote, in `precision` ("float64", "longdouble", "complex128",
     "clongdouble"; this machine's long double, which is float64 where it has no wider one)."""
-    parts = np.asarray(parts, np.float64)
-    dtype = np.dtype(str(precision))
-    real = np.dtype(np.longdouble) if str(precision) in ("longdouble", "clongdouble") else np.dtype(np.float64)
+    precision, parts = str(precision), np.asarray(parts, np.float64)
+    wide = precision in ("longdouble", "clongdouble")
 
     def join(p):
-        hi, lo = p[0].astype(real), p[1].astype(real)
+        if not wide:
+            return p
+        hi, lo = p[0].astype(np.longdouble), p[1].astype(np.longdouble)
         with np.errstate(invalid="ignore", over="ignore"):
             m = np.where(lo != 0, hi + lo, hi)                # hi alone keeps the sign of a zero
             return np.ldexp(m, p[2].astype(np.intc))
 
-    if dtype.kind != "c":
+    if precision in ("float64", "longdouble"):
         return join(parts)
-    out = np.empty(parts.shape[2:], dtype)
-    out.real, out.imag = join(parts[:, 0]), join(parts[:, 1])
+    re, im = join(parts[0]), join(parts[1])
+    out = np.empty(re.shape, np.dtype(precision))
+    out.real, out.imag = re, im
     return out
 
 
