@@ -81,7 +81,7 @@ def _array_literal(a: np.ndarray) -> str:
     if name == "bfloat16" or name.startswith("float8_"):
         vals, dt = a.astype(np.float32), f"jnp.{name}"
     else:
-        vals, dt = a, f"np.{name}"
+        vals, dt = a, ("np.bool_" if name == "bool" else f"np.{name}")   # np.bool is NumPy >= 2 only
     body = repr(vals.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
     return f"np.array({body}, dtype={dt}).reshape({tuple(a.shape)!r})"
 
