@@ -69,6 +69,12 @@ def main() -> int:
         g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x")))
         probe(f"{name} of -0.0 over one device", g(mz), mz)
 
+    # x + 0 folded to x (XLA's algebraic simplifier): IEEE gives -0.0 + 0.0 = +0.0
+    probe("-0.0 + 0.0 (constant 0)", jax.jit(lambda v: v + np.float32(0))(np.float32(-0.0)), np.float32(0.0))
+    g = jax.jit(jax.shard_map(lambda v: v + jax.lax.axis_index("x").astype(v.dtype), mesh=mesh,
+                              in_specs=jax.P("x"), out_specs=jax.P("x")))
+    probe("-0.0 + axis_index over one device", g(mz), np.zeros_like(mz))
+
     # bfloat16: a chain of ops rounded once per op (refsim) or once per fusion
     h = np.asarray([1.0, 3.0, 7.0], dtype=jnp.bfloat16)
     got = jax.jit(lambda v: (v / 3 * 3) - v)(h)

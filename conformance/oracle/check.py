@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from conformance import compare
+from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
 from conformance.oracle import reproduce
@@ -69,6 +70,7 @@ class CheckResult:
     provenance: dict
     seconds: dict
     repro_path: str | None = None
+    notes: list = dataclasses.field(default_factory=list)  # platform_notes: likely documented causes
 
     @property
     def ok(self) -> bool:
@@ -95,6 +97,7 @@ class CheckResult:
                 lines += ["  " + ln for ln in m.render().splitlines()]
             if len(c.mismatches) > shown:
                 lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
+        lines += ["  " + n for n in self.notes]
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")
         return "\n".join(lines)
@@ -272,6 +275,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
         entry = {"function": "shard_map", "jit": "jit(shard_map)"}.get(entry, entry)
     res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=_summaries(ref, xla, pols, where, prog.output_paths(out)),
                       provenance=_provenance(ref), seconds=secs)
+    res.notes = platform_notes.notes(res.provenance["platform"], traced.closed.jaxpr, res.ok)
     return res, ref, pols
 
 
