@@ -359,6 +359,8 @@ def test_sum_of_negative_zeros_is_negative_zero():
     assert np.signbit(got).tolist() == [True, False, False, True] and not got.any()
     one = ordered_reduce(np.add, np.array([[-0.0, 0.0]], np.float64))       # a one-member group
     assert np.signbit(one).tolist() == [True, False]
+    bf = ordered_reduce(np.add, np.array([[-0.0, 0.0], [-0.0, -0.0]], ml_dtypes.bfloat16))
+    assert np.signbit(bf.astype(np.float32)).tolist() == [True, False]
     z = ordered_reduce(np.add, np.array([[complex(-0.0, -0.0)], [complex(-0.0, 0.0)]], np.complex64))
     assert np.signbit(z.real).tolist() == [True] and np.signbit(z.imag).tolist() == [False]
     mesh = refsim.Mesh((2,), ("x",))

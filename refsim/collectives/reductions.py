@@ -26,9 +26,14 @@ def ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
     accumulated explicitly so the order is the same for every shape.
     """
     out = _ordered_reduce(ufunc, xs)
-    if ufunc is np.add and xs.shape[0] and xs.dtype.kind in "fc":
+    if ufunc is np.add and xs.shape[0] and _is_inexact(xs.dtype):
         out = _keep_negative_zero(xs, out)
     return out
+
+
+def _is_inexact(dtype: np.dtype) -> bool:
+    """float, complex, and ml_dtypes' bfloat16 / float8 / float6 / float4 (NumPy kind 'V')."""
+    return dtype.kind in "fc" or (dtype.kind == "V" and dtype.name.startswith(("bfloat", "float")))
 
 
 def _keep_negative_zero(xs: np.ndarray, out: np.ndarray) -> np.ndarray:
