@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import refsim.collectives as C
 from refsim import Mesh
-from refsim._compat import jax_version
+from refsim.compat import jax_version
 
 MESHES = [((8,), ("a",)), ((2, 4), ("a", "b")), ((2, 2, 2), ("a", "b", "c"))]
 

@@ -102,9 +102,9 @@ def _host_copy(x):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            from refsim import _compat
+            from refsim import compat
 
-            return _compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
+            return compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
         try:
@@ -284,9 +284,9 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
         mesh = _top_shard_map_mesh(closed, xla_outs)
         if mesh is not None:
             args = traced.flat_args
-            from refsim import _compat
+            from refsim import compat
 
-            if set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params)) != set(mesh.axis_names):
+            if set(compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params)) != set(mesh.axis_names):
                 # Partially manual: the body sees its inputs invariant over the automatic axes, so
                 # refsim gets global values (per-device replicas along those axes would read as split).
                 args = [np.asarray(a) for a in args]
@@ -295,7 +295,7 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
             # as refsim.shard_map builds its results: unreduced out_specs keep each device's partial sum
             outs = [api._partials_array(by_var[v][0], mesh, by_var[v][1], info) if by_var[v][1].unreduced
                     else Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
-            manual = set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
+            manual = set(compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
             for k, arr in enumerate(outs):
                 s = stated[k] if stated is not None and k < len(stated) else None
                 if s is None:

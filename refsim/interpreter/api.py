@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 from jax.extend.core import Literal
 
-from refsim import _compat
+from refsim import compat
 from refsim.array import Array, Shard, device_put
 from refsim.values import as_jax_array
 from refsim import device_assignment as DA
@@ -34,7 +34,7 @@ _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"  # the name jax.pmap gives an un
 # --- small conversions ---------------------------------------------------------------------
 
 def _is_spec(x) -> bool:
-    return x is None or isinstance(x, PartitionSpec) or _compat.is_jax_partition_spec(x)
+    return x is None or isinstance(x, PartitionSpec) or compat.is_jax_partition_spec(x)
 
 
 def _specs_to_jax(tree):
@@ -83,7 +83,7 @@ def _tracing_mesh(mesh: AbstractMesh, types=None):
     if not ctx.empty and (tuple(ctx.axis_names), tuple(ctx.axis_sizes)) == (mesh.axis_names, mesh.axis_sizes):
         return ctx
     types = types if types is not None else (AxisType.Auto,) * mesh.ndim
-    return _compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
+    return compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
 
 
 def _canonical(x) -> np.ndarray:
@@ -100,13 +100,13 @@ def _canonical(x) -> np.ndarray:
 def _abstract(x, sharding=None):
     import jax
 
-    if _compat.prng_impl_of(getattr(x, "dtype", None)) is not None:  # a JAX key array
+    if compat.prng_impl_of(getattr(x, "dtype", None)) is not None:  # a JAX key array
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
     if isinstance(x, Array):
-        dt = _compat.jax_key_dtype(x.dtype) or jax.dtypes.canonicalize_dtype(x.dtype)
+        dt = compat.jax_key_dtype(x.dtype) or jax.dtypes.canonicalize_dtype(x.dtype)
         return jax.ShapeDtypeStruct(x.shape, dt, sharding=sharding)
     arr = _canonical(x)
-    dt = _compat.jax_key_dtype(arr.dtype) or arr.dtype
+    dt = compat.jax_key_dtype(arr.dtype) or arr.dtype
     return jax.ShapeDtypeStruct(arr.shape, dt, sharding=sharding)
 
 
@@ -145,7 +145,7 @@ def _partials_array(blocks: np.ndarray, mesh: Mesh, spec, info) -> Array:
 
 
 def _info(extra: dict) -> dict:
-    from refsim._compat import jax_version
+    from refsim.compat import jax_version
 
     fb = dict(extra.get("fallback_log", {}))
     info = {"backend": "refsim", "jax_version": ".".join(map(str, jax_version())), "independent": not fb}
@@ -201,7 +201,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     env: dict = {}
     ctx = Context(nm=0, mesh=None, extra=extra)
     for v, c in zip(jaxpr.constvars, closed.consts):
-        env[v] = _compat.to_numpy(c)
+        env[v] = compat.to_numpy(c)
     for v, a in zip(jaxpr.invars, flat_args):
         env[v] = a
 
@@ -216,7 +216,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
             env[var] = val
     eqn = jaxpr.eqns[-1]
     p = eqn.params
-    manual = _compat.shard_map_manual_axes(p)
+    manual = compat.shard_map_manual_axes(p)
     inner = Context(nm=mesh.ndim, mesh=mesh, extra=extra)
     stacked = [_stacked_input(read(v, keep_array=True), mesh, s) for v, s in zip(eqn.invars, p["in_specs"])]
     outs = core.eval_jaxpr(p["jaxpr"], (), *stacked, ctx=inner)
@@ -292,7 +292,7 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
         try:
             closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
-            if _compat.no_trace_active():
+            if compat.no_trace_active():
                 # As eager jax.shard_map: run the body op by op (refsim's rules), so Python may
                 # branch on values the type says are the same on every device.
                 return _run_eager(f, args, rmesh, tmesh, in_specs, out_specs, check_vma, axis_names,
@@ -400,7 +400,7 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
     def wrapped(*args):
         flat, tree = jax.tree_util.tree_flatten(args)
         # JAX flattens (args, kwargs) against (in_axes, 0); the same call gives its error wording.
-        axes_flat = _compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
+        axes_flat = compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
                                          (tuple(in_axes) if isinstance(in_axes, list) else in_axes, 0))
         for a, x in zip(axes_flat, flat):
             if a is not None and not -np.ndim(x) <= a < np.ndim(x):  # JAX: IndexError, not a wrap-around
@@ -540,7 +540,7 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         flat, tree = jax.tree_util.tree_flatten(args)
         mesh = _find_mesh(in_shardings, out_shardings, flat)
         # The mesh as `jax.set_mesh` of it on this platform's devices states it (see below).
-        jmesh = (_compat.context_abstract_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+        jmesh = (compat.context_abstract_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
                  if mesh is not None else None)
         explicit = mesh is not None and AxisType.Explicit in mesh.axis_types
         conv = lambda tree_: jax.tree_util.tree_map(  # noqa: E731
@@ -568,7 +568,7 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         # A context the user set (jax.set_mesh / use_abstract_mesh) is kept as it is.
         user_ctx = not jax.sharding.get_abstract_mesh().empty
         scoped = not user_ctx and (explicit or _context_mesh(in_shardings, out_shardings) is not None)
-        scope = _compat.use_abstract_mesh(jmesh) if scoped else contextlib.nullcontext()
+        scope = compat.use_abstract_mesh(jmesh) if scoped else contextlib.nullcontext()
 
         def trace():
             with scope:
