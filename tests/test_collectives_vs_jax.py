@@ -58,6 +58,14 @@ def test_psum_groups(shape, names):
             lambda x, m: C.psum(x, ax, axis_index_groups=groups, mesh=m), check_vma=False)
 
 
+@pytest.mark.parametrize("groups", [[[0], [1, 2, 3, 4, 5, 6, 7]], [[6, 1], [0, 2, 3, 4, 5, 7]]])
+def test_pmean_unequal_groups(groups):
+    """JAX divides every group's sum by len(groups[0]); refsim.collectives.pmean does the same.
+    (First groups of 1 and 2 devices: a power-of-2 n, which XLA:CPU's reciprocal multiply divides exactly.)"""
+    compare((8,), ("a",), lambda v: jax.lax.pmean(v, "a", axis_index_groups=groups),
+            lambda x, m: C.pmean(x, "a", axis_index_groups=groups, mesh=m), check_vma=False)
+
+
 @pytest.mark.parametrize("shape,names", MESHES)
 @pytest.mark.parametrize("tiled,axis", [(False, 0), (False, -1), (True, 1), (True, 0)])
 def test_all_gather(shape, names, tiled, axis):
