@@ -147,10 +147,8 @@ def _partials_array(blocks: np.ndarray, mesh: Mesh, spec, info) -> Array:
 
 
 def _info(extra: dict) -> dict:
-    from refsim.compat import jax_version
-
     fb = dict(extra.get("fallback_log", {}))
-    info = {"backend": "refsim", "jax_version": ".".join(map(str, jax_version())), "independent": not fb}
+    info = {"backend": "refsim", "jax_version": ".".join(map(str, compat.jax_version())), "independent": not fb}
     if fb:
         info["fallback"] = fb
     if extra.get("replication"):
