@@ -192,18 +192,12 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
 
     return _tree_map(lambda v: bind(
         "reduce_scatter", v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
-        axis_index_groups=axis_index_groups, tiled=tiled), x)
+        axis_index_groups=axis_index_groups, tiled=tiled, api="psum_scatter"), x)
 
 
 def unreduced_psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False, mesh):
     """psum_scatter of an unreduced value (unreduced -> varying)."""
-    axes = _names(axis_name)
-    if not axes:
-        return x
-    size = _group_size(mesh, axes, None)
-    return _tree_map(lambda v: bind(
-        "unreduced_reduce_scatter", v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension,
-        axis_size=size, tiled=tiled), x)
+    return psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled, mesh=mesh)
 
 
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False, mesh):

@@ -122,9 +122,12 @@ def all_gather_reduced(x, *, mesh, all_gather_dimension, axis_name, axis_size, t
 
 
 @primitive("reduce_scatter")
-def reduce_scatter(x, *, mesh, scatter_dimension, axis_name, axis_index_groups, axis_size, tiled):
+def reduce_scatter(x, *, mesh, scatter_dimension, axis_name, axis_index_groups, axis_size, tiled,
+                   api="reduce_scatter"):
+    """`api`, not a JAX param, names the function in error messages: the eager `psum_scatter`
+    passes its own name, as a user of it never sees the primitive's."""
     return _scatter.reduce_scatter(x, mesh=mesh, axis_name=axis_name, scatter_dimension=scatter_dimension,
-                                   axis_size=axis_size, axis_index_groups=axis_index_groups, tiled=tiled)
+                                   axis_size=axis_size, axis_index_groups=axis_index_groups, tiled=tiled, api=api)
 
 
 @primitive("unreduced_reduce_scatter")
