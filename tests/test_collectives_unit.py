@@ -105,7 +105,31 @@ def test_pmean_docstring_and_groups():
     assert C.pmean(np.arange(4), "i", mesh=M4).tolist() == [1.5]
     assert C.pmean(np.arange(4), "i", mesh=M4).dtype == np.float32
     assert C.pmean(np.arange(4.0), "i", axis_index_groups=[[0, 1], [2, 3]], mesh=M4).tolist() == [0.5, 0.5, 2.5, 2.5]
-    assert C.pmean(np.arange(4.0), "i", axis_index_groups=[[0], [1, 2, 3]], mesh=M4).tolist() == [0, 2, 2, 2]
+
+
+# JAX's pmean is `psum(x) / psum(1)`, and psum(1) over axis_index_groups is the constant
+# len(groups[0]) (jax/_src/lax/parallel.py: pmean, _axis_size, _psum's constant case), so with
+# unequal groups every device divides by the first group's size. Values 0, 1, 2, 3 on devices 0..3:
+#   [[0], [1, 2, 3]]: sums 0 | 6 6 6, n = 1 -> 0, 6, 6, 6
+#   [[0, 1, 2], [3]]: sums 3 3 3 | 3, n = 3 -> 1, 1, 1, 1
+PMEAN_UNEQUAL = [([[0], [1, 2, 3]], [0.0, 6.0, 6.0, 6.0]), ([[0, 1, 2], [3]], [1.0, 1.0, 1.0, 1.0])]
+
+
+@pytest.mark.parametrize("groups,want", PMEAN_UNEQUAL)
+def test_pmean_unequal_groups_divides_by_the_first_groups_size_as_jax(groups, want):
+    got = C.pmean(np.arange(4.0, dtype=np.float32), "i", axis_index_groups=groups, mesh=M4)
+    assert got.dtype == np.float32 and got.tolist() == want
+    assert C.pmean(np.arange(4), "i", axis_index_groups=groups, mesh=M4).tolist() == want  # int -> float32
+
+
+@pytest.mark.parametrize("groups,want", PMEAN_UNEQUAL)
+def test_pmean_eager_and_traced_agree(groups, want):
+    """The eager function and refsim's jaxpr interpreter (jax.lax.pmean traced under refsim.pmap)."""
+    import jax
+    import refsim
+
+    traced = refsim.pmap(lambda v: jax.lax.pmean(v, "i", axis_index_groups=groups), axis_name="i")
+    assert np.asarray(traced(np.arange(4.0, dtype=np.float32))).tolist() == want
 
 
 def test_pargmax_pargmin():
