@@ -469,7 +469,7 @@ def bitcast_convert_type_rule(ctx, x, *, new_dtype):
     """StableHLO bitcast_convert: a wider source gains a trailing dim of its byte ratio,
     a narrower source loses its trailing dim (little-endian element order, as XLA)."""
     new = np.dtype(new_dtype)
-    x = np.ascontiguousarray(x)
+    x = np.ascontiguousarray(x).reshape(np.shape(x))   # ascontiguousarray makes a scalar 1-D
     if new.itemsize == x.dtype.itemsize:
         return x.view(new)
     if new.itemsize < x.dtype.itemsize:
