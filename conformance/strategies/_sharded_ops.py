@@ -1616,7 +1616,8 @@ OPS = {
                                                   "psum_scatter", "all_to_all")},
 }
 
-#: Ops a reverse-mode derivative cannot go through (JAX has no transpose rule for them).
-NOT_DIFFERENTIABLE = ("while_loop", "bitcast")
+#: Ops a reverse-mode derivative cannot go through (JAX has no transpose or JVP rule for them: while_loop,
+#: bitcast_convert_type, pmax).
+NOT_DIFFERENTIABLE = ("while_loop", "bitcast", "shard_map_pmax")
 #: Ops whose name in the coverage table differs from the drawer's (one drawer, two jnp functions).
 ALIASES = {"tile_repeat": ("tile", "repeat")}

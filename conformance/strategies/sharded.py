@@ -99,6 +99,7 @@ class ShardedProgram(Program):
     axis_types: str = "auto"
     policies: tuple = ()
     op_patterns: tuple = ()
+    graph: object = None
 
     @property
     def ops(self) -> tuple:
@@ -251,51 +252,14 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
     outs_names = outs_names[-4:]
     outs = [next(x for x in b.pool if x.name == nm) for nm in outs_names]
 
-    # the function: g (the op graph), f (g under the transform)
-    args = ", ".join(f"a{i}" for i in range(n_in))
-    body = "\n".join("    " + ln for ln in b.lines)
-    ret = ", ".join(x.name for x in outs) + ("," if len(outs) == 1 else "")
-    src = [*b.helpers.values()]
-    src.append(f"def g({args}):\n{body}\n    return ({ret})\n")
-    policies, final = [], []   # final: (shape, dtype) per output of f
     fargs = [i for i, dt in enumerate(arg_dtypes) if dt == F32]
-    fouts = [k for k, x in enumerate(outs) if x.dtype == F32]
-    if backward and (not fargs or not fouts):
-        transform, backward = "none", False
-    if transform == "none":
-        src.append(f"def f({args}):\n    return g({args})\n")
-        for x in outs:
-            policies.append(("exact", 0.0) if x.exact else ("abs", x.err) if math.isfinite(x.err) else ("rel", GRAD_RTOL))
-            final.append((x.shape, x.dtype))
-    elif transform == "vmap":
-        axes = tuple(in_axes)
-        src.append(f"def f({args}):\n    return jax.vmap(g, in_axes={axes!r})({args})\n")
-        for x in outs:
-            policies.append(("exact", 0.0) if x.exact else ("abs", x.err) if math.isfinite(x.err) else ("rel", GRAD_RTOL))
-            final.append(((batch,) + x.shape, x.dtype))
-    else:
-        dargs = ", ".join(f"a{i}" for i in fargs)
-        picks = ", ".join(f"o[{k}]" for k in fouts)
-        if transform == "grad":
-            terms = " + ".join(
-                f"jnp.sum(o[{k}] * (jnp.arange({outs[k].size}, dtype=jnp.float32).reshape({outs[k].shape!r}) % 3 + 1))"
-                for k in fouts)
-            src.append(f"def f({args}):\n    def loss({dargs}):\n        o = g({args})\n        return {terms}\n"
-                       f"    return jax.grad(loss, argnums={tuple(range(len(fargs)))!r})({dargs})\n")
-            for i in fargs:
-                policies.append(("rel", GRAD_RTOL))
-                final.append((body_shapes[i], F32))
-        else:
-            src.append(f"def f({args}):\n    def h({dargs}):\n        o = g({args})\n        return ({picks},)\n"
-                       f"    outs, pull = jax.vjp(h, {dargs})\n    return outs + pull(outs)\n")
-            for k in fouts:
-                x = outs[k]
-                policies.append(("exact", 0.0) if x.exact else ("abs", x.err) if math.isfinite(x.err) else ("rel", GRAD_RTOL))
-                final.append((x.shape, F32))
-            for i in fargs:
-                policies.append(("rel", GRAD_RTOL))
-                final.append((body_shapes[i], F32))
-    source = "\n\n".join(src)
+    if backward and (not fargs or not any(x.dtype == F32 for x in outs)):
+        transform = "none"
+    graph = Graph(helpers=tuple(b.helpers.items()), lines=tuple(b.lines), line_ops=tuple(b.used),
+                  outs=tuple((x.name, x.shape, x.dtype, x.err) for x in outs),
+                  args=tuple((dt, body_shapes[i], in_axes[i]) for i, dt in enumerate(arg_dtypes)),
+                  batch=batch, transform=transform)
+    source, policies, final, op_patterns = assemble(graph)
 
     # layouts and data
     part = draw(st.sampled_from(partitioners))
@@ -304,13 +268,107 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
     seed = draw(st.integers(0, 2 ** 32 - 1))
     rng = np.random.default_rng(seed)
     data = tuple(_exact_data(rng, s, dt) for s, dt in zip(full_shapes, arg_dtypes))
-    op_patterns = tuple(b.used)
-    labels = (("ops", "+".join(dict.fromkeys(op for op, _ in op_patterns)) or "none"), ("transform", transform),
-              ("types", types), ("partitioner", part))
-    return ShardedProgram(family="sharded", source=source, entry="jit", mesh=m, args=data, in_shardings=in_sh,
-                          out_shardings=out_sh, labels=labels, outputs=("exact",) * len(policies),
-                          partitioner=part, transform=transform, axis_types=types, policies=tuple(policies),
-                          op_patterns=op_patterns)
+    return make_case(graph, mesh=m, args=data, in_shardings=in_sh, out_shardings=out_sh, partitioner=part,
+                     axis_types=types)
+
+
+# -- a drawn graph as source text -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """A drawn program before it is text: `g`'s body `lines` (with the (op, sharding pattern) of
+    each in `line_ops`), its outputs (name, shape, dtype, error bound), its arguments (dtype,
+    shape inside `g`, vmap axis or None), the vmap batch size and the transform `f` applies."""
+
+    helpers: tuple
+    lines: tuple
+    line_ops: tuple
+    outs: tuple
+    args: tuple
+    batch: int | None
+    transform: str
+
+
+def _assigned(line: str) -> list:
+    return [n.strip() for n in line.split(" = ", 1)[0].split(",")]
+
+
+def live_lines(graph: Graph) -> list:
+    """Indices of the lines the outputs depend on (dead code dropped, as XLA would drop it)."""
+    need = {name for name, *_ in graph.outs}
+    keep = []
+    for i in range(len(graph.lines) - 1, -1, -1):
+        line = graph.lines[i]
+        if need & set(_assigned(line)):
+            keep.append(i)
+            need |= set(re.findall(r"\b[av]\d+\b", line.split(" = ", 1)[1]))
+    return sorted(keep)
+
+
+def _policy(err: float) -> tuple:
+    if err == 0:
+        return ("exact", 0.0)
+    return ("abs", err) if math.isfinite(err) else ("rel", GRAD_RTOL)
+
+
+def assemble(graph: Graph) -> tuple:
+    """(source, policies, output (shape, dtype) list, (op, pattern) of the live lines) of `graph`."""
+    keep = live_lines(graph)
+    lines = [graph.lines[i] for i in keep]
+    op_patterns = tuple(graph.line_ops[i] for i in keep)
+    n_in = len(graph.args)
+    args = ", ".join(f"a{i}" for i in range(n_in))
+    outs = graph.outs
+    body = "\n".join("    " + ln for ln in lines)
+    ret = ", ".join(name for name, *_ in outs) + ("," if len(outs) == 1 else "")
+    text = "\n".join(lines)
+    src = [h for name, h in graph.helpers if re.search(rf"\b{name}\(", text)]
+    src.append(f"def g({args}):\n{body}\n    return ({ret})\n")
+    policies, final = [], []
+    fargs = [i for i, (dt, _, _) in enumerate(graph.args) if dt == F32]
+    fouts = [k for k, (_, _, dt, _) in enumerate(outs) if dt == F32]
+    if graph.transform == "none":
+        src.append(f"def f({args}):\n    return g({args})\n")
+        for _, shape, dt, err in outs:
+            policies.append(_policy(err))
+            final.append((shape, dt))
+    elif graph.transform == "vmap":
+        axes = tuple(ax for _, _, ax in graph.args)
+        src.append(f"def f({args}):\n    return jax.vmap(g, in_axes={axes!r})({args})\n")
+        for _, shape, dt, err in outs:
+            policies.append(_policy(err))
+            final.append(((graph.batch,) + tuple(shape), dt))
+    else:
+        dargs = ", ".join(f"a{i}" for i in fargs)
+        if graph.transform == "grad":
+            terms = " + ".join(
+                f"jnp.sum(o[{k}] * (jnp.arange({math.prod(outs[k][1])}, dtype=jnp.float32)"
+                f".reshape({tuple(outs[k][1])!r}) % 3 + 1))" for k in fouts) or "jnp.float32(0)"
+            src.append(f"def f({args}):\n    def loss({dargs}):\n        o = g({args})\n        return {terms}\n"
+                       f"    return jax.grad(loss, argnums={tuple(range(len(fargs)))!r})({dargs})\n")
+        else:
+            picks = ", ".join(f"o[{k}]" for k in fouts)
+            src.append(f"def f({args}):\n    def h({dargs}):\n        o = g({args})\n        return ({picks},)\n"
+                       f"    outs, pull = jax.vjp(h, {dargs})\n    return outs + pull(outs)\n")
+            for k in fouts:
+                policies.append(_policy(outs[k][3]))
+                final.append((outs[k][1], F32))
+        for i in fargs:
+            policies.append(("rel", GRAD_RTOL))
+            final.append((graph.args[i][1], F32))
+    return "\n\n".join(src), tuple(policies), final, op_patterns
+
+
+def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitioner, axis_types) -> "ShardedProgram":
+    """The `ShardedProgram` of `graph` with these layouts and data."""
+    source, policies, final, op_patterns = assemble(graph)
+    if len(out_shardings) != len(final):
+        raise ValueError(f"out_shardings has {len(out_shardings)} entries for {len(final)} outputs.")
+    labels = (("ops", "+".join(dict.fromkeys(op for op, _ in op_patterns)) or "none"),
+              ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
+    return ShardedProgram(family="sharded", source=source, entry="jit", mesh=mesh, args=tuple(args),
+                          in_shardings=tuple(in_shardings), out_shardings=tuple(out_shardings), labels=labels,
+                          outputs=("exact",) * len(policies), partitioner=partitioner, transform=graph.transform,
+                          axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph)
 
 
 def _pspec(spec: tuple) -> PartitionSpec:
