@@ -4,6 +4,7 @@
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
         [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
+    python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
     python -m conformance merge DIR... --out DIR   (conformance.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.mutate)
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     from conformance.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,merge,bisect,mutate,explain,check}", parser_class=_Parser)
+    sub = ap.add_subparsers(dest="command", metavar="{run,hunt,merge,bisect,mutate,explain,check}", parser_class=_Parser)
     run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
     run.add_argument("--devices", type=_positive, default=None,
@@ -142,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"seconds a case may run before it is killed with its worker and recorded as timeout "
                           f"(default {DEFAULT_CASE_TIMEOUT:g}); with --distributed: seconds a process may take to "
                           "send a case's results before the run ends naming it (default 600)")
+    sub.add_parser("hunt", help="draw random programs for N minutes, keep every distinct failure", add_help=False)
     sub.add_parser("merge", help="merge the report folders of a plan's shards into one", add_help=False)
     sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
                    add_help=False)
@@ -219,6 +221,10 @@ def main(argv=None) -> int:
         from conformance.explain import cli as explain_cli
 
         return int(explain_cli.main(argv[1:]) or 0)
+    if argv and argv[0] == "hunt":
+        from conformance import hunt
+
+        return int(hunt.main(argv[1:]) or 0)
     if argv and argv[0] == "merge":
         from conformance import merge
 

@@ -628,7 +628,8 @@ def _reduce_window(b: Builder) -> bool:
         s = b.draw_int(1, 2)
         lo, hi = b.draw_int(0, 1), b.draw_int(0, 1)
         bd = 1 if b.backward else b.choice([1, 1, 2])
-        wd = b.choice([1, 1, 2])
+        # JAX's max / min pooling VJP (select_and_gather) takes no window dilation
+        wd = 1 if b.backward and kind in ("max", "min") else b.choice([1, 1, 2])
         out = _window_out(n, w, s, lo, hi, bd, wd)
         if out < 1:
             w, s, lo, hi, bd, wd, out = 1, 1, 0, 0, 1, 1, n
@@ -643,23 +644,24 @@ def _reduce_window(b: Builder) -> bool:
     main = a
     a = b.replicated(a)
     k = math.prod(dims)
+    # init as a Python scalar: JAX recognises the monoid (reduce_window_sum / _max / _min, which
+    # have derivatives) only for a concrete identity; "add_generic" starts from 1 instead
+    flt = a.dtype == F32
     if kind in ("add", "add_generic"):
-        init = "0" if kind == "add" else "1"
+        init = ("0.0" if flt else "0") if kind == "add" else ("1.0" if flt else "1")
         m = sum_result(a, k + (kind == "add_generic"))
         if kind == "add_generic":
             m = dict(m, lo=m["lo"], hi=m["hi"] + k)
         fn = "jax.lax.add"
     else:
-        init = ("-jnp.inf" if kind == "max" else "jnp.inf") if a.dtype == F32 else \
-            ("jnp.iinfo(jnp.int32).min" if kind == "max" else "jnp.iinfo(jnp.int32).max")
+        init = ("-np.inf" if kind == "max" else "np.inf") if flt else \
+            ("-2147483648" if kind == "max" else "2147483647")
         m = model_of(a)
         if any(lo or hi for lo, hi in pads) or any(d > 1 for d in bdil):
             # windows may hold only padding: the init value (±inf, or int32's extremes)
-            m = dict(m, lo=-math.inf, hi=math.inf) if a.dtype == F32 else int_result(-2.0 ** 31, 2.0 ** 31)
-            if a.dtype == F32:
-                m = dict(lo=-math.inf, hi=math.inf, frac=a.frac, err=a.err)
+            m = dict(lo=-math.inf, hi=math.inf, frac=a.frac, err=a.err) if flt else int_result(-2.0 ** 31, 2.0 ** 31)
         fn = f"jax.lax.{kind}"
-    expr = (f"jax.lax.reduce_window({a.name}, jnp.array({init}, {a.name}.dtype), {fn}, {tuple(dims)!r}, "
+    expr = (f"jax.lax.reduce_window({a.name}, {init}, {fn}, {tuple(dims)!r}, "
             f"{tuple(strides)!r}, {tuple(pads)!r}, base_dilation={tuple(bdil)!r}, window_dilation={tuple(wdil)!r})")
     b.emit("reduce_window", expr, tuple(shape), a.dtype, main=main, **m)
     return True
