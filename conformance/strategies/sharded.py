@@ -47,7 +47,7 @@ TRANSFORMS = ("none", "grad", "vjp", "vmap")
 AXIS_TYPES = ("auto", "explicit")
 SHARDED_DTYPES = (F32, I32, BOOL)
 #: The sharding patterns an op's main operand can have where the op uses it (coverage table columns).
-PATTERNS = ("replicated", "sharded", "multi-axis", "uneven", "compiler", "manual")
+PATTERNS = ("replicated", "sharded", "multi-axis", "uneven", "compiler")
 # Relative bound of a derivative's outputs: the value model tracks forward values only.
 GRAD_RTOL = 2.0 ** -10
 
