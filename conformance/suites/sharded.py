@@ -3,7 +3,7 @@
 Each chunk draws `CHUNK` programs from `conformance.strategies.sharded_programs` (deterministic
 in the run's seed); every program runs with its drawn exact-friendly data and one refill of the
 same kind, so the two share one XLA executable. The number of programs is `PROGRAMS_PER_EXAMPLE`
-per ``--examples`` (default 20 -> 200 programs), a budget that keeps the default run within 1.5x
+per ``--examples`` (default 20 -> 120 programs), a budget that keeps the default run within 1.5x
 of its wall time without this suite. Outputs are compared by global index with the layouts the
 program states (every output has an out_sharding); see `ShardedProgram.tolerances`.
 
@@ -22,7 +22,7 @@ import zlib
 from conformance.suites.base import draw, group_tasks
 
 NAME = "sharded"
-PROGRAMS_PER_EXAMPLE = 10
+PROGRAMS_PER_EXAMPLE = 6
 CHUNK = 8
 DATA = ("drawn", "exact")
 
