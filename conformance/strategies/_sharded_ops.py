@@ -438,21 +438,17 @@ def _matmul(b: Builder) -> bool:
         return False
     k = a.shape[-1]
     o = b.pick(lambda v: _num(v) and v.dtype == a.dtype and v.ndim in (1, 2) and v.shape[0] == k)
-    if o is None:
-        # a @ a^T-like product: contract the last dimension with itself
-        if a.ndim < 2:
-            return False
-        expr_o, oshape = f"jnp.swapaxes({a.name}, -1, -2)", a.shape[:-2] + (a.shape[-1], a.shape[-2])
-        shape = a.shape[:-1] + (a.shape[-2],)
-        o_val = a
-    else:
-        expr_o, oshape, o_val = o.name, o.shape, o
-        shape = a.shape[:-1] + oshape[1:]
+    if o is None and a.ndim < 2:
+        return False
+    shape = a.shape[:-1] + ((a.shape[-2],) if o is None else o.shape[1:])
     if not _fits(b, shape):
         return False
     main = a
     a = b.replicated(a)
-    if o is not None:
+    if o is None:
+        # a @ a^T-like product: contract the last dimension with itself
+        o_val, expr_o = a, f"jnp.swapaxes({a.name}, -1, -2)"
+    else:
         o_val = b.replicated(o)
         expr_o = o_val.name
     out_kw, spec = _out_sharding(b, shape)
