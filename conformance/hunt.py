@@ -102,8 +102,8 @@ def signature(result, case=None) -> tuple | None:
         return None
     if "worker_exit" in d:
         tail = (d.get("fatal_line") or "") + "\n" + (d.get("stderr_tail") or "")
-        check = re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*|[A-Za-z_]+\.cc:\d+\][^\n]*)", tail)
-        where = re.search(r"([a-z_]+\.cc):\d+", tail)
+        check = re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*|[A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail)
+        where = re.search(r"([a-z_]+\.(?:cc|h)):\d+", tail)
         return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d["worker_exit"]))
     failure = d.get("failure") or {}
     side = failure.get("side", "unknown")
@@ -111,6 +111,8 @@ def signature(result, case=None) -> tuple | None:
     tb = d.get("traceback") or ""
     if side == "refsim":
         stage = "refsim" if re.search(r"refsim/interpreter/(rules|core\.py)", tb) else "trace"
+    elif side == "xla" and "Cannot lower jaxpr" in (failure.get("message") or ""):
+        stage = "lowering"
     elif side == "xla":
         stage = ("runtime" if "timed_run" in tb else "compile" if ".compile()" in tb or "compiled(" in tb
                  else "lowering" if "lower" in tb else "xla")
@@ -144,7 +146,7 @@ def _check_in_subprocess(case, devices: int, timeout: float) -> tuple | None:
         res = CaseResult(case_id=case.case_id, suite="sharded", family=case.family, dtype=case.dtype, status="error",
                          details={"worker_exit": how, "stderr_tail": "\n".join(p.stderr.splitlines()[-20:]),
                                   "fatal_line": next((ln for ln in reversed(p.stderr.splitlines())
-                                                      if ln.startswith("F") and ".cc:" in ln), "")})
+                                                      if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)), "")})
         return signature(res, case)
 
 

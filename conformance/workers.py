@@ -20,6 +20,7 @@ worker that finishes gets the next task as soon as it is drawn.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import collections
 import tempfile
@@ -206,7 +207,7 @@ class _Worker:
                 text = fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
-        lines = [ln for ln in text.splitlines() if ln.startswith("F") and ".cc:" in ln]
+        lines = [ln for ln in text.splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
         return lines[-1].strip() if lines else ""
 
     def timeout_result(self, case_timeout: float, opts: dict) -> CaseResult:
