@@ -128,6 +128,7 @@ class Builder:
         self.helpers: dict[str, str] = {}   # name -> source of a helper defined before g
         self.used: list[tuple[str, str]] = []   # (op, sharding pattern of its main operand)
         self.extra_ops: list[str] = []       # sharding ops inserted at drawn points
+        self.kinked = False                  # the op being drawn has a kink (see `pick`)
         self._n = 0
 
     # -- names and values -----------------------------------------------------------------------
@@ -175,7 +176,14 @@ class Builder:
 
     # -- drawing helpers ------------------------------------------------------------------------
     def pick(self, pred=lambda v: True) -> Val | None:
-        """A value of the pool that satisfies `pred` (the newest first, which is what shrinks)."""
+        """A value of the pool that satisfies `pred` (the newest first, which is what shrinks).
+
+        In a program that will be differentiated, an op with a kink (max, abs, sort, clamp, ...)
+        takes exact values only: its derivative jumps where the operands tie or cross a corner,
+        and two correct results of an inexact value may fall on either side."""
+        if self.backward and self.kinked:
+            base = pred
+            pred = lambda v: base(v) and v.exact  # noqa: E731
         cands = [v for v in reversed(self.pool) if pred(v)]
         if not cands:
             return None

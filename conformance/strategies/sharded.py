@@ -32,7 +32,7 @@ from hypothesis.errors import InvalidArgument
 from conformance.cases import Program
 from conformance.strategies import _validate as v
 from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, spec_text
-from conformance.strategies._sharded_ops import NOT_DIFFERENTIABLE, OPS
+from conformance.strategies._sharded_ops import KINKED, NOT_DIFFERENTIABLE, OPS
 from conformance.strategies.specs import _check_mesh
 from conformance.verdict.compare import Exact, SumBound
 from refsim import compat as _compat
@@ -245,6 +245,7 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
                 b.constrain(a, b.draw_spec(a.shape, dividing=False, allow_unconstrained=True))
         for _attempt in range(8):
             name = draw(st.sampled_from(usable))
+            b.kinked = name in KINKED
             if OPS[name](b):
                 break
     computed = [x.name for x in b.pool if not x.name.startswith("a")]
