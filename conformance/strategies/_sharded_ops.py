@@ -1617,7 +1617,7 @@ OPS = {
 #: Ops whose derivative jumps (ties, corners, clips): under grad / vjp they take exact values only.
 KINKED = frozenset({"max", "min", "abs", "relu", "clamp", "select", "floor", "ceil", "round", "sign", "rem", "div",
                     "reduce_max", "reduce_min", "cummax", "cummin", "reduce_window", "sort", "sort_multi", "top_k",
-                    "scatter_min", "scatter_max", "scatter_set", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt"})
+                    "scatter_min", "scatter_max", "exp", "expm1", "log", "log1p", "sqrt", "rsqrt"})
 #: Ops a reverse-mode derivative cannot go through (JAX has no transpose or JVP rule for them: while_loop,
 #: bitcast_convert_type, pmax).
 NOT_DIFFERENTIABLE = ("while_loop", "bitcast", "shard_map_pmax")
