@@ -71,8 +71,8 @@ def _partner(b: Builder, a: Val, *, exact: bool = False) -> tuple[str, Val | Non
     scalar value, or a small literal (then the Val is None)."""
     ok = (lambda v: v is not a and v.dtype == a.dtype and (v.shape == a.shape or v.shape == ())
           and v.fine and not v.manual and (v.exact or not exact))
-    if b.draw_int(0, 2) and any(ok(v) for v in b.pool):
-        v = b.pick(ok)
+    v = b.pick(ok) if b.draw_int(0, 2) and any(ok(v) for v in b.pool) else None
+    if v is not None:
         v = b.same_spec(v, a)
         return v.name, v
     c = b.choice([1, 2, -1, 3, 0.5, -0.25] if a.dtype == F32 else [1, 2, -1, 3, -5])
