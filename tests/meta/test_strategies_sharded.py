@@ -14,6 +14,7 @@ import refsim
 import xla_backend
 from conformance.compare import compare
 from conformance.strategies import OPS, ShardedProgram, sharded_programs
+from conformance.strategies._sharded_ops import ALIASES
 from conformance.strategies.sharded import PATTERNS, ErrorBound, assemble
 from conformance.suites.sharded import shrink_case
 from refsim import compat
@@ -51,14 +52,26 @@ def test_every_draw_traces_with_the_modelled_shapes(case):
     assert_traces_as_modelled(case)
 
 
+def run_judged(case: ShardedProgram) -> str:
+    """The runner's verdict on `case` with the CPU xfails applied (a known JAX / XLA bug is "xfail")."""
+    from conformance import runner, xfails
+    from conformance.suites.base import ProgramTask
+
+    task = ProgramTask(case.case_id, "sharded", case.family, case.dtype, [case], None)
+    res = runner.run_task(task, xla_backend, xfails.load(None, platform="cpu").lookup(case.case_id), shrink_seconds=0)
+    assert res.status in ("pass", "xfail"), res.message
+    return res.status
+
+
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_op_is_reachable_and_agrees(op):
     types = ("explicit",) if op == "reshard" else ("auto",) if op == "with_sharding_constraint" else ("auto", "explicit")
-    case = find(sharded_programs(ops=(op,), max_ops=2, axis_types=types), lambda p: op in p.ops, settings=FIND)
-    assert case.case_id.startswith("sharded[ops=") and op in case.case_id
+    names = ALIASES.get(op, (op,))   # one drawer, several ops (tile_repeat: tile or repeat)
+    case = find(sharded_programs(ops=(op,), max_ops=2, axis_types=types, transforms=("none",)),
+                lambda p: set(names) & set(p.ops), settings=FIND)
+    assert case.case_id.startswith("sharded[ops=") and any(n in case.case_id for n in names)
     assert_traces_as_modelled(case)
-    res = compare(case.run(refsim), case.run(xla_backend), case=case)
-    assert res.ok, res.report()
+    run_judged(case)
 
 
 def test_at_least_sixty_ops_and_every_pattern_is_drawn():
@@ -85,6 +98,7 @@ def test_options_are_reached():
                      ({}, lambda p: any(len(set(s.spec) - {None}) and p.mesh.size > 1 for s in p.in_shardings))):
         case = find(sharded_programs(**kw), pred, settings=FIND)
         assert_traces_as_modelled(case)
+        run_judged(case)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -99,7 +113,7 @@ def test_options_are_reached():
     ({"dtypes": ("float64",)}, r"dtypes contains 'float64'"),
     ({"transforms": ("vmap",), "axis_types": ("explicit",)}, r"add 'auto' to axis_types"),
     ({"transforms": ("grad",), "dtypes": ("int32",)}, r"add 'float32' to dtypes"),
-    ({"ops": ("reshard",), "axis_types": ("auto",)}, r"reshard is drawn on .*Explicit"),
+    ({"ops": ("reshard",), "axis_types": ("auto",)}, r"reshard on Explicit ones"),
     ({"mesh": "2x4"}, r"mesh='2x4' must be a refsim Mesh"),
 ])
 def test_bad_arguments_raise_invalid_argument(kwargs, match):
