@@ -53,7 +53,10 @@ def collect(paths) -> dict:
 
 def render(data: dict, sources=()) -> str:
     from conformance.strategies import OPS
+    from conformance.strategies._sharded_ops import ALIASES
     from conformance.strategies.sharded import PATTERNS
+
+    names = sorted(n for op in OPS for n in ALIASES.get(op, (op,)))
 
     cells, versions = data["cells"], data["versions"]
     all_versions = sorted(data["programs"])
@@ -72,7 +75,7 @@ def render(data: dict, sources=()) -> str:
     head = "| op | " + " | ".join(PATTERNS) + " | patterns fwd / bwd | jax |"
     lines += [head, "|" + "---|" * (len(PATTERNS) + 3)]
     well = 0
-    for op in sorted(OPS):
+    for op in names:
         row, pf, pb = [], 0, 0
         for pat in PATTERNS:
             f, b = cells[(op, pat, "fwd")], cells[(op, pat, "bwd")]
@@ -83,7 +86,7 @@ def render(data: dict, sources=()) -> str:
         ok = pf >= 3 and pb >= 3 and set(all_versions) <= set(vs)
         well += ok
         lines.append(f"| {op} | " + " | ".join(row) + f" | {pf} / {pb} | {', '.join(vs) or '·'} |")
-    lines += ["", f"{well} of {len(OPS)} ops were drawn under at least 3 patterns both forward and backward on every "
+    lines += ["", f"{well} of {len(names)} ops were drawn under at least 3 patterns both forward and backward on every "
               f"JAX version above ({', '.join(all_versions) or 'none'}). An op that cannot be differentiated "
               "(`while_loop`, `bitcast`, `shard_map_pmax`) or that a pattern cannot reach has no backward count.", "",
               "| drawn | programs |", "|---|---|"]
