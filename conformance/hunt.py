@@ -102,7 +102,8 @@ def signature(result, case=None) -> tuple | None:
         return None
     if "worker_exit" in d:
         tail = (d.get("fatal_line") or "") + "\n" + (d.get("stderr_tail") or "")
-        check = re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*|[A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail)
+        check = (re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*)", tail)
+                 or re.search(r"([A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail))
         where = re.search(r"([a-z_]+\.(?:cc|h)):\d+", tail)
         return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d["worker_exit"]))
     failure = d.get("failure") or {}
