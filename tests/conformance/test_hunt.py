@@ -127,3 +127,16 @@ def test_coverage_counts_programs_per_op_pattern_and_direction(tmp_path):
 @pytest.mark.parametrize("argv", [["/nonexistent-report"]])
 def test_coverage_cli_rejects_a_missing_folder(argv, capsys):
     assert coverage.main(argv) == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_explaining_a_gspmd_reproducer_leaves_the_partitioner_alone(tmp_path):
+    import jax
+
+    from conformance.explain.summary import stage_of_reproducer
+
+    path = tmp_path / "repro.py"
+    path.write_text("import jax\njax.config.update('jax_use_shardy_partitioner', False)\nKIND = 'nonsense'\n")
+    before = jax.config.jax_use_shardy_partitioner
+    stage = stage_of_reproducer(str(path))
+    assert stage["diverged_in"] is None and stage["error"]
+    assert jax.config.jax_use_shardy_partitioner == before
