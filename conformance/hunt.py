@@ -91,9 +91,10 @@ def signature(result, case=None) -> tuple | None:
     """(stage, op, error class) of a failing `CaseResult` (None for a pass / xfail / unsupported)."""
     d = result.details or {}
     ops = _program_ops(case) if case is not None else "-"
-    if result.status == "fail":
+    failure = d.get("failure") or {}
+    if result.status == "fail" or result.status == "error" and failure.get("kind") == "mismatch":
+        # (an "error" mismatch: a listed case that differs otherwise than its xfails entry says)
         st = d.get("stage") or {}
-        failure = d.get("failure") or {}
         classes = ",".join(failure.get("classes") or failure.get("layout") or ["value"])
         return (f"mismatch:{st.get('diverged_in') or 'unlocalised'}", st.get("op") or ops, classes)
     if result.status == "timeout":
@@ -106,7 +107,6 @@ def signature(result, case=None) -> tuple | None:
                  or re.search(r"([A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail))
         where = re.search(r"([a-z_]+\.(?:cc|h)):\d+", tail)
         return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d["worker_exit"]))
-    failure = d.get("failure") or {}
     side = failure.get("side", "unknown")
     exc = failure.get("exception") or d.get("exception_type") or "Exception"
     tb = d.get("traceback") or ""

@@ -140,3 +140,9 @@ def test_explaining_a_gspmd_reproducer_leaves_the_partitioner_alone(tmp_path):
     stage = stage_of_reproducer(str(path))
     assert stage["diverged_in"] is None and stage["error"]
     assert jax.config.jax_use_shardy_partitioner == before
+
+
+def test_a_listed_case_that_differs_otherwise_is_still_a_mismatch():
+    res = result("error", failure={"kind": "mismatch", "side": "xla", "classes": ["nan-introduced"]},
+                 message="MISMATCH (4 found) ... listed in the xfails file as mismatch(value)")
+    assert signature(res, FakeCase()) == ("mismatch:unlocalised", "pad+max", "nan-introduced")
