@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["Finding", "HuntResult", "hunt", "main", "signature"]
+__all__ = ["Finding", "HuntResult", "check_in_subprocess", "hunt", "main", "signature"]
 
 DB_KEY = b"conformance-hunt-failing-programs"
 BATCH = 8
@@ -125,15 +125,17 @@ def signature(result, case=None) -> tuple | None:
 
 
 # -- running one case in a fresh process (shrinking exceptions and crashes) ------------------------
-def _check_in_subprocess(case, devices: int, timeout: float) -> tuple | None:
-    """The signature of `case` run alone in a fresh Python process (None when it passes)."""
+def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_xfails: bool = False) -> tuple | None:
+    """The signature of `case` run alone in a fresh Python process (None when it passes, or, with
+    `with_xfails`, fails as the CPU xfails file expects): a fatal CHECK in XLA kills only that process."""
     with tempfile.TemporaryDirectory(prefix="conformance-hunt-") as tmp:
         path = os.path.join(tmp, "case.pkl")
         with open(path, "wb") as fh:
             pickle.dump(case, fh)
         env = dict(os.environ, XLA_BACKEND_DEVICES=str(devices))
         try:
-            p = subprocess.run([sys.executable, "-m", "conformance.hunt", "--check", path], capture_output=True,
+            p = subprocess.run([sys.executable, "-m", "conformance.hunt", "--check", path]
+                               + (["--xfails"] if with_xfails else []), capture_output=True,
                                text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
             return ("hang", _program_ops(case), "timeout")
@@ -151,19 +153,22 @@ def _check_in_subprocess(case, devices: int, timeout: float) -> tuple | None:
         return signature(res, case)
 
 
-def _check_main(path: str) -> int:
-    """`--check FILE`: run the pickled case once (no shrinking) and print its signature."""
+def _check_main(path: str, with_xfails: bool = False) -> int:
+    """`--check FILE [--xfails]`: run the pickled case once (no shrinking) and print its signature
+    (with the platform's xfails applied when asked: a known bug's signature is then null)."""
     from xla_backend import platform
 
     platform.configure()
     from conformance import runner
+    from conformance import xfails as xfails_mod
     from conformance.suites.base import ProgramTask
 
     with open(path, "rb") as fh:
         case = pickle.load(fh)
     task = ProgramTask(case.case_id, "sharded", case.family, case.dtype, [case], None)
+    entry = xfails_mod.load(None, platform="cpu").lookup(case.case_id) if with_xfails else None
     with tempfile.TemporaryDirectory() as tmp:
-        res = runner.run_task(task, None, None, repro_dir=tmp, shrink_seconds=0)
+        res = runner.run_task(task, None, entry, repro_dir=tmp, shrink_seconds=0)
     print("SIGNATURE " + json.dumps(signature(res, case)), flush=True)
     return 0
 
@@ -174,7 +179,7 @@ def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
     from conformance.suites.sharded import shrink_case
 
     def same(cand) -> bool:
-        got = _check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
+        got = check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
         return got is not None and got[0] == sig[0] and got[2] == sig[2]
 
     return shrink_case(case, same, seconds)
@@ -393,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--check"]:
-        return _check_main(argv[1])
+        return _check_main(argv[1], "--xfails" in argv[2:])
     args = build_parser().parse_args(argv)
     if not args.minutes > 0:
         print("error: --minutes must be > 0", file=sys.stderr)

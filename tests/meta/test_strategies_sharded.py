@@ -6,14 +6,15 @@ import re
 import jax
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import HealthCheck, Phase, find, given, reject, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import refsim
 import xla_backend
 from conformance.compare import compare
-from conformance.strategies import OPS, ShardedProgram, sharded_programs
+from conformance.hunt import check_in_subprocess
+from conformance.strategies import OPS, ShardedProgram, meshes, sharded_programs
 from conformance.strategies._sharded_ops import ALIASES
 from conformance.strategies.sharded import PATTERNS, ErrorBound, assemble
 from conformance.suites.sharded import shrink_case
@@ -23,7 +24,8 @@ from test_strategies_collectives import _run_script
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 DEVICES = {d.id: d for d in jax.devices()}
-FIND = settings(max_examples=3000, database=None, phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+FIND = settings(max_examples=3000, database=None, phases=(Phase.generate,), suppress_health_check=list(HealthCheck),
+                derandomize=True)
 
 
 def trace(case: ShardedProgram):
@@ -34,8 +36,11 @@ def trace(case: ShardedProgram):
     named = lambda s: jax.sharding.NamedSharding(jm, s.spec.to_jax())  # noqa: E731
     g = jax.jit(case.fn, in_shardings=tuple(map(named, case.in_shardings)),
                 out_shardings=tuple(map(named, case.out_shardings)))
+    # the arguments typed with their shardings, as placed arrays are (Explicit axes type them)
+    args = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=named(s))
+            for a, s in zip(case.args, case.in_shardings)]
     with compat.use_partitioner(case.partitioner), jax.set_mesh(jm):
-        return jax.tree_util.tree_leaves(jax.eval_shape(g, *case.args))
+        return jax.tree_util.tree_leaves(jax.eval_shape(g, *args))
 
 
 def assert_traces_as_modelled(case: ShardedProgram):
@@ -45,11 +50,20 @@ def assert_traces_as_modelled(case: ShardedProgram):
     assert len(policies) == len(avals) == len(case.out_shardings)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+# JAX errors on well-typed programs (docs/found-bugs.md 13): a draw that meets one is JAX's bug, not the model's
+JAX_TRACE_BUGS = (r"dynamic_update_slice operand sharding must be equal to update sharding",)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(sharded_programs())
 def test_every_draw_traces_with_the_modelled_shapes(case):
     assert isinstance(case, ShardedProgram) and case.entry == "jit"
-    assert_traces_as_modelled(case)
+    try:
+        assert_traces_as_modelled(case)
+    except Exception as e:  # noqa: BLE001 - a known JAX bug is skipped, anything else fails
+        if not any(re.search(p, str(e)) for p in JAX_TRACE_BUGS):
+            raise
+        reject()
 
 
 def run_judged(case: ShardedProgram) -> str:
@@ -63,11 +77,18 @@ def run_judged(case: ShardedProgram) -> str:
     return res.status
 
 
+# In this process, programs that no known XLA abort can reach: no size-3 axis (jaxlib 0.12 aborts on some
+# reshards over one, xfails/cpu.txt jit_constraint) and Shardy (GSPMD aborts on several partial-manual
+# shard_maps, docs/found-bugs.md); `test_options_are_reached` runs GSPMD programs in a fresh process.
+SAFE_MESHES = meshes(sizes=(1, 2, 4, 5, 8))
+
+
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_every_op_is_reachable_and_agrees(op):
     types = ("explicit",) if op == "reshard" else ("auto",) if op == "with_sharding_constraint" else ("auto", "explicit")
     names = ALIASES.get(op, (op,))   # one drawer, several ops (tile_repeat: tile or repeat)
-    case = find(sharded_programs(ops=(op,), max_ops=2, axis_types=types, transforms=("none",)),
+    case = find(sharded_programs(SAFE_MESHES, ops=(op,), max_ops=2, axis_types=types, transforms=("none",),
+                                 partitioners=("shardy",)),
                 lambda p: set(names) & set(p.ops), settings=FIND)
     assert case.case_id.startswith("sharded[ops=") and any(n in case.case_id for n in names)
     assert_traces_as_modelled(case)
@@ -98,7 +119,9 @@ def test_options_are_reached():
                      ({}, lambda p: any(len(set(s.spec) - {None}) and p.mesh.size > 1 for s in p.in_shardings))):
         case = find(sharded_programs(**kw), pred, settings=FIND)
         assert_traces_as_modelled(case)
-        run_judged(case)
+        # in a fresh process: a derivative may meet a partitioner CHECK that aborts (docs/found-bugs.md)
+        sig = check_in_subprocess(case, with_xfails=True)
+        assert sig is None, (sig, case.describe())
 
 
 @pytest.mark.parametrize("kwargs, match", [
