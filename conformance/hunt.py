@@ -71,6 +71,7 @@ class HuntResult:
     partial: bool
     findings: list
     report_dir: str | None
+    generator_errors: list = dataclasses.field(default_factory=list)
 
 
 # -- classifying a result -------------------------------------------------------------------------
@@ -257,6 +258,7 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     by_id: dict = {}
     stop = _Stop()
     counts = {"sent": 0, "done": 0}
+    generator_errors: list = []
 
     def batch_tasks(cases, s):
         tasks = base.group_tasks("sharded", cases, seed=s, shrink_of=lambda c: ("sharded", c.family, c.dtype),
@@ -284,7 +286,13 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                 yield []
                 continue
             s = master.randrange(2 ** 32)
-            yield batch_tasks(base.draw(strategy, BATCH, s), s)
+            try:
+                cases = base.draw(strategy, BATCH, s)
+            except Exception as e:  # noqa: BLE001 - a generator defect is a finding, not the hunt's end
+                generator_errors.append(f"seed {s}: {type(e).__name__}: {e}")
+                out(f"the strategy failed to draw a batch (seed {s}): {type(e).__name__}: {str(e).splitlines()[0]}")
+                continue
+            yield batch_tasks(cases, s)
 
     plan = dict(platform=platform, devices=devices, suite=suite, seed=seed, mode="hunt", minutes=minutes,
                 processes=processes, xfails=xf.source, **runner._versions())
@@ -325,10 +333,11 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     summary["plan"] = dict(plan, cases=len(results))
     summary["phases"] = timing.totals(results, 0.0)
     summary["hunt"] = {"partial": partial, "programs": len(results), "minutes": wall / 60,
-                       "findings": [dataclasses.asdict(f) for f in found.values()]}
+                       "findings": [dataclasses.asdict(f) for f in found.values()],
+                       "generator_errors": generator_errors}
     for r in reporters:
         r.finish(summary)
-    result = HuntResult(len(results), wall / 60, partial, list(found.values()), report_dir)
+    result = HuntResult(len(results), wall / 60, partial, list(found.values()), report_dir, generator_errors)
     with open(os.path.join(report_dir, "hunt.json"), "w", encoding="utf-8") as fh:
         json.dump(summary["hunt"] | {"report_dir": report_dir, "plan": summary["plan"]}, fh, indent=1, default=str)
     return result
@@ -372,6 +381,8 @@ def print_findings(result: HuntResult, out=print) -> None:
             out(f"{f.stage:<24} {f.count:>5}  {f.op[:28]:<28} {f.error[:90]}")
             if f.path:
                 out(f"{'':<24} {'':>5}  reproducer: {f.path}")
+    for err in result.generator_errors:
+        out(f"strategy defect (a batch could not be drawn): {err.splitlines()[0]}")
     out(f"report: {result.report_dir}/results.jsonl, {result.report_dir}/findings/, {result.report_dir}/hunt.json")
 
 
@@ -411,7 +422,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_findings(result)
-    return 1 if result.findings else 0
+    return 1 if result.findings or result.generator_errors else 0
 
 
 if __name__ == "__main__":

@@ -36,6 +36,11 @@ def _ranked(v: Val, lo: int = 1) -> bool:
     return v.ndim >= lo
 
 
+def _power_fits(mag: float, n: int, bits: int = 20) -> bool:
+    """mag ** n stays below 2**bits (n <= 8), computed without overflowing a float."""
+    return n <= 8 and (mag <= 1 or n * math.log2(mag) <= bits)
+
+
 def _lit(x, dtype: str) -> str:
     """A scalar literal of `dtype` (weak-typed Python scalars would follow the operand anyway)."""
     if dtype == F32:
@@ -501,7 +506,7 @@ def _reduction(name: str):
             m = float_result(a.lo, a.hi, frac, s["err"] / n, rounds=not exact)
             expr = f"jnp.mean({a.name}, axis={ax!r}{kd})"
         elif name == "prod":
-            if a.mag ** n > 2.0 ** 20 or n > 8:
+            if not _power_fits(a.mag, n):
                 return False
             hi = a.mag ** n
             if a.dtype == I32:
@@ -584,7 +589,7 @@ def _cumulative(name: str):
         if name == "cumsum":
             m = sum_result(a, n)
         elif name == "cumprod":
-            if a.mag ** n > 2.0 ** 20 or n > 8:
+            if not _power_fits(a.mag, n):
                 return False
             hi = max(a.mag ** n, a.mag)
             frac = None if a.frac is None else a.frac * n
@@ -882,9 +887,9 @@ def _scatter(kind: str):
             s = sum_result(Val("s", (), a.dtype, lo, hi, _maxfrac(a, u), max(a.err, u.err)), dup + 1)
             model = s
         elif kind == "mul":
-            hi_m = max(a.mag, 1.0) * max(u.mag, 1.0) ** dup
-            if hi_m > 2.0 ** 20:
+            if not _power_fits(max(u.mag, 1.0), dup) or not _power_fits(max(a.mag, 1.0) * max(u.mag, 1.0) ** dup, 1):
                 return False
+            hi_m = max(a.mag, 1.0) * max(u.mag, 1.0) ** dup
             frac = None if a.frac is None or u.frac is None else a.frac + dup * u.frac
             model = _result(a.dtype, -hi_m, hi_m, frac, (dup + 1) * (a.err + u.err) * hi_m, rounds=frac is None)
         else:
