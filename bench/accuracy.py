@@ -126,8 +126,10 @@ def measure(samples: int = 200_000, seed: int = 0, dtypes=(np.float32, np.float6
 
 
 def main(argv=None) -> int:
+    from conformance import validation
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--samples", type=int, default=200_000)
+    p.add_argument("--samples", type=validation.option("--samples", integer=True, low=1), default=200_000)
     p.add_argument("--json", default=None, help="append the JSON lines to this file")
     a = p.parse_args(argv)
     rows = measure(a.samples)

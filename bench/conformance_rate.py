@@ -259,12 +259,16 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="runner: collectives suite, 1 draw per family; loop: 8")
-    ap.add_argument("--examples", type=int, help="runner: draws per family; loop: examples")
+    ap.add_argument("--examples", type=validation.option("--examples", integer=True, low=1),
+                    help="runner: draws per family; loop: examples")
     ap.add_argument("--source", choices=("auto", "runner", "loop"), default="auto")
     ap.add_argument("--against", metavar="DIR", help="side by side with the checkout in DIR (a git worktree)")
-    ap.add_argument("--passes", type=int, default=2, help="side by side: interleaved passes (default 2)")
+    ap.add_argument("--passes", type=validation.option("--passes", integer=True, low=1),
+                    default=2, help="side by side: interleaved passes (default 2)")
     ap.add_argument("--suite", default="all", help="side by side: suite (default all)")
     args = ap.parse_args(argv)
     if args.against:

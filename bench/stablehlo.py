@@ -116,10 +116,13 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"{len(QUICK)} programs, 2 passes")
     ap.add_argument("--programs", help="comma-separated corpus program names")
-    ap.add_argument("--repeat", type=int, help="interleaved passes (default 5)")
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1),
+                    help="interleaved passes (default 5)")
     args = ap.parse_args(argv)
     recs = run(args.quick, args.programs.split(",") if args.programs else None, args.repeat)
     show(recs)

@@ -177,10 +177,12 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="6 programs, one pass")
-    ap.add_argument("--count", type=int)
-    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--count", type=validation.option("--count", integer=True, low=1))
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1))
     args = ap.parse_args(argv)
     recs = run(args.quick, args.count, args.repeat)
     show(recs)

@@ -147,9 +147,12 @@ def replace_block(page: str, block: str) -> str:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--orders", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=5, help="interleaved passes per mode (default 5)")
+    ap.add_argument("--orders", type=validation.option("--orders", integer=True, low=1), default=20)
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1),
+                    default=5, help="interleaved passes per mode (default 5)")
     ap.add_argument("--markdown", action="store_true", help="also print the docs block of this run")
     ap.add_argument("--docs", metavar="PAGE", help="rewrite the block between the markers in PAGE with this run")
     args = ap.parse_args(argv)

@@ -10,47 +10,27 @@
     python -m conformance explain ...    (conformance.explain.cli)
     python -m conformance check [--report FILE] SCRIPT.py [ARGS...]   (conformance.oracle.cli)
 
-`run` exits 0 when every case agrees (or is an expected failure or unsupported on the
-platform), 1 on any disagreement or error, 2 on bad arguments.
+`run` (and `merge`) exit 0 (AGREE) when every planned case ran and agreed (or is an expected
+failure or unsupported on the platform), 1 (DISAGREE) on any disagreement or error, 2 on bad
+arguments, a platform that cannot start or a report folder in use by another run, and 3
+(INCOMPLETE) when some planned case did not run: the run was interrupted (SIGINT, SIGTERM,
+SIGHUP: one line, the reports marked INCOMPLETE, the folder resumable with --resume) or a
+distributed process was lost (`conformance.results`, docs/reports.md).
 """
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
+from conformance import validation
+from conformance.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
 from conformance.suites import SUITES
 
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
-    return v
-
-
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 0 (hypothesis and NumPy seeds are non-negative)")
-    return v
-
-
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(v) or v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (0: no shrinking)")
-    return v
+_positive = validation.option("count", integer=True, low=1)
+_seed = validation.option("--seed", integer=True, low=0, what="hypothesis and NumPy seeds are non-negative")
+_seconds = validation.seconds_option("--shrink-seconds", zero=True, what="0: no shrinking")
+_timeout = validation.seconds_option("--case-timeout")
 
 
 def _shard(text: str) -> tuple:
@@ -60,16 +40,6 @@ def _shard(text: str) -> tuple:
         return parse_shard(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _timeout(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds > 0")
-    return v
 
 
 class _Parser(argparse.ArgumentParser):
@@ -198,7 +168,38 @@ def report_result(args, result, console=None) -> int:
         out(f"report: {args.report}/report.html, {args.report}/junit.xml, {args.report}/results.jsonl")
     else:
         out("no report written: pass --report DIR for results.jsonl, junit.xml, report.html and reproducers")
-    return 0 if result.ok else 1
+    if not result.complete and args.report:
+        out(f"the report does not cover the plan; continue it with: {_resume_command(args)}")
+    return exit_status(result.summary)
+
+
+def _resume_command(args) -> str:
+    """The command line that continues this run's report folder."""
+    import shlex
+
+    argv = list(getattr(args, "argv", None) or ["run", "--report", str(args.report)])
+    return shlex.join(["python", "-m", "conformance"] + argv + ([] if "--resume" in argv else ["--resume"]))
+
+
+def _interrupted(args, stop) -> int:
+    """One line for a run stopped by a signal (no traceback); its exit status (INCOMPLETE)."""
+    result = stop.result
+    if result is not None and result.complete:  # the signal came after the last case: the verdict stands
+        return report_result(args, result)
+    if result is None:
+        what = "before any case was recorded"
+    else:
+        what = f"after {len(result.results)} of {result.summary.get('planned_cases', '?')} cases"
+    if not args.report:
+        where = "nothing was recorded (no --report folder)"
+    elif result is None:
+        where = f"continue with: {_resume_command(args)}"
+    else:
+        where = (f"{args.report} is marked INCOMPLETE ({result.summary.get('missing_cases', '?')} cases missing); "
+                 f"continue with: {_resume_command(args)}")
+    sys.stdout.flush()
+    print(f"conformance run: interrupted by {stop.signal} {what}; {where}", file=sys.stderr)
+    return EXIT_INCOMPLETE
 
 
 def main(argv=None) -> int:
@@ -239,8 +240,29 @@ def main(argv=None) -> int:
     if args.resume and not args.report:
         ap.exit(2, f"{ap.prog} run: error: --resume needs --report DIR (the folder whose results.jsonl lists "
                    "finished cases)\n")
+    args.argv = argv
+    from conformance import runner
+
     try:
-        return run_command(args)
+        with runner.interruptible():  # SIGINT, SIGTERM, SIGHUP: one line, the reports INCOMPLETE
+            lock = None
+            if args.report and not args.distributed:
+                # The folder is this run's from now on: a second run fails here at once, before
+                # the platform check (a distributed run's process 0 takes it in the runner).
+                from conformance.report import prepare_report_dir
+                from conformance.report.lock import acquire
+
+                prepare_report_dir(args.report)
+                lock = acquire(args.report)
+                if lock.took_over:
+                    print(lock.note(), file=sys.stderr)
+            try:
+                return run_command(args)
+            finally:
+                if lock is not None:
+                    lock.release()
+    except runner.Interrupted as stop:
+        return _interrupted(args, stop)
     except (ValueError, OSError) as e:  # bad arguments found after parsing (xfails file, report folder, ...)
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE

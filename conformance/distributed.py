@@ -448,7 +448,9 @@ class _Watchdog:
                     f"after {self.job.case_timeout_s + self._margin():g} s ({self.job.progress_text()}); a process "
                     "that is behind is hung or has died. Ending this process.\n")
                 sys.stderr.flush()
-                os._exit(3)
+                from conformance.results import EXIT_INCOMPLETE
+
+                os._exit(EXIT_INCOMPLETE)  # the run did not cover its plan
 
 
 # -- expected failures -------------------------------------------------------------------------
@@ -473,7 +475,8 @@ def run_command(args, console, report_result) -> int:
 
     Process 0 prints the table and writes the report (`report_result`); the others log what
     they ran and exit 0 unless they fail themselves. A DistributedRunError ends this process at
-    once with the message (exit status 1): waiting for a dead peer at shutdown would hang.
+    once with the message (exit status 3, INCOMPLETE, on process 0, whose report the runner marked
+INCOMPLETE; 1 on the others): waiting for a dead peer at shutdown would hang.
     """
     from conformance import preflight, runner
     from conformance.suites import selected
@@ -509,7 +512,10 @@ def run_command(args, console, report_result) -> int:
         job.finish()
         return code
     except DistributedRunError as e:
+        from conformance.results import EXIT_INCOMPLETE
+
         sys.stdout.flush()
         sys.stderr.write(f"error: {e}\n")
         sys.stderr.flush()
-        os._exit(1)
+        # process 0's report is INCOMPLETE (the runner marked it so): its exit status says the same
+        os._exit(EXIT_INCOMPLETE if job.is_coordinator else 1)

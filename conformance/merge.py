@@ -5,8 +5,15 @@ from one plan (`conformance.plan.identity`: suites, seed, examples, devices, pla
 versions) and hold distinct shards (or distinct cases); anything else is refused, naming
 the folder and what differs. The merged folder gets results.jsonl, junit.xml, report.html
 and repros/ as a single run writes them, the cases of shard 1 first (each folder's cases in
-the order it finished them), and a summary over all of them. The exit status is the merged run's: 0 when every case agrees, 1 otherwise, 2 when
-the folders cannot be merged.
+the order it finished them), and a summary over all of them.
+
+The merged report covers the whole plan or says it does not: the union of the folders must be
+every case of the plan (each plan record lists its case ids, and a shard's the whole plan's case
+count; older folders are checked by counts and shard coverage). Missing shards, or cases missing
+from a shard whose run was interrupted, make the merged verdict INCOMPLETE (never AGREE), naming
+the missing shards and cases. A case line whose id is not in its folder's plan is refused. The
+exit status is the merged run's: 0 (AGREE), 1 (DISAGREE), 3 (INCOMPLETE); 2 when the folders
+cannot be merged or --out is in use by another run (`conformance.report.lock`).
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ import shutil
 import sys
 
 from conformance import plan as plan_mod
-from conformance.results import CaseResult, summarize
+from conformance.results import CaseResult, cover, exit_status, summarize
 
 __all__ = ["Folder", "main", "merge", "read_folder"]
 
@@ -76,6 +83,21 @@ def _check(folders: list[Folder]) -> None:
             if f.shard in seen:
                 raise ValueError(f"{f.path} and {seen[f.shard]} are both shard {f.plan['shard']}; pass each shard once.")
             seen[f.shard] = f.path
+    digests = {f.plan.get("xfails_digest") for f in folders} - {None}
+    if len(digests) > 1:
+        raise ValueError("the folders were judged with different xfails entries: "
+                         + ", ".join(f"{f.path} ({f.plan.get('xfails')})" for f in folders)
+                         + "; rerun the shards with one xfails file.")
+    for f in folders:
+        ids = f.plan.get("case_ids")
+        if ids is None:
+            continue
+        planned = set(ids)
+        foreign = [r.case_id for r in f.cases if r.case_id not in planned]
+        if foreign:
+            raise ValueError(f"{f.path} holds {len(foreign)} case record(s) that are not in its plan, e.g. "
+                             f"{foreign[0]!r} (copied in from another run, or edited); remove those lines from "
+                             f"{os.path.join(f.path, 'results.jsonl')}.")
     owner: dict = {}
     for f in folders:
         for r in f.cases:
@@ -105,6 +127,13 @@ def merge(dirs, out) -> dict:
     if any(os.path.abspath(f.path) == os.path.abspath(out) for f in folders):
         raise ValueError(f"--out {out!r} is one of the folders to merge; write the merged report to a new folder.")
     _check(folders)
+    from conformance.report import lock as lock_mod
+
+    for f in folders:
+        owner = lock_mod.read(f.path)
+        if owner is not None:
+            print(f"note: {f.path} is locked by {lock_mod.describe(owner)}: a run may still be writing it; the "
+                  "cases it recorded so far are merged", file=sys.stderr)
     results = _ordered(folders)
     repro_dir = os.path.join(out, "repros")
     for r in results:
@@ -117,12 +146,14 @@ def merge(dirs, out) -> dict:
                 r.repro_path = dst
     first = folders[0].plan
     shards = [f.plan.get("shard") for f in folders if f.plan.get("shard")]
-    expected = folders[0].shard[1] if shards else None
-    plan = {**{k: v for k, v in first.items() if k not in ("type", "shard", "cases", "resumed")},
-            "cases": len(results), "merged_from": [f.path for f in folders], "shards": shards}
-    if expected is not None and len(shards) < expected:
-        plan["missing_shards"] = [f"{k}/{expected}" for k in range(1, expected + 1)
-                                  if f"{k}/{expected}" not in shards]
+    planned_ids, planned, known_missing, missing_shards = _coverage(folders)
+    plan = {**{k: v for k, v in first.items() if k not in ("type", "shard", "cases", "resumed", "case_ids")},
+            "cases": planned if planned is not None else len(results), "merged_from": [f.path for f in folders],
+            "shards": shards}
+    if planned_ids is not None:
+        plan["case_ids"] = planned_ids
+    if missing_shards:
+        plan["missing_shards"] = missing_shards
     summaries = [f.summary or {} for f in folders]
     wall = max((s.get("wall_seconds", 0.0) for s in summaries), default=0.0)  # the shards ran side by side
     summary = summarize(results, wall_seconds=wall, compile_seconds=sum(r.compile_seconds for r in results))
@@ -131,17 +162,55 @@ def merge(dirs, out) -> dict:
     # an entry is unused only if no shard used it
     unused = [set(s.get("unused_xfails", ())) for s in summaries]
     summary["unused_xfails"] = sorted(set.intersection(*unused)) if unused else []
-    summary["plan"] = plan
+    summary["plan"] = {k: v for k, v in plan.items() if k != "case_ids"}
+    if missing_shards:
+        summary["missing_shards"] = missing_shards
+    cover(summary, planned_ids, results, planned=planned, missing_ids=known_missing)
     os.makedirs(out, exist_ok=True)
-    reporters = open_report_dir(out)
-    for rep in reporters:
-        rep.start(plan)
-    for r in results:
+    from conformance.report.lock import acquire
+
+    with acquire(out) as lock:  # FolderLocked (nothing written) when a run writes there
+        if lock.took_over:
+            print(lock.note(), file=sys.stderr)
+        reporters = open_report_dir(out)
         for rep in reporters:
-            rep.case_finished(r)
-    for rep in reporters:
-        rep.finish(summary)
+            rep.start(plan)
+        for r in results:
+            for rep in reporters:
+                rep.case_finished(r)
+        for rep in reporters:
+            rep.finish(summary)
     return summary
+
+
+def _coverage(folders: list[Folder]):
+    """What the folders' plan is and what they lack: (the plan's case ids in plan order, or None
+    when not every id is known; the planned case count, or None; the missing case ids known;
+    the missing shards "K/N")."""
+    got = {r.case_id for f in folders for r in f.cases}
+    known_missing = [c for f in folders for c in (f.plan.get("case_ids") or ()) if c not in got]
+    if all(f.shard for f in folders):
+        n = folders[0].shard[1]
+        present = {f.shard[0]: f for f in folders}
+        missing_shards = [f"{k}/{n}" for k in range(1, n + 1) if k not in present]
+        whole = next((f.plan["plan_cases"] for f in folders if isinstance(f.plan.get("plan_cases"), int)), None)
+        if whole is None and not missing_shards:
+            whole = sum(f.plan.get("cases", len(f.cases)) for f in folders)
+        ids = None
+        if not missing_shards and all(f.plan.get("case_ids") is not None for f in folders):
+            # position p of the plan is shard p % n + 1's case p // n
+            per = [present[k].plan["case_ids"] for k in range(1, n + 1)]
+            total = sum(len(x) for x in per)
+            if all(len(per[k - 1]) == plan_mod.shard_size(k, n, total) for k in range(1, n + 1)):
+                ids = [per[p % n][p // n] for p in range(total)]
+        if whole is None:  # older folders: no record of the whole plan's size
+            whole = sum(f.plan.get("cases", len(f.cases)) for f in folders)
+            if missing_shards:
+                whole = None
+        return ids, whole, known_missing, missing_shards
+    ids = folders[0].plan.get("case_ids")  # one plan: every folder records the same ids
+    planned = len(ids) if ids is not None else folders[0].plan.get("cases")
+    return ids, planned, known_missing, []
 
 
 def _find_repro(path: str, folders: list[Folder]) -> str | None:
@@ -173,8 +242,5 @@ def main(argv=None) -> int:
         print(f"merge: error: {e}", file=sys.stderr)
         return 2
     print_table(summary, None)
-    missing = summary["plan"].get("missing_shards")
-    if missing:
-        print(f"note: shards {', '.join(missing)} are missing; the merged report covers part of the plan")
     print(f"report: {args.out}/report.html, {args.out}/junit.xml, {args.out}/results.jsonl")
-    return 0 if summary["ok"] else 1
+    return exit_status(summary)

@@ -423,8 +423,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.mpmd_checks")
     ap.add_argument("--worker", nargs=2, metavar=("CASES_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     ap.add_argument("--case", help="one case as JSON (from a failure report)")
-    ap.add_argument("--examples", type=int, default=20)
-    ap.add_argument("--seed", type=int, default=0)
+    from conformance import validation
+
+    ap.add_argument("--examples", type=validation.option("--examples", integer=True, low=1), default=20)
+    ap.add_argument("--seed", type=validation.option("--seed", integer=True, low=0), default=0)
     ap.add_argument("--multiprocess", action="store_true", help="2 processes x 4 devices")
     args = ap.parse_args(argv)
     if args.worker:

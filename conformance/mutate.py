@@ -425,27 +425,29 @@ def format_table(outcomes: list[Outcome], *, width: int = 100) -> str:
 
 def main(argv=None) -> int:
     """CLI: prints the table and a final JSON line; exit status 1 if any applicable fault survived."""
+    from conformance import validation
+
     p = argparse.ArgumentParser(prog="python -m conformance mutate", description=__doc__.splitlines()[0])
     p.add_argument("--faults", default="all", help="all, or a comma-separated list of fault names")
-    p.add_argument("--examples", type=int, default=None,
+    p.add_argument("--examples", type=validation.option("--examples", integer=True, low=1), default=None,
                    help="draws per family as `conformance run --examples` (runner engine; default the run's "
                         f"default), or examples per source (direct engine; default {DEFAULT_EXAMPLES})")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=validation.option("--seed", integer=True, low=0), default=0)
     p.add_argument("--engine", choices=("auto", "runner", "direct"), default="auto",
                    help="runner (auto): the cases of `conformance run` in fault-injecting workers; direct: "
                         "hypothesis searches in this process")
-    p.add_argument("--processes", type=int, default=None, help="worker processes (runner engine; default: cores)")
+    p.add_argument("--processes", type=validation.option("--processes", integer=True, low=1), default=None,
+                   help="worker processes (runner engine; default: cores)")
     p.add_argument("--xfails", default=None, help="expected failures (default xfails/<platform>.txt)")
-    p.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT,
+    p.add_argument("--case-timeout", type=validation.seconds_option("--case-timeout"), default=CASE_TIMEOUT,
                    help=f"seconds a case may run under a fault (runner engine; default {CASE_TIMEOUT:g})")
     p.add_argument("--platform", default=None, help="JAX platform (default: xla_backend's current)")
-    p.add_argument("--devices", type=int, default=8)
-    p.add_argument("--shrink-calls", type=int, default=SHRINK_CALLS,
+    p.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), default=8)
+    p.add_argument("--shrink-calls", type=validation.option("--shrink-calls", integer=True, low=0),
+                   default=SHRINK_CALLS,
                    help=f"runs spent shrinking each killing case (direct engine; default {SHRINK_CALLS})")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     a = p.parse_args(argv)
-    if a.examples is not None and a.examples < 1:
-        p.error(f"--examples={a.examples}: must be >= 1")
     from xla_backend import faults as faults_mod
     from xla_backend import platform as platform_mod
 

@@ -6,13 +6,19 @@ Python, hypothesis). `--resume` continues a folder only with the same identity a
 `python -m conformance merge` combines folders only of one identity. `--shard K/N` keeps the
 cases at plan positions K-1, K-1+N, K-1+2N, ... so the N shards together are the plan, each
 case in exactly one shard, and every shard gets a share of every suite and family.
+
+The plan record also lists its case ids (``case_ids``; of the shard, with ``plan_cases`` the
+whole plan's count), so a report can say which cases it lacks and `--resume` and `merge` can
+refuse a case line that is not in the plan, and the digest of the xfails entries it judged
+with (``xfails_digest``): `--resume` refuses another xfails file, since the kept verdicts were
+judged with the old one.
 """
 from __future__ import annotations
 
 import os
 
 __all__ = ["IDENTITY_KEYS", "check_resume", "differences", "identity", "parse_shard", "select_shard",
-           "select_shard_chunks"]
+           "select_shard_chunks", "shard_size", "xfails_digest"]
 
 IDENTITY_KEYS = ("suite", "seed", "examples", "devices", "platform", "jax", "jaxlib", "numpy", "python",
                  "hypothesis")
@@ -79,16 +85,62 @@ def plan_records(path) -> list[dict]:
     return [r for r in read_records(path) if r.get("type") == "plan"]
 
 
-def check_resume(report_dir, plan: dict) -> None:
-    """ValueError when ``report_dir/results.jsonl`` was written by another plan or shard than `plan`."""
+def shard_size(k: int, n: int, plan_cases: int) -> int:
+    """How many of a plan's `plan_cases` cases shard (k, n) holds."""
+    return len(range(k - 1, plan_cases, n))
+
+
+def xfails_digest(xf) -> str:
+    """``sha256:<hex>`` of the entries of an `XfailList` that apply (pattern, signature, reason, ...;
+    not comments, blank lines or line numbers): two runs with equal digests judge every case alike."""
+    import hashlib
+    import json
+
+    rows = [[e.pattern, e.reason, e.kind, list(e.classes), e.model, e.exception, e.message, e.sometimes,
+             e.version] for e in xf.entries]
+    return "sha256:" + hashlib.sha256(json.dumps(rows, default=str).encode("utf-8")).hexdigest()
+
+
+def check_resume(report_dir, plan: dict, finished=None) -> None:
+    """ValueError naming ``report_dir/results.jsonl`` when resuming it with `plan` would mix what must not mix:
+
+    * case records but no plan line (nothing says which plan they belong to);
+    * another plan or shard (`differences`);
+    * another xfails file (``xfails_digest``): the kept verdicts were judged with the old entries;
+    * a case record (`finished`: the loaded {case_id: CaseResult}) whose id is not in `plan`'s
+      ``case_ids`` (a foreign line, copied or edited in).
+    """
     from conformance.report import JSONL_NAME
 
     path = os.path.join(os.fspath(report_dir), JSONL_NAME)
-    for old in plan_records(path)[:1]:  # resumes append plans of the same identity
-        diff = differences(old, plan)
-        if old.get("shard") != plan.get("shard"):
-            diff.append(f"shard: {old.get('shard') or 'none'} there, {plan.get('shard') or 'none'} now")
-        if diff:
+    plans = plan_records(path)
+    if not plans:
+        if finished:
             raise ValueError(
-                f"--resume: {path} was written by another plan ({'; '.join(diff)}); resuming would mix the cases of "
-                "two plans. Resume with the arguments of that run, or pass a new --report folder.")
+                f"--resume: {path} has case records but no plan line, so nothing says which plan (suites, seed, "
+                "examples, devices, platform, versions) they belong to; it was not written by `python -m conformance "
+                "run`. Pass a new --report folder, or remove the file to start afresh.")
+        return
+    old = plans[0]  # resumes append plans of the same identity
+    diff = differences(old, plan)
+    if old.get("shard") != plan.get("shard"):
+        diff.append(f"shard: {old.get('shard') or 'none'} there, {plan.get('shard') or 'none'} now")
+    if diff:
+        raise ValueError(
+            f"--resume: {path} was written by another plan ({'; '.join(diff)}); resuming would mix the cases of "
+            "two plans. Resume with the arguments of that run, or pass a new --report folder.")
+    if "xfails_digest" in plan and old.get("xfails_digest") != plan["xfails_digest"]:
+        was = (f"{old.get('xfails')} ({old['xfails_digest'][:19]}...)" if old.get("xfails_digest")
+               else "an xfails file it did not record")
+        raise ValueError(
+            f"--resume: {path} was judged with other xfails entries ({was}) than now ({plan.get('xfails')} "
+            f"({plan['xfails_digest'][:19]}...)); its kept verdicts would not match the new file. Resume with the "
+            "xfails file of that run, or pass a new --report folder to judge every case with the new one.")
+    if finished and plan.get("case_ids") is not None:
+        planned = set(plan["case_ids"])
+        foreign = [c for c in finished if c not in planned]
+        if foreign:
+            raise ValueError(
+                f"--resume: {path} holds {len(foreign)} case record(s) that are not in this plan, e.g. {foreign[0]!r}; "
+                "a record copied in from another run or edited would count as this plan's result. Remove those "
+                "lines, or pass a new --report folder.")

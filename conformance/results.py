@@ -3,6 +3,10 @@
 The runner produces one `CaseResult` per case as it finishes and hands it to each
 `Reporter`; JSON lines, JUnit XML, the HTML page, the progress bar and the final
 table are all reporters, so a crash loses at most the case in flight.
+
+A summary covers the whole plan or says it does not (`cover`): a run that was interrupted, a
+shard, or a merge of some shards is `INCOMPLETE` (never AGREE), with the missing cases named.
+`verdict` and `exit_status` turn a summary into the run's word and its exit status.
 """
 from __future__ import annotations
 
@@ -10,6 +14,14 @@ import dataclasses
 from typing import Any, Protocol
 
 STATUSES = ("pass", "fail", "error", "timeout", "xfail", "xpass", "unsupported")
+
+# Exit statuses of `python -m conformance run` and `merge` (docs/reports.md).
+EXIT_AGREE = 0        # every planned case ran, and none disagreed
+EXIT_DISAGREE = 1     # every planned case ran, and some failed, erred or timed out (or --strict-xfails)
+EXIT_USAGE = 2        # bad arguments, a platform that cannot start, a folder in use or of another plan
+EXIT_INCOMPLETE = 3   # some planned cases did not run: interrupted, a process lost, shards missing
+VERDICTS = ("AGREE", "DISAGREE", "INCOMPLETE")
+MISSING_SHOWN = 10    # missing case ids a summary lists (the count is always there)
 
 
 @dataclasses.dataclass
@@ -91,3 +103,68 @@ def summarize(results: list[CaseResult], *, wall_seconds: float, compile_seconds
         "compile_share": compile_seconds / wall_seconds if wall_seconds > 0 else 0.0,
         "ok": by_status["fail"] == 0 and by_status["error"] == 0 and by_status["timeout"] == 0,  # xpass: a stale xfail, warned about
     }
+
+
+def cover(summary: dict, planned_ids, results, *, why: str | None = None, planned: int | None = None,
+          missing_ids=None) -> dict:
+    """Record in `summary` whether `results` cover the plan, and the verdict (returns `summary`).
+
+    planned_ids: the plan's case ids in plan order (None when not known: then `planned`, the
+    planned case count, and `missing_ids`, the missing ids known, say what is missing). Sets
+    ``complete``, ``planned_cases``, ``missing_cases`` (a count), ``missing_case_ids`` (the first
+    `MISSING_SHOWN`, plan order), ``interrupted`` (`why` the run stopped early, when given and
+    something is missing) and ``verdict``; an incomplete summary is never ``ok``.
+    """
+    got = {r.case_id for r in results}
+    if planned_ids is not None:
+        planned_ids = list(planned_ids)
+        missing = [c for c in planned_ids if c not in got]
+        n_planned, n_missing = len(planned_ids), len(missing)
+    else:
+        missing = [c for c in (missing_ids or ()) if c not in got]
+        n_planned = planned if planned is not None else len(got)
+        n_missing = max(n_planned - len(got), len(missing))
+    summary["planned_cases"] = n_planned
+    summary["missing_cases"] = n_missing
+    summary["missing_case_ids"] = missing[:MISSING_SHOWN]
+    summary["complete"] = n_missing == 0 and not summary.get("missing_shards")
+    if not summary["complete"]:
+        summary["ok"] = False
+        if why:
+            summary["interrupted"] = why
+    summary["verdict"] = verdict(summary)
+    return summary
+
+
+def verdict(summary: dict) -> str:
+    """"INCOMPLETE" when the summary does not cover its plan, else "AGREE" or "DISAGREE" (its ``ok``).
+    A summary written before plans were checked for coverage (no ``complete`` key) counts as complete."""
+    if not summary.get("complete", True):
+        return "INCOMPLETE"
+    by = summary.get("by_status", {})
+    ok = summary.get("ok", not (by.get("fail") or by.get("error") or by.get("timeout")))
+    return "AGREE" if ok else "DISAGREE"
+
+
+def exit_status(summary: dict) -> int:
+    """`EXIT_AGREE`, `EXIT_DISAGREE` or `EXIT_INCOMPLETE` for the verdict of `summary`."""
+    return {"AGREE": EXIT_AGREE, "DISAGREE": EXIT_DISAGREE, "INCOMPLETE": EXIT_INCOMPLETE}[verdict(summary)]
+
+
+def missing_text(summary: dict) -> str:
+    """What an incomplete summary lacks, in one line: ``16 of 24 planned cases did not run (interrupted
+    by SIGINT); missing shards 2/2; first missing: a, b, ... (and 6 more)``; "" when complete."""
+    if summary.get("complete", True):
+        return ""
+    n, planned = summary.get("missing_cases", 0), summary.get("planned_cases", 0)
+    text = f"{n} of {planned} planned case{'' if planned == 1 else 's'} did not run"
+    if summary.get("interrupted"):
+        text += f" ({summary['interrupted']})"
+    if summary.get("missing_shards"):
+        text += f"; missing shard{'' if len(summary['missing_shards']) == 1 else 's'} " + ", ".join(
+            summary["missing_shards"])
+    ids = summary.get("missing_case_ids") or []
+    if ids:
+        more = n - len(ids)
+        text += "; missing: " + ", ".join(ids) + (f" (and {more} more)" if more > 0 else "")
+    return text

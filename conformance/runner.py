@@ -29,8 +29,8 @@ from conformance.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "RunResult", "plan_chunks", "plan_tasks", "run", "run_task",
-           "write_repro"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "RunResult", "interruptible", "plan_chunks",
+           "plan_tasks", "run", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
@@ -50,6 +50,18 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return bool(self.summary["ok"])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every planned case has a result (`conformance.results.cover`)."""
+        return bool(self.summary.get("complete", True))
+
+    @property
+    def verdict(self) -> str:
+        """"AGREE", "DISAGREE" or "INCOMPLETE" (`conformance.results.verdict`)."""
+        from conformance.results import verdict
+
+        return verdict(self.summary)
 
 
 def _compile_seconds() -> float:
@@ -348,7 +360,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     xla: the XLA-side engine (an object with shard_map / pmap / jit / device_put like
     `xla_backend`), e.g. a test double; default xla_backend. xfails: a file path, an
     `XfailList`, or None for ``xfails/<platform>.txt``. resume: skip the cases already in
-    ``report_dir/results.jsonl``. processes: None runs the cases in this process (where
+    ``report_dir/results.jsonl`` (which must hold this plan's plan line, judged with the same
+    xfails entries, and only this plan's cases: `conformance.plan.check_resume`). processes: None runs the cases in this process (where
     `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
     that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
     the next case (`conformance.workers`; `python -m conformance run` uses one per CPU core by
@@ -365,26 +378,174 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     case_timeout: seconds a case may run (in a worker; needs `processes`) before it is killed
     with its worker and recorded as "timeout" (`python -m conformance run --case-timeout`,
     default `DEFAULT_CASE_TIMEOUT`); None: no limit.
+
+    The report folder is this run's alone while it runs (`conformance.report.lock`: another run
+    on it raises `FolderLocked`). The summary covers the plan or says it does not
+    (`conformance.results.cover`): when some planned case has no result (the run was interrupted,
+    a distributed process was lost, the executor stopped early) its verdict is "INCOMPLETE" and it
+    names the missing cases. SIGINT, SIGTERM and SIGHUP (where they have their default handlers)
+    stop the run between two reporter writes: the reports are finished as INCOMPLETE, the folder
+    is resumable, and `Interrupted` (a KeyboardInterrupt) is raised with the `RunResult` so far.
     """
-    from xla_backend import platform as xplat
+    from conformance import validation
 
     if resume and report_dir is None:
         raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
+    validation.check("examples", examples, integer=True, low=1, what="draws per family")
+    validation.check("seed", seed, integer=True, low=0)
+    validation.check("devices", devices, integer=True, low=1)
+    validation.check("processes", processes, integer=True, low=1, none=True,
+                     what="worker processes, or None to run the cases in this process")
+    validation.check_seconds("shrink_seconds", shrink_seconds, zero=True, what="0: no shrinking")
+    validation.check_seconds("case_timeout", case_timeout, none=True, what="or None for no limit")
     if report_dir is not None:
         from conformance.report import prepare_report_dir
 
         prepare_report_dir(report_dir)  # an unusable folder fails before anything runs
-    if processes is not None and (not isinstance(processes, int) or isinstance(processes, bool) or processes < 1):
-        raise ValueError(f"processes={processes!r}; pass a positive int (worker processes), or None to run "
-                         "the cases in this process.")
     if processes is not None and xla is not None:
         _check_picklable(xla)
-    if case_timeout is not None:
-        if isinstance(case_timeout, bool) or not isinstance(case_timeout, (int, float)) or not case_timeout > 0:
-            raise ValueError(f"case_timeout={case_timeout!r}; pass a positive number of seconds, or None for no limit.")
-        if processes is None:
-            raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
-                             "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
+    if case_timeout is not None and processes is None:
+        raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
+                         "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
+    lock = None
+    if report_dir is not None:
+        from conformance.report.lock import acquire
+
+        lock = acquire(report_dir)  # FolderLocked when another run writes there
+        if lock.took_over and lock._depth == 1:
+            print(lock.note(), file=sys.stderr)
+    try:
+        with interruptible() as signals:
+            return _run(signals, suite=suite, examples=examples, seed=seed, platform=platform, devices=devices,
+                        report_dir=report_dir, progress=progress, xla=xla, resume=resume, xfails=xfails,
+                        processes=processes, shrink_seconds=shrink_seconds, console=console,
+                        compile_cache=compile_cache, strict_xfails=strict_xfails, shard=shard,
+                        plan_extra=plan_extra, executor=executor, case_timeout=case_timeout)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT, SIGTERM or SIGHUP. `signal` names it; `result` is the RunResult of
+    what was recorded (its summary INCOMPLETE), None when the plan was still being drawn."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal = signal_name
+        self.result: RunResult | None = None
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` while a run is on, except inside `deferred()`
+    (a reporter writing a record), where the signal is kept and raised when the block ends: a
+    report is never left half-written. Only handlers that are the defaults are replaced (a
+    handler of the caller's own, or SIGHUP ignored by nohup, stays), and only in the main thread."""
+
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self):
+        self._old: dict = {}
+        self._depth = 0
+        self._pending: str | None = None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.NAMES:
+                sig = getattr(signal, name, None)
+                if sig is None:
+                    continue
+                current = signal.getsignal(sig)
+                if current in (signal.SIG_DFL, signal.default_int_handler):
+                    self._old[sig] = current
+                    signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def _handle(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if self._depth:
+            self._pending = self._pending or name
+            return
+        raise Interrupted(name)
+
+    def deferred(self, *, hold: bool = False) -> "_Deferred":
+        """A block a signal does not break into: one that comes meanwhile is raised when the block
+        ends normally (kept for `take_pending` when it ends by an exception, or with `hold`)."""
+        return _Deferred(self, hold)
+
+    def take_pending(self) -> "Interrupted | None":
+        name, self._pending = self._pending, None
+        return Interrupted(name) if name else None
+
+
+class _Deferred:
+    def __init__(self, signals: _Signals, hold: bool):
+        self.signals, self.hold = signals, hold
+
+    def __enter__(self):
+        self.signals._depth += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        s = self.signals
+        s._depth -= 1
+        if not s._depth and s._pending and exc_type is None and not self.hold:
+            raise s.take_pending()
+        return False
+
+
+_ACTIVE: list = []  # the _Signals in force (interruptible() blocks nest: the outermost one handles)
+
+
+def interruptible():
+    """A block in which SIGINT, SIGTERM and SIGHUP raise `Interrupted` (see `_Signals`); nested
+    blocks (the command line's around the runner's) share the outermost one's handlers."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        if _ACTIVE:
+            yield _ACTIVE[-1]
+            return
+        with _Signals() as signals:
+            _ACTIVE.append(signals)
+            try:
+                yield signals
+            finally:
+                _ACTIVE.pop()
+
+    return block()
+
+
+def _stopped_by(exc: BaseException) -> str:
+    """Why a run ended early, for the summary: ``interrupted by SIGINT`` or the exception's first line."""
+    if isinstance(exc, Interrupted):
+        return f"interrupted by {exc.signal}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by SIGINT"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"stopped by {type(exc).__name__}" + (f": {first[:300]}" if first else "")
+
+
+def _run(signals, *, suite, examples, seed, platform, devices, report_dir, progress, xla, resume, xfails, processes,
+         shrink_seconds, console, compile_cache, strict_xfails, shard, plan_extra, executor,
+         case_timeout) -> RunResult:
+    from xla_backend import platform as xplat
+
+    from conformance.results import cover
+
     xplat.configure(platform, devices)
     if compile_cache is not None:
         from conformance import compile_cache as cc
@@ -401,7 +562,16 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         repro_dir = os.path.join(os.fspath(report_dir), "repros")
     opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
     t0 = time.perf_counter()  # the wall time includes drawing the cases
-    chunks = plan_mod.select_shard_chunks(plan_chunks(suite, examples=examples, seed=seed, devices=devices), shard)
+    shard_kn = None if shard is None else (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
+    plan_cases = [0]  # the whole plan's case count (before sharding), counted as it is drawn
+
+    def counted(all_chunks):
+        for chunk in all_chunks:
+            plan_cases[0] += len(chunk)
+            yield chunk
+
+    chunks = plan_mod.select_shard_chunks(counted(plan_chunks(suite, examples=examples, seed=seed, devices=devices)),
+                                          shard_kn)
     tasks: list = []
     plan: dict = {}
     drawing = 0.0
@@ -423,19 +593,23 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
 
             reporters.append(ProgressReporter(total=len(tasks), console=console))
         plan.update(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
-                    processes=processes, compile_cache=compile_cache, xfails=xf.source, cases=len(tasks),
+                    processes=processes, compile_cache=compile_cache, xfails=xf.source,
+                    xfails_digest=plan_mod.xfails_digest(xf), cases=len(tasks),
                     resumed=bool(resume), not_drawn=not_drawn(suite, devices=devices), **_versions())
         plan.update(plan_extra or {})
-        if shard is not None:
-            plan["shard"] = "%d/%d" % (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
+        if shard_kn is not None:
+            plan["shard"] = "%d/%d" % shard_kn
+            plan["plan_cases"] = plan_cases[0]
+        plan["case_ids"] = [t.case_id for t in tasks]
         if resume:
-            plan_mod.check_resume(report_dir, plan)  # before any reporter rewrites the folder
-        for r in reporters:
-            r.start(plan)
-        for res in early:
+            plan_mod.check_resume(report_dir, plan, finished)  # before any reporter rewrites the folder
+        with signals.deferred():
             for r in reporters:
-                r.case_finished(res)
-        early = None
+                r.start(plan)
+            for res in early:
+                for r in reporters:
+                    r.case_finished(res)
+            early = None
 
     if processes is not None and executor is None and not resume:
         # The default worker run streams the plan: the workers start (and import JAX) while the
@@ -456,35 +630,54 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
             done = finished.get(task.case_id)
             entry = xf.lookup(task.case_id)
             if done is not None:
-                results.append(done)
-                for r in reporters:
-                    r.case_finished(done)
+                with signals.deferred():
+                    results.append(done)
+                    for r in reporters:
+                        r.case_finished(done)
             else:
                 todo.append((task, entry))
         source = executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices,
                                                                 case_timeout)
     c_total = 0.0
+    stopped: BaseException | None = None
+    summary: dict = {}
     try:
         for res in source:
-            results.append(res)
-            c_total += res.compile_seconds
-            if early is not None:
-                early.append(res)
-                continue
-            for r in reporters:
-                r.case_finished(res)
+            with signals.deferred():  # a signal waits until every reporter has this result
+                results.append(res)
+                c_total += res.compile_seconds
+                if early is not None:
+                    early.append(res)
+                    continue
+                for r in reporters:
+                    r.case_finished(res)
+    except BaseException as e:
+        stopped = e
+        raise
     finally:
         # An exception while drawing leaves nothing half-done: no reporter had started.
         if early is None:
-            wall = time.perf_counter() - t0
-            summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
-            # An entry no case matched is stale only if every suite ran: a suite-filtered run
-            # never draws the other suites' cases, so their entries say nothing there.
-            _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
-            summary["plan"] = plan
-            summary["phases"] = timing.totals(results, drawing)
-            for r in reporters:
-                r.finish(summary)
+            with signals.deferred(hold=True):
+                wall = time.perf_counter() - t0
+                summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
+                # An entry no case matched is stale only if every suite ran: a suite-filtered run
+                # never draws the other suites' cases, so their entries say nothing there.
+                _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
+                summary["plan"] = {k: v for k, v in plan.items() if k != "case_ids"}  # the plan line has them
+                summary["phases"] = timing.totals(results, drawing)
+                cover(summary, plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
+                for r in reporters:
+                    r.finish(summary)
+        close = getattr(source, "close", None)
+        if close is not None:
+            with signals.deferred(hold=True):
+                close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
+        if isinstance(stopped, Interrupted):
+            stopped.result = RunResult(results, summary) if summary else None
+    late = signals.take_pending()  # a signal while the summary was written: the run is over, say so
+    if late is not None:
+        late.result = RunResult(results, summary)
+        raise late
     return RunResult(results, summary)
 
 

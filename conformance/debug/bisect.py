@@ -166,8 +166,9 @@ def bisect(fn, *args, mesh, in_specs=None, out_specs=None, check_vma: bool = Tru
     prefix (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
     Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
     """
-    if max_ulp < 0:
-        raise ValueError(f"max_ulp={max_ulp!r} must be >= 0 (0: bit-exact, NaN equals NaN).")
+    from conformance.validation import check
+
+    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
     return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
@@ -176,6 +177,9 @@ def bisect(fn, *args, mesh, in_specs=None, out_specs=None, check_vma: bool = Tru
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
                   max_ulp: float = 0) -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
+    from conformance.validation import check
+
+    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     runner = runner or xla_runner
     jaxpr = region.jaxpr
     eqns = list(jaxpr.eqns)

@@ -11,6 +11,7 @@ import argparse
 import html
 import sys
 
+from conformance import validation
 from conformance.debug import loader, picture
 
 
@@ -18,7 +19,7 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
     p = argparse.ArgumentParser(prog=prog, description="Find the first jaxpr equation where XLA and refsim "
                                                        "disagree on a conformance reproducer.")
     p.add_argument("target", help="reproducer file, optionally with a case name: FILE.py or FILE.py:NAME")
-    p.add_argument("--max-ulp", type=float, default=None,
+    p.add_argument("--max-ulp", type=validation.option("--max-ulp", low=0, what="0: bit-exact"), default=None,
                    help="values within this many ULP count as equal (default 0: bit-exact)")
     p.add_argument("--metric", choices=picture.METRICS, default="ulp", help="what the device grid shows")
     p.add_argument("--html", metavar="PATH", help="write the report and device grid as an HTML page")
@@ -42,9 +43,6 @@ def main(argv=None) -> int:
         print(f"error: cannot use {args.target}: {e}", file=sys.stderr)
         return 2
     max_ulp = args.max_ulp if args.max_ulp is not None else 0
-    if max_ulp < 0:
-        print(f"error: --max-ulp={max_ulp} must be >= 0", file=sys.stderr)
-        return 2
     try:
         runner = _import_runner(args.runner) if args.runner else None
     except (ValueError, ImportError, AttributeError) as e:

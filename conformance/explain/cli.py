@@ -13,13 +13,16 @@ import argparse
 import json
 import sys
 
+from conformance import validation
+
 
 def build_parser(prog: str = "python -m conformance explain") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description="Find the compiler stage (lowering, compiler, backend) "
                                                        "where a program's result first changes.")
     p.add_argument("target", nargs="?", help="reproducer file, optionally with a case name: FILE.py or FILE.py:NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object (diverged_in, op, source, stages, ...)")
-    p.add_argument("--max-ulp", type=float, default=0, help="values within this many ULP count as equal (default 0)")
+    p.add_argument("--max-ulp", type=validation.option("--max-ulp", low=0, what="0: bit-exact"), default=0,
+                   help="values within this many ULP count as equal (default 0)")
     p.add_argument("--corpus", action="store_true", help="check every corpus program at every stage instead")
     return p
 
@@ -31,9 +34,6 @@ def main(argv=None) -> int:
         return _corpus(args)
     if not args.target:
         print("error: give a reproducer FILE.py[:NAME], or --corpus", file=sys.stderr)
-        return 2
-    if args.max_ulp < 0:
-        print(f"error: --max-ulp={args.max_ulp} must be >= 0", file=sys.stderr)
         return 2
     from conformance.debug import loader
 

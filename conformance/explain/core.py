@@ -221,9 +221,17 @@ def _output_op(program, index: int):
     return op
 
 
+def _check_tolerances(max_ulp, rtol) -> None:
+    from conformance.validation import check
+
+    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    check("rtol", rtol, low=0, what="a relative error; 0: none")
+
+
 def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_module: Callable | None = None,
                    max_ulp: float = 0, rtol: float = 0) -> Explanation:
     """Run every stage of an already lowered program and find where they first disagree."""
+    _check_tolerances(max_ulp, rtol)
     _TOL["rtol"] = rtol
     try:
         return _explain_staged(staged, region, mesh, edit_module, max_ulp)
@@ -313,6 +321,7 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     """
     from conformance.debug import region as R
 
+    _check_tolerances(max_ulp, rtol)  # before any tracing: NaN would make every stage "agree"
     kw = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma, axis_names=axis_names,
               in_shardings=in_shardings, out_shardings=out_shardings, pmap_kwargs=pmap_kwargs)
     note = None
