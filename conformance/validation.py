@@ -30,17 +30,24 @@ __all__ = ["MAX_SECONDS", "check", "check_seconds", "option", "range_text", "sec
 MAX_SECONDS = 1_000_000
 
 
-def range_text(*, integer: bool = False, low=None, high=None, low_open: bool = False, high_open: bool = False) -> str:
-    """What `check` accepts, in words: ``an int >= 1``, ``a finite number > 0 and <= 1e+06``."""
-    kind = "an int" if integer else "a finite number"
+def _bounds(low, high, low_open: bool, high_open: bool) -> str:
+    def num(v):
+        return f"{v:g}" if isinstance(v, float) else str(v)
+
     parts = []
     if low is not None:
-        parts.append(f"{'>' if low_open else '>='} {low:g}" if isinstance(low, float) else
-                     f"{'>' if low_open else '>='} {low}")
+        parts.append(f"{'>' if low_open else '>='} {num(low)}")
     if high is not None:
-        parts.append(f"{'<' if high_open else '<='} {high:g}" if isinstance(high, float) else
-                     f"{'<' if high_open else '<='} {high}")
-    return kind + (" " + " and ".join(parts) if parts else "")
+        parts.append(f"{'<' if high_open else '<='} {num(high)}")
+    return " and ".join(parts)
+
+
+def range_text(*, integer: bool = False, low=None, high=None, low_open: bool = False, high_open: bool = False) -> str:
+    """What `check` accepts, in words: ``a positive int``, ``a finite number > 0 and <= 1000000``."""
+    if integer and high is None and not low_open and low in (0, 1):
+        return "a positive int" if low == 1 else "a non-negative int"
+    bounds = _bounds(low, high, low_open, high_open)
+    return ("an int" if integer else "a finite number") + (" " + bounds if bounds else "")
 
 
 def _in_range(v, low, high, low_open, high_open) -> bool:
@@ -84,22 +91,26 @@ def check_seconds(name: str, value, *, zero: bool = False, none: bool = False, w
 
 
 def option(flag: str, *, integer: bool = False, low=None, high=None, low_open: bool = False,
-           high_open: bool = False, what: str = ""):
+           high_open: bool = False, what: str = "", unit: str = ""):
     """An argparse ``type=`` for option `flag`: the parsed int / float, checked like `check`;
-    anything else raises `argparse.ArgumentTypeError` naming the text and the range."""
+    anything else raises `argparse.ArgumentTypeError` naming the text and the range, e.g.
+    ``'nan' must be a finite number >= 0``, ``0 must be >= 1``, ``'two' is not an integer``
+    (argparse prefixes ``argument --flag:``). `unit` names what a number counts (" of seconds")."""
     want = range_text(integer=integer, low=low, high=high, low_open=low_open, high_open=high_open)
+    bounds = _bounds(low, high, low_open, high_open)
     hint = f" ({what})" if what else ""
 
     def parse(text: str):
         try:
             v = int(text) if integer else float(text)
         except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an int' if integer else 'a number'}; "
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if integer else 'a number'}{unit}; "
                                              f"pass {want}{hint}") from None
-        if not integer and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text!r}: pass {want}{hint}; NaN and infinity are refused")
-        if not _in_range(v, low, high, low_open, high_open):
-            raise argparse.ArgumentTypeError(f"{text!r} is out of range: pass {want}{hint}")
+        if integer:
+            if not _in_range(v, low, high, low_open, high_open):
+                raise argparse.ArgumentTypeError(f"{v} must be {bounds}{hint}")
+        elif not math.isfinite(v) or not _in_range(v, low, high, low_open, high_open):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number{(' ' + bounds) if bounds else ''}{hint}")
         return v
 
     parse.__name__ = flag.lstrip("-").replace("-", "_")
@@ -108,4 +119,4 @@ def option(flag: str, *, integer: bool = False, low=None, high=None, low_open: b
 
 def seconds_option(flag: str, *, zero: bool = False, what: str = ""):
     """`option` for a time-out or time budget (see `check_seconds`)."""
-    return option(flag, low=0, low_open=not zero, high=MAX_SECONDS, what=what)
+    return option(flag, low=0, low_open=not zero, high=MAX_SECONDS, what=what, unit=" of seconds")

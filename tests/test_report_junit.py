@@ -73,24 +73,54 @@ def test_failure_error_and_skipped_elements(tmp_path):
     assert statuses["hlo[iota]"] == "xpass" and statuses["pbroadcast[source=0]"] == "unsupported"
 
 
+def _cases(root):
+    """The conformance cases of a document (not the "every planned case ran" marker of a partial one)."""
+    return [tc for tc in root.iter("testcase") if tc.get("classname") != "conformance.run"]
+
+
+def _marked_incomplete(root) -> bool:
+    return any(e.get("type") == "incomplete" for e in root.iter("error"))
+
+
 def test_rewritten_every_n_cases_and_valid_meanwhile(tmp_path):
     path = tmp_path / "sub" / "junit.xml"
     rep = JUnitReporter(path, every=2)
     rep.start(PLAN)
     root = _parse(path)  # valid (and empty) before any case finishes
-    assert root.get("tests") == "0" and [s.get("name") for s in root.iter("testsuite")] == ["collectives", "layouts"]
+    assert not _cases(root) and [s.get("name") for s in root.iter("testsuite")] == ["collectives", "layouts", "run"]
+    # a partial document fails: a CI system reading it never sees a pass
+    assert _marked_incomplete(root) and root.get("tests") == "1" and root.get("errors") == "1"
     rs = _results()
     rep.case_finished(rs[0])
-    assert _parse(path).get("tests") == "0"
+    assert not _cases(_parse(path))
     rep.case_finished(rs[1])
     mid = _parse(path)
-    assert mid.get("tests") == "2"
+    assert len(_cases(mid)) == 2 and mid.get("tests") == "3" and _marked_incomplete(mid)
     assert {p.get("name"): p.get("value") for p in mid.find("testsuite/properties")}["complete"] == "false"
     rep.case_finished(rs[2])  # the process dies here: the file still holds the first two cases
-    assert _parse(path).get("tests") == "2"
+    assert len(_cases(_parse(path))) == 2
     rep.finish({})
-    assert _parse(path).get("tests") == "3"
+    done = _parse(path)
+    assert done.get("tests") == "3" and len(_cases(done)) == 3 and not _marked_incomplete(done)
     assert not list(path.parent.glob("*.tmp*"))
+
+
+def test_an_incomplete_summary_is_complete_false_with_a_failing_case(tmp_path):
+    path = tmp_path / "junit.xml"
+    rep = JUnitReporter(path)
+    rep.start({**PLAN, "case_ids": ["psum[axes=x]", "all_gather[axis=1]", "never-ran"]})
+    rs = _results()[:2]
+    for r in rs:
+        rep.case_finished(r)
+    rep.finish({"complete": False, "ok": False, "planned_cases": 3, "missing_cases": 1,
+                "missing_case_ids": ["never-ran"], "interrupted": "interrupted by SIGINT"})
+    root = _parse(path)
+    props = {p.get("name"): p.get("value") for p in root.find("testsuite/properties")}
+    assert props["complete"] == "false" and "case_ids" not in props
+    marker = next(e for e in root.iter("error") if e.get("type") == "incomplete")
+    assert marker.get("message") == "1 of 3 planned cases did not run (interrupted by SIGINT); missing: never-ran"
+    # a pass, a failure, and the marker as an error
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("3", "1", "1")
 
 
 def test_control_characters_do_not_break_the_document():
