@@ -91,7 +91,7 @@ def main(argv=None):
     from conformance import validation
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mib", type=validation.option("--mib", low=0, low_open=True), default=64)
+    ap.add_argument("--mib", type=validation.option("--mib", low=0), default=64)
     ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1),
                     nargs="+", default=[8, 64, 512, 4096])
     ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1),

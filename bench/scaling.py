@@ -303,7 +303,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 and 64 devices on 1 MiB")
     ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), nargs="+")
-    ap.add_argument("--mib", type=validation.option("--mib", low=0, low_open=True), nargs="+")
+    ap.add_argument("--mib", type=validation.option("--mib", low=0), nargs="+")
     ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1))
     ap.add_argument("--timeout", type=validation.seconds_option("--timeout"),
                     help="seconds per child process (default 300)")

@@ -394,10 +394,10 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     validation.check("examples", examples, integer=True, low=1, what="draws per family")
     validation.check("seed", seed, integer=True, low=0)
     validation.check("devices", devices, integer=True, low=1)
-    validation.check("processes", processes, integer=True, low=1, none=True,
-                     what="worker processes, or None to run the cases in this process")
+    validation.check("processes", processes, integer=True, low=1, none=True, what="worker processes",
+                     none_means="to run the cases in this process")
     validation.check_seconds("shrink_seconds", shrink_seconds, zero=True, what="0: no shrinking")
-    validation.check_seconds("case_timeout", case_timeout, none=True, what="or None for no limit")
+    validation.check_seconds("case_timeout", case_timeout, none=True, what="seconds", none_means="for no limit")
     if report_dir is not None:
         from conformance.report import prepare_report_dir
 

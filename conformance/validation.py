@@ -59,19 +59,19 @@ def _in_range(v, low, high, low_open, high_open) -> bool:
 
 
 def check(name: str, value, *, integer: bool = False, low=None, high=None, low_open: bool = False,
-          high_open: bool = False, none: bool = False, what: str = ""):
+          high_open: bool = False, none: bool = False, what: str = "", none_means: str = ""):
     """`value` when it is an int (``integer``) or a finite real number within [low, high]; else an error
     naming `name`, the value and the range (`what` says what the value means, e.g. "0: bit-exact").
 
-    none: None is accepted (and returned). A bool is never a number here. NumPy scalars are
-    accepted and returned as Python int / float.
+    none: None is accepted (and returned); `none_means` says what it means ("no limit"). A bool
+    is never a number here. NumPy scalars are accepted and returned as Python int / float.
     """
     if value is None and none:
         return None
     want = range_text(integer=integer, low=low, high=high, low_open=low_open, high_open=high_open)
-    hint = f" ({what})" if what else ""
+    hint = (f" ({what})" if what else "") + ((", or None" + (f" {none_means}" if none_means else "")) if none else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={value!r}; pass {want}{' or None' if none else ''}{hint}.")
+        raise TypeError(f"{name}={value!r}; pass {want}{hint}.")
     if integer:
         if not isinstance(value, numbers.Integral):
             raise TypeError(f"{name}={value!r}; pass {want}{hint}.")
@@ -85,9 +85,11 @@ def check(name: str, value, *, integer: bool = False, low=None, high=None, low_o
     return v
 
 
-def check_seconds(name: str, value, *, zero: bool = False, none: bool = False, what: str = ""):
+def check_seconds(name: str, value, *, zero: bool = False, none: bool = False, what: str = "",
+                  none_means: str = ""):
     """A time-out or time budget: a finite number of seconds > 0 (>= 0 with `zero`), at most `MAX_SECONDS`."""
-    return check(name, value, low=0, low_open=not zero, high=MAX_SECONDS, none=none, what=what)
+    return check(name, value, low=0, low_open=not zero, high=MAX_SECONDS, none=none, what=what,
+                 none_means=none_means)
 
 
 def option(flag: str, *, integer: bool = False, low=None, high=None, low_open: bool = False,

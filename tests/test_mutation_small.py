@@ -149,7 +149,7 @@ def test_cli_lists_faults_and_rejects_unknown_names(capsys):
     assert "unknown fault 'psum_wrong' in --faults" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         mutate.main(["--examples", "0"])
-    assert "--examples=0: must be >= 1" in capsys.readouterr().err
+    assert "argument --examples: 0 must be >= 1" in capsys.readouterr().err
 
 
 def test_table_format():
