@@ -264,3 +264,28 @@ def test_resume_refuses_other_xfails(shards, tmp_path):
     blank = tmp_path / "blank.txt"
     blank.write_text("\n")
     assert runner.run(report_dir=tmp_path / "fresh", resume=True, xfails=str(blank), **SMALL).ok
+
+
+@pytest.mark.multiprocess
+def test_a_distributed_run_that_loses_a_process_is_incomplete(tmp_path):
+    """Process 1 hangs at its third case: process 0 ends the run naming it, its report is INCOMPLETE
+    (it was `ok` and complete before) and its exit status is 3."""
+    import re
+
+    folder = tmp_path / "rep"
+    r = subprocess.run([sys.executable, "-m", "xla_backend", "launch", "--processes", "2", "--devices-per-process", "4",
+                        "--timeout", "400", "--", sys.executable, "-m", "conformance", "run", "--distributed",
+                        "--suite", "collectives", "--no-progress", "--examples", "1", "--case-timeout", "5",
+                        "--report", str(folder)], capture_output=True, text=True, timeout=500, cwd=ROOT,
+                       env={**_env(), "CONFORMANCE_DISTRIBUTED_FAULT": "hang:1:2"})
+    assert r.returncode == 1  # the launcher's: a process failed
+    assert re.search(r"launch: process 0 \(pid \d+\): exit status 3", r.stderr), r.stderr[-3000:]
+    recs = records(folder)
+    plan, summary = recs[0], recs[-1]
+    done = [x["case_id"] for x in recs if x["type"] == "case"]
+    assert len(done) == 2 and done == plan["case_ids"][:2]
+    assert summary["type"] == "summary" and summary["verdict"] == "INCOMPLETE" and not summary["ok"]
+    assert summary["missing_cases"] == len(plan["case_ids"]) - 2
+    assert summary["interrupted"].startswith("stopped by DistributedRunError: process 1 did not send")
+    _, complete, errors = junit(folder)
+    assert complete == {"false"} and errors
