@@ -4,14 +4,16 @@ For every float primitive in `refsim.interpreter.accuracy.OPS` and each of float
 float64, draws N inputs over the op's domain (log-uniform magnitudes, both signs where
 the domain allows, plus the domain's edges) and reports the largest distance in ulps of
 
-- refsim's rule from the correctly rounded result (float32: the float64 result rounded
-  once; float64: not measured, no wider reference is installed),
+- refsim's rule from the correctly rounded result (float32: NumPy's float64 result rounded
+  once; float64: NumPy's 80-bit long double result rounded once, where `np.longdouble` has a
+  64-bit significand (x86-64 Linux) and the op has a long double loop; else not measured),
 - XLA:CPU (`jax.jit` of the primitive) from the correctly rounded result,
 - refsim from XLA:CPU.
 
 The figures in `refsim/interpreter/accuracy.py` and docs/primitives.md come from this
 script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on x86-64). It prints one table
-and one JSON line per (op, dtype).
+and one JSON line per (op, dtype). refsim's results do not depend on the host (refsim.libm);
+the XLA:CPU and NumPy reference figures may (NumPy dispatches to SIMD kernels per CPU).
 """
 from __future__ import annotations
 
@@ -73,6 +75,29 @@ def _reference(name: str, args: list[np.ndarray]) -> np.ndarray:
         return np.asarray(REFERENCE_F64[name](*wide)).astype(np.float32)
 
 
+def long_double_is_wide() -> bool:
+    """Whether np.longdouble carries at least 64 significand bits (x86-64 Linux: the x87
+    80-bit format; aarch64 Linux: IEEE quad), enough to round a float64 reference from it."""
+    return np.finfo(np.longdouble).nmant >= 63
+
+
+def reference_f64(name: str, args: list[np.ndarray]) -> np.ndarray | None:
+    """The (nearly always) correctly rounded float64 result: the op in np.longdouble, rounded
+    once; None where long double is no wider than float64 or the op has no long double loop
+    (SciPy's special functions)."""
+    from refsim.interpreter.accuracy import REFERENCE_F64
+
+    if not long_double_is_wide():
+        return None
+    wide = [a.astype(np.longdouble) for a in args]
+    with np.errstate(all="ignore"):
+        try:
+            out = np.asarray(REFERENCE_F64[name](*wide))
+        except TypeError:
+            return None
+    return out.astype(np.float64) if out.dtype == np.longdouble else None
+
+
 def _refsim(name: str, args: list[np.ndarray]) -> np.ndarray:
     import refsim
     from refsim.interpreter.accuracy import lax_function
@@ -121,6 +146,12 @@ def measure(samples: int = 200_000, seed: int = 0, dtypes=(np.float32, np.float6
                 row["refsim_vs_correct_ulp"] = float(_ulp_distance(ours[fin], ref[fin]).max())
                 row["xla_vs_correct_ulp"] = float(_ulp_distance(theirs[fin], ref[fin]).max())
                 row["xla_vs_correct_mixed"] = _mixed(theirs[fin], ref[fin])
+            else:
+                ref = reference_f64(name, args)
+                if ref is not None:
+                    fin = np.isfinite(ref) & ~sub & (np.abs(ref) >= tiny)
+                    row["refsim_vs_correct_ulp"] = float(_ulp_distance(ours[fin], ref[fin]).max())
+                    row["xla_vs_correct_ulp"] = float(_ulp_distance(theirs[fin], ref[fin]).max())
             rows.append(row)
     return rows
 
