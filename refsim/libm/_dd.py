@@ -90,6 +90,27 @@ def keep_bits(v: float, n: int) -> float:
     return float(bits.view(np.float64))
 
 
+def branches(x, cases, *extra):
+    """Piecewise evaluation, each piece on its own elements only: cases is a list of
+    (mask, fn) whose masks partition x; fn(x[mask], *extra[mask]) returns an array or a tuple
+    of arrays (a pair). A mask that covers everything is evaluated without indexing."""
+    for mask, fn in cases:
+        if mask.all():
+            return fn(x, *extra)
+    outs = None
+    for mask, fn in cases:
+        if not mask.any():
+            continue
+        got = fn(x[mask], *(e[mask] for e in extra))
+        tup = isinstance(got, tuple)
+        got = got if tup else (got,)
+        if outs is None:
+            outs = [np.zeros(x.shape) for _ in got]
+        for o, g in zip(outs, got):
+            o[mask] = g
+    return tuple(outs) if tup else outs[0]
+
+
 def horner(x, coeffs):
     """coeffs[0] + coeffs[1] x + ... evaluated by Horner's rule in float64."""
     acc = np.full_like(x, coeffs[-1])

@@ -86,18 +86,23 @@ _EXPM1_SMALL = 0.0866  # below: a Taylor series (the table form cancels too much
 _EXPM1_POLY = [1 / math.factorial(n) for n in range(2, 14)]
 
 
-def expm1_dd(x):
-    """expm1(x) as a normalized pair (x finite, clipped to [-746, 710])."""
-    small = np.abs(x) < _EXPM1_SMALL
-    xs = np.where(small, x, 0.0)
-    sh, sl = D.fast_two_sum(xs, xs * xs * D.horner(xs, _EXPM1_POLY))
-    m, th, tail = exp_dd(np.where(small, 1.0, x))
+def _expm1_small(x):
+    return D.fast_two_sum(x, x * x * D.horner(x, _EXPM1_POLY))
+
+
+def _expm1_table(x):
+    m, th, tail = exp_dd(x)
     # 2**m (th + tail) - 1: the subtraction is exact whenever it cancels (Sterbenz)
     big = np.minimum(m, 1023)
     yh, yl = np.ldexp(th, big), np.ldexp(tail, big)
     s, e = D.two_sum(yh, -1.0)
-    h, l = D.fast_two_sum(s, e + yl)
-    return np.where(small, sh, h), np.where(small, sl, l)
+    return D.fast_two_sum(s, e + yl)
+
+
+def expm1_dd(x):
+    """expm1(x) as a normalized pair (x finite, clipped to [-1100, 1100])."""
+    small = np.abs(x) < _EXPM1_SMALL
+    return D.branches(x, [(small, _expm1_small), (~small, _expm1_table)])
 
 
 def expm1(x):
@@ -195,34 +200,42 @@ def _is_odd_integer(y):
         return (np.abs(y) < 2.0 ** 53) & (np.fmod(y, 2.0) != 0) & (np.floor(y) == y)
 
 
-def pow(x, y):
-    """x**y with C99 / IEEE pow special cases (as XLA:CPU and NumPy): exp(y log|x|) with log
-    and the product carried as double-doubles."""
-    ax = np.abs(x)
-    lh, ll = log_dd(positive(ax))
+def _pow_finite(x, y):
+    """x**y for finite x != 0 and finite y, |x| != 1 or not: exp(y log|x|), with log and the
+    product carried as double-doubles; the sign from an odd integer y, NaN for x < 0 and a
+    non-integer y."""
+    lh, ll = log_dd(np.abs(x))
     th = y * lh
-    safe = np.isfinite(th) & (np.abs(th) < 1000)
+    safe = np.abs(th) < 1000  # beyond, the result over- or underflows whatever the rounding
     ys = np.where(safe, y, 0.0)
     ph, pl = D.two_prod(ys, lh)
-    pl = pl + ys * ll
-    ph, pl = D.fast_two_sum(ph, pl)
+    ph, pl = D.fast_two_sum(ph, pl + ys * ll)
     m, eh, et = exp_dd(ph, pl)
     out = scale(m, eh + et)
-    out = np.where(ph > OVERFLOW + 1e-9, np.inf, out)
-    out = np.where(ph < -746, 0.0, out)
     out = np.where(safe, out, np.where(th > 0, np.inf, 0.0))
-    odd = _is_odd_integer(y)
-    integer = np.floor(y) == y
     neg = x < 0
-    out = np.where(neg & odd, -out, out)
-    out = np.where(neg & ~integer & np.isfinite(x), np.nan, out)
-    # zeros and infinities of x
+    if neg.any():
+        out = np.where(neg & _is_odd_integer(y), -out, out)
+        out = np.where(neg & (np.floor(y) != y), np.nan, out)
+    return out
+
+
+def _pow_special(x, y):
+    """C99 / IEEE pow where x is 0, +-inf or NaN, or y is +-inf, NaN or 0, or x is 1."""
+    ax = np.abs(x)
+    odd = _is_odd_integer(y)
+    out = np.full(x.shape, np.nan)
     inv_pos = np.where(y < 0, np.inf, 0.0)  # |x| = 0
     out = np.where(ax == 0, np.where(odd, np.copysign(inv_pos, x), inv_pos), out)
     big_pos = np.where(y < 0, 0.0, np.inf)  # |x| = inf
     out = np.where(ax == np.inf, np.where(odd, np.copysign(big_pos, x), big_pos), out)
-    # infinite y
     yinf = np.where(ax == 1, 1.0, np.where((ax < 1) == (y < 0), np.inf, 0.0))
     out = np.where(np.isinf(y), yinf, out)
     out = np.where(np.isnan(x) | np.isnan(y), np.nan, out)
     return np.where((y == 0) | (x == 1), 1.0, out)
+
+
+def pow(x, y):
+    """x**y with C99 / IEEE pow special cases (as XLA:CPU and NumPy)."""
+    special = ~(np.isfinite(x) & np.isfinite(y) & (x != 0)) | (y == 0) | (x == 1)
+    return D.branches(x, [(~special, _pow_finite), (special, _pow_special)], y)

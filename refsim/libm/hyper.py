@@ -20,30 +20,38 @@ def _finite(x, bound):
     return np.where(np.isfinite(x), np.minimum(np.abs(x), bound), 0.0)
 
 
-def sinh(x):
-    a = _finite(x, 800.0)
-    eh, el = expm1_dd(np.minimum(a, _BIG))
+def _sinh_small(a):
+    eh, el = expm1_dd(a)
     qh, ql = D.dd_div(eh, el, *D.dd_add(1.0, 0.0, eh, el))
     sh, sl = D.dd_add(eh, el, qh, ql)
-    small = 0.5 * (sh + sl)
-    m, th, tail = exp_dd(a)  # large |x|: e**|x| / 2, scaled in one step (no early overflow)
-    large = scale(m - 1, th + tail)
-    out = np.copysign(np.where(a < _BIG, small, large), x)
+    return 0.5 * (sh + sl)
+
+
+def _half_exp(a):
+    """e**a / 2, scaled in one step (no early overflow)."""
+    m, th, tail = exp_dd(a)
+    return scale(m - 1, th + tail)
+
+
+def sinh(x):
+    a = _finite(x, 800.0)
+    out = np.copysign(D.branches(a, [(a < _BIG, _sinh_small), (a >= _BIG, _half_exp)]), x)
     out = np.where(np.isinf(x), x, out)
     out = np.where(x == 0, x, out)
     return np.where(np.isnan(x), x, out)
 
 
-def cosh(x):
-    a = _finite(x, 800.0)
-    m, th, tail = exp_dd(np.minimum(a, _BIG))
+def _cosh_small(a):
+    m, th, tail = exp_dd(a)
     ph, pl = D.fast_two_sum(np.ldexp(th, m), np.ldexp(tail, m))  # e**|x| (<= e**22)
     ih, il = D.dd_div(np.ones_like(ph), np.zeros_like(ph), ph, pl)
     sh, sl = D.dd_add(ph, pl, ih, il)
-    small = 0.5 * (sh + sl)
-    m, th, tail = exp_dd(a)
-    large = scale(m - 1, th + tail)
-    out = np.where(a < _BIG, small, large)
+    return 0.5 * (sh + sl)
+
+
+def cosh(x):
+    a = _finite(x, 800.0)
+    out = D.branches(a, [(a < _BIG, _cosh_small), (a >= _BIG, _half_exp)])
     out = np.where(np.isinf(x), np.inf, out)
     return np.where(np.isnan(x), x, out)
 
@@ -59,38 +67,52 @@ def tanh(x):
     return np.where(np.isnan(x), x, out)
 
 
+def _asinh_mid(a):
+    qh, ql = D.two_prod(a, a)
+    s = D.dd_sqrt(*D.dd_add(1.0, 0.0, qh, ql))
+    w = D.dd_add(a, 0.0, *D.dd_div(qh, ql, *D.dd_add(1.0, 0.0, *s)))
+    h, l = log1p_dd(*w)
+    return h + l
+
+
+def _log_2a(a):
+    """log(2a) = log(a) + ln2, for a above 2**28 (where 1/a is below half an ulp of 2a)."""
+    h, l = log_dd(a)
+    h, l = D.dd_add(h, l, *D.LN2)
+    return h + l
+
+
 def asinh(x):
-    """asinh(|x|) = log1p(a + a^2 / (1 + sqrt(1 + a^2))); log(2a) = log(a) + ln2 for huge a."""
+    """asinh(|x|) = log1p(a + a^2 / (1 + sqrt(1 + a^2))); log(2a) for huge a."""
     a = _finite(x, np.inf)
     huge = a > 2.0 ** 28
-    am = np.where(huge, 1.0, a)
-    qh, ql = D.two_prod(am, am)
-    s = D.dd_sqrt(*D.dd_add(1.0, 0.0, qh, ql))
-    w = D.dd_add(am, 0.0, *D.dd_div(qh, ql, *D.dd_add(1.0, 0.0, *s)))
-    h, l = log1p_dd(*w)
-    hh, hl = log_dd(np.where(huge, a, 1.0))
-    hh, hl = D.dd_add(hh, hl, *D.LN2)
-    out = np.copysign(np.where(huge, hh + hl, h + l), x)
+    out = np.copysign(D.branches(a, [(~huge, _asinh_mid), (huge, _log_2a)]), x)
     out = np.where(np.isinf(x), x, out)
     out = np.where(x == 0, x, out)
     return np.where(np.isnan(x), x, out)
 
 
-def acosh(x):
-    """x <= 2: log1p(d + sqrt(d (2 + d))), d = x - 1 exact; above: log(x + sqrt(x^2 - 1))."""
-    xs = np.where((x >= 1) & np.isfinite(x), x, 1.0)
-    near = xs <= 2.0
-    d = np.where(near, xs - 1.0, 0.0)
+def _acosh_near(x):
+    """x in [1, 2]: log1p(d + sqrt(d (2 + d))), d = x - 1 exact."""
+    d = x - 1.0
     ph, pl = D.dd_mul_d(*D.two_sum(2.0, d), d)
     sh, sl = D.dd_sqrt(ph, pl)
-    h1, l1 = log1p_dd(*D.dd_add(d, 0.0, sh, sl))
-    huge = xs > 2.0 ** 28
-    xf = np.where(near | huge, 2.0, xs)
-    qh, ql = D.two_prod(xf, xf)
+    h, l = log1p_dd(*D.dd_add(d, 0.0, sh, sl))
+    return h + l
+
+
+def _acosh_mid(x):
+    """x in (2, 2**28]: log(x + sqrt(x^2 - 1))."""
+    qh, ql = D.two_prod(x, x)
     rh, rl = D.dd_sqrt(*D.dd_add(qh, ql, -1.0, 0.0))
-    h2, l2 = log_dd(*D.dd_add(xf, 0.0, rh, rl))
-    h3, l3 = D.dd_add(*log_dd(np.where(huge, xs, 1.0)), *D.LN2)
-    out = np.where(near, h1 + l1, np.where(huge, h3 + l3, h2 + l2))
+    h, l = log_dd(*D.dd_add(x, 0.0, rh, rl))
+    return h + l
+
+
+def acosh(x):
+    xs = np.where((x >= 1) & np.isfinite(x), x, 1.0)
+    near, huge = xs <= 2.0, xs > 2.0 ** 28
+    out = D.branches(xs, [(near, _acosh_near), (~near & ~huge, _acosh_mid), (huge, _log_2a)])
     out = np.where(x < 1, np.nan, out)
     out = np.where(x == np.inf, np.inf, out)
     return np.where(np.isnan(x), x, out)
