@@ -4,8 +4,9 @@ For every float primitive in `refsim.interpreter.accuracy.OPS` and each of float
 float64, draws N inputs over the op's domain (log-uniform magnitudes, both signs where
 the domain allows, plus the domain's edges) and reports the largest distance in ulps of
 
-- refsim's rule from the correctly rounded result (float32: NumPy's float64 result rounded
-  once, whole ulps; float64: from NumPy's long double result, in fractions of an ulp (a
+- refsim's rule from the correctly rounded result (float32: NumPy's long double result, or
+  its float64 one where long double is no wider or the op has no long double loop, rounded
+  once; whole ulps; float64: from NumPy's long double result, in fractions of an ulp (a
   correctly rounded result is within 0.5), where `np.longdouble` has a 64-bit significand
   (x86-64 Linux) and the op has a long double loop (not SciPy's functions); else not measured),
 - XLA:CPU (`jax.jit` of the primitive) from the same references,
@@ -68,12 +69,16 @@ def _mixed(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _reference(name: str, args: list[np.ndarray]) -> np.ndarray:
-    """The correctly rounded float32 result: the op in float64, rounded once."""
+    """The correctly rounded float32 result: the op in long double (where it is wider than
+    float64 and the op has a long double loop: not CPU-dispatched, the same on every x86-64
+    host) or else in float64, rounded once."""
     from refsim.interpreter.accuracy import REFERENCE_F64
 
-    wide = [a.astype(np.float64) for a in args]
+    wide = reference_f64(name, args)
+    if wide is not None:
+        return wide.astype(np.float32)
     with np.errstate(all="ignore"):
-        return np.asarray(REFERENCE_F64[name](*wide)).astype(np.float32)
+        return np.asarray(REFERENCE_F64[name](*[a.astype(np.float64) for a in args])).astype(np.float32)
 
 
 def long_double_is_wide() -> bool:
