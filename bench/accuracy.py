@@ -12,8 +12,10 @@ the domain allows, plus the domain's edges) and reports the largest distance in 
 - XLA:CPU (`jax.jit` of the primitive) from the same references,
 - refsim from XLA:CPU.
 
-The figures in `refsim/interpreter/accuracy.py` and docs/primitives.md come from this
-script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on x86-64). It prints one table
+A second table measures refsim float64 alone against long double on more samples
+(`--f64-samples`, 2M by default). The figures in `refsim/interpreter/accuracy.py` and
+docs/primitives.md come from this script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on
+x86-64). It prints one table
 and one JSON line per (op, dtype). refsim's results do not depend on the host (refsim.libm);
 the XLA:CPU and NumPy reference figures may (NumPy dispatches to SIMD kernels per CPU).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
 
 import numpy as np
 
@@ -172,12 +175,46 @@ def measure(samples: int = 200_000, seed: int = 0, dtypes=(np.float32, np.float6
     return rows
 
 
+def refsim_rule(name: str, args: list[np.ndarray]) -> np.ndarray:
+    """refsim's rule for primitive `name` applied to plain arrays (no JAX tracing, so float64
+    operands stay float64 without jax_enable_x64)."""
+    from refsim.interpreter.registry import RULES, load_rules
+
+    load_rules()
+    with np.errstate(all="ignore"):
+        return np.asarray(RULES[name](types.SimpleNamespace(nm=0), *args))
+
+
+def measure_f64_exact(samples: int = 2_000_000, seed: int = 0, ops=None) -> list[dict]:
+    """refsim float64 against the long double result, on more samples than `measure` (no XLA
+    involved): one row per op that has a long double reference; [] where long double is no
+    wider than float64."""
+    from refsim.interpreter.accuracy import OPS
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, spec in OPS.items():
+        if ops is not None and name not in ops:
+            continue
+        args = [_samples(lo, hi, samples, np.float64, rng) for lo, hi in spec.domains]
+        n = min(len(a) for a in args)
+        args = [a[:n] for a in args]
+        ref = reference_f64(name, args)
+        if ref is not None:
+            rows.append({"bench": "accuracy_f64", "op": name, "dtype": "float64", "samples": n,
+                         "refsim_vs_correct_ulp": ulp_error(refsim_rule(name, args), ref)})
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=200_000)
+    p.add_argument("--f64-samples", type=int, default=2_000_000,
+                   help="samples for refsim float64 against long double alone (no XLA)")
     p.add_argument("--json", default=None, help="append the JSON lines to this file")
     a = p.parse_args(argv)
     rows = measure(a.samples)
+    exact = measure_f64_exact(a.f64_samples)
     print(f"{'op':<12}{'dtype':<9}{'refsim~correct':>15}{'xla~correct':>12}{'(mixed)':>9}"
           f"{'refsim~xla':>11}{'(mixed)':>9}{'ftz':>6}")
     for r in rows:
@@ -185,8 +222,10 @@ def main(argv=None) -> int:
         print(f"{r['op']:<12}{r['dtype']:<9}{r.get('refsim_vs_correct_ulp', float('nan')):>15{prec}}"
               f"{r.get('xla_vs_correct_ulp', float('nan')):>12{prec}}{r.get('xla_vs_correct_mixed', float('nan')):>9.1f}"
               f"{r['refsim_vs_xla_ulp']:>11.0f}{r['refsim_vs_xla_mixed']:>9.1f}{r['subnormal_disagreements']:>6}")
+    for r in exact:
+        print(f"{r['op']:<12}float64 refsim~exact {r['refsim_vs_correct_ulp']:.2f} ulp ({r['samples']} samples)")
     sink = open(a.json, "a") if a.json else None
-    for r in rows:
+    for r in rows + exact:
         line = json.dumps(r)
         print(line)
         if sink:
