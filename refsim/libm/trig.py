@@ -201,26 +201,33 @@ def _scale_pair(y, x):
     return np.ldexp(y, 1 - e), np.ldexp(x, 1 - e)
 
 
-def atan2(y, x):
-    """atan2(y, x) with the C99 / IEEE special cases for zeros and infinities."""
-    fin = np.isfinite(y) & np.isfinite(x) & ((y != 0) | (x != 0))
-    ys, xs = _scale_pair(np.where(fin, y, 1.0), np.where(fin, x, 1.0))
+def _atan2_finite(y, x):
+    """atan2 for finite y, x, not both zero: a double-double atan of the scaled ratio."""
+    ys, xs = _scale_pair(y, x)
     ay, ax = np.abs(ys), np.abs(xs)
     h, l = atan2_pos_dd(ay, 0.0 * ay, ax, 0.0 * ax)
     ph, pl = D.dd_add(D.PI[0], D.PI[1], -h, -l)  # x < 0: pi - atan2(|y|, |x|)
+    return np.copysign(np.where(np.signbit(x), ph + pl, h + l), y)
+
+
+def _atan2_special(y, x):
+    """C99 / IEEE atan2 where an operand is zero, infinite or NaN."""
     neg_x = np.signbit(x)
-    v = np.where(neg_x, ph + pl, h + l)
-    out = np.copysign(v, y)
     # zeros: atan2(+-0, x) is +-0 for x > 0 or x = +0, +-pi for x < 0 or x = -0
-    zero_y = np.copysign(np.where(neg_x, D.PI[0], 0.0), y)
-    out = np.where(y == 0, zero_y, out)
+    out = np.copysign(np.where(neg_x, D.PI[0], 0.0), y)
     out = np.where((x == 0) & (y != 0), np.copysign(D.PI_2[0], y), out)
-    # infinities
     inf_x = np.where(x > 0, 0.0, D.PI[0])
     out = np.where(np.isinf(x) & np.isfinite(y), np.copysign(inf_x, y), out)
     both = np.where(x > 0, D.PI_4[0], 3 * D.PI_4[0])
     out = np.where(np.isinf(y), np.copysign(np.where(np.isinf(x), both, D.PI_2[0]), y), out)
     return np.where(np.isnan(x) | np.isnan(y), np.nan, out)
+
+
+def atan2(y, x):
+    """atan2(y, x) with the C99 / IEEE special cases for zeros and infinities."""
+    fin = np.isfinite(y) & np.isfinite(x) & ((y != 0) | (x != 0))
+    special = ~fin | (y == 0) | (x == 0)
+    return D.branches(y, [(~special, _atan2_finite), (special, _atan2_special)], x)
 
 
 def _one_minus_square(a):
