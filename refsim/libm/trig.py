@@ -142,7 +142,7 @@ def tan(x):
     odd = (q & 1).astype(bool)
     nh, nl = np.where(odd, ch, sh), np.where(odd, cl, sl)
     dh, dl = np.where(odd, -sh, ch), np.where(odd, -sl, cl)
-    dh = np.where(dh == 0, 1.0, dh)  # only for x == 0 in the odd quadrants: never reached
+    dh = np.where(dh == 0, 1.0, dh)  # defensive: no nonzero float is a multiple of pi/2
     th, tl = D.dd_div(nh, nl, dh, dl)
     return _finish(x, th + tl, True)
 
