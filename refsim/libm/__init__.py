@@ -96,9 +96,10 @@ def round_once(y: np.ndarray, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     if dtype == _F64:
         return y
-    if dtype in (_F32, np.dtype(np.float16)):
-        return y.astype(dtype)  # NumPy converts float64 to these directly
-    return _round_to_odd_f32(y).astype(dtype)  # ml_dtypes would go through float32 (twice)
+    with np.errstate(over="ignore"):  # overflow to inf is the IEEE result
+        if dtype in (_F32, np.dtype(np.float16)):
+            return y.astype(dtype)  # NumPy converts float64 to these directly
+        return _round_to_odd_f32(y).astype(dtype)  # ml_dtypes would go through float32 (twice)
 
 
 def evaluate(name: str, *operands: np.ndarray) -> np.ndarray:
@@ -116,7 +117,7 @@ def evaluate(name: str, *operands: np.ndarray) -> np.ndarray:
         out = np.empty(wide[0].shape, _F64)
         for lo in range(0, out.size, _CHUNK):  # blocks that stay in cache through the chain
             out[lo:lo + _CHUNK] = fn(*(w[lo:lo + _CHUNK] for w in wide))
-    return round_once(out.reshape(shape), dtype)
+        return round_once(out.reshape(shape), dtype)
 
 
 __all__ = ["FUNCTIONS", "NAMES", "SCIPY", "evaluate", "round_once"]
