@@ -208,6 +208,15 @@ def test_a_merge_with_a_shard_that_lost_cases_names_them(shards, tmp_path, capsy
     assert summary["missing_cases"] == 1 and summary["missing_case_ids"] == [lost]
 
 
+def test_a_merge_of_an_interrupted_unsharded_run_is_incomplete(tmp_path, capsys):
+    folder = tmp_path / "full"
+    assert runner.run(report_dir=folder, **SMALL).ok
+    lost = _drop_last_case(folder)
+    code, out, _ = _merge(capsys, folder, "--out", tmp_path / "m")
+    assert code == 3 and "INCOMPLETE" in out and lost in out
+    assert records(tmp_path / "m")[-1]["missing_case_ids"] == [lost]
+
+
 def _append_foreign_case(folder):
     rec = next(r for r in records(folder) if r["type"] == "case")
     rec = {**rec, "case_id": "psum[axes=('x',),groups=none,dtype=float32,mesh=3:copied-in]"}
