@@ -194,7 +194,7 @@ def _coverage(folders: list[Folder]):
         present = {f.shard[0]: f for f in folders}
         missing_shards = [f"{k}/{n}" for k in range(1, n + 1) if k not in present]
         whole = next((f.plan["plan_cases"] for f in folders if isinstance(f.plan.get("plan_cases"), int)), None)
-        if whole is None and not missing_shards:
+        if whole is None and not missing_shards:  # older folders: the shards' own counts add up to it
             whole = sum(f.plan.get("cases", len(f.cases)) for f in folders)
         ids = None
         if not missing_shards and all(f.plan.get("case_ids") is not None for f in folders):
@@ -203,10 +203,6 @@ def _coverage(folders: list[Folder]):
             total = sum(len(x) for x in per)
             if all(len(per[k - 1]) == plan_mod.shard_size(k, n, total) for k in range(1, n + 1)):
                 ids = [per[p % n][p // n] for p in range(total)]
-        if whole is None:  # older folders: no record of the whole plan's size
-            whole = sum(f.plan.get("cases", len(f.cases)) for f in folders)
-            if missing_shards:
-                whole = None
         return ids, whole, known_missing, missing_shards
     ids = folders[0].plan.get("case_ids")  # one plan: every folder records the same ids
     planned = len(ids) if ids is not None else folders[0].plan.get("cases")
