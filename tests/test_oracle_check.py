@@ -269,3 +269,59 @@ def test_vmap_of_a_partially_manual_shard_map_keeps_the_explicit_batch_split():
     assert g(x).sharding.spec == P("data", "model")                 # what JAX does
     res = conformance.check(g, x)
     assert res.ok and res.outputs[0].placement == "program" and res.outputs[0].max_abs_diff == 0
+
+
+# -- float0 outputs (tangents of integer inputs) ----------------------------------------------------
+
+def ring_and_int_tangent(a, n):
+    """The ring shift and the float0 tangent of an integer input (module level: reproducible)."""
+    _, tn = jax.jvp(lambda v: v * 2, (n,), (np.zeros(n.shape, jax.dtypes.float0),))
+    return {"moved": shifted(a), "tangent": tn}
+
+
+ring_and_int_tangent_jit = jax.jit(ring_and_int_tangent)
+
+
+def test_float0_outputs_are_checked_by_shape_in_oracle_mode():
+    from conformance.oracle import check as chk
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session()
+    intercept.install(session)
+    try:
+        grad = jax.jit(jax.grad(lambda a, k: jnp.sum(a * k), argnums=(0, 1), allow_int=True))
+        x = _placed(np.arange(8, dtype=np.float32), P(("x", "y")))
+        da, dk = grad(x, np.arange(8, dtype=np.int32))
+    finally:
+        intercept.uninstall()
+    np.testing.assert_array_equal(np.asarray(da), np.arange(8, dtype=np.float32))   # d/da sum(a*k) = k
+    assert dk.dtype == jax.dtypes.float0 and dk.shape == (8,)                        # XLA's value, untouched
+    (rec,) = session.calls
+    assert rec["outcome"] == "agree" and rec["policy"][1] == chk.FLOAT0_POLICY, rec
+
+
+def test_float0_output_keeps_the_stated_layout_of_the_others():
+    sh = NamedSharding(MESH, P(("x", "y")))
+    grad = jax.jit(jax.grad(lambda a, k: jnp.sum(a * k), argnums=(0, 1), allow_int=True),
+                   out_shardings=(sh, NamedSharding(MESH, P())))
+    res = conformance.check(grad, _placed(np.arange(8, dtype=np.float32), P(("x", "y"))), np.arange(8, dtype=np.int32))
+    o0, o1 = res.outputs
+    assert (o0.placement, o0.devices, o0.max_abs_diff) == ("program", 8, 0.0), o0
+    assert (o1.index, o1.dtype, o1.shape, o1.policy) == (1, "float0", (8,), "shape only (float0 carries no data)")
+
+
+def test_a_disagreement_beside_a_float0_output_is_caught_and_reproduced(tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    n = np.arange(3, dtype=np.int32)
+    assert conformance.check(ring_and_int_tangent_jit, x, n).ok
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(ring_and_int_tangent_jit, x, n, repro_dir=str(tmp_path))
+    err = info.value
+    assert "output 1 ['tangent']: float0[3]" in str(err) and err.repro_path
+    spec = importlib.util.spec_from_file_location("oracle_repro_float0", err.repro_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.check(mod.run()) == []
+    with faults.inject("ppermute_pairs_reversed"):
+        assert mod.check(mod.run())
