@@ -1,6 +1,7 @@
 """conformance.check on small programs: agreement, the policy chosen, disagreement, errors."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import jax
@@ -165,6 +166,56 @@ def test_static_arguments_of_a_jit_are_closed_over_in_oracle_mode():
     (rec,) = session.calls
     assert rec["outcome"] == "agree" and rec["policy"] == ["exact"], rec   # an int32 sum is exact
     assert jax.jit is not step and not isinstance(jax.jit(lambda a: a), intercept.Checked)
+
+
+def repeat_add(n, a):
+    """a added n times: n must be a Python int (range), so a traced n fails the trace."""
+    acc = jnp.zeros_like(a)
+    for _ in range(n):
+        acc = acc + a
+    return jnp.sum(acc)
+
+
+@pytest.mark.parametrize("jit_kw,call", [
+    ({"static_argnums": 0}, lambda f, x: f(3, x)),                 # 0 is a static argnum, not "none"
+    ({"static_argnums": 0}, lambda f, x: f(n=3, a=x)),             # static by number, passed by keyword
+    ({"static_argnums": 0}, lambda f, x: f(3, a=x)),
+    ({"static_argnums": -2}, lambda f, x: f(3, x)),                # negative: counted from the end
+    ({"static_argnames": "n"}, lambda f, x: f(3, x)),              # static by name, passed by position
+    ({"static_argnames": ("n",)}, lambda f, x: f(n=3, a=x)),
+    ({"static_argnums": 0, "static_argnames": "n"}, lambda f, x: f(3, x)),
+], ids=["argnums0", "argnums-by-keyword", "argnums-mixed", "argnums-negative", "argnames-by-position",
+        "argnames-by-keyword", "both"])
+def test_static_arguments_by_number_or_name_and_position_or_keyword_as_jax(jit_kw, call):
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session()
+    intercept.install(session)
+    try:
+        x = _placed(np.arange(8, dtype=np.int32), P(("x", "y")))
+        out = call(jax.jit(repeat_add, **jit_kw), x)
+        deco = call(functools.partial(jax.jit, **jit_kw)(repeat_add), x)       # decorator form
+    finally:
+        intercept.uninstall()
+    assert int(out) == int(deco) == 3 * 28                                    # 3 * (0 + 1 + ... + 7)
+    assert [c["outcome"] for c in session.calls] == ["agree", "agree"], session.calls
+
+
+def test_infer_static_completes_numbers_and_names_as_jax_does():
+    from conformance.oracle.intercept import infer_static
+
+    def f(a, b, *rest, c=1, **kw):
+        return a
+
+    assert infer_static(f, None, None) == ((), ())
+    assert infer_static(f, 0, None) == ((0,), ("a",))
+    assert infer_static(f, (1, 5), None) == ((1, 5), ("b",))            # 5: a *rest position, no name
+    assert infer_static(f, -1, None) == ((-1,), ())                      # negative numbers name nothing
+    assert infer_static(f, None, "b") == ((1,), ("b",))
+    assert infer_static(f, None, ("c", "zz")) == ((), ("c", "zz"))        # keyword-only: no position
+    assert infer_static(f, 0, "c") == ((0,), ("c",))                     # both given: used as given
+    assert infer_static(len, 0, None) == ((0,), ())                      # no signature: as given
 
 
 def scale_rows(a, w):
