@@ -67,6 +67,45 @@ def test_scaled_bound_is_ulps_times_unit_roundoff_times_the_largest_magnitude():
     assert compare.compare(arr, under, tolerances=[b]).ok
 
 
+def test_scaled_bound_scale_skips_non_finite_elements_and_uses_the_complex_modulus():
+    import ml_dtypes
+    import refsim
+
+    mesh = refsim.Mesh((2,), ("x",))
+
+    def placed(values, dtype):
+        return refsim.device_put(np.array(values, dtype), refsim.NamedSharding(mesh, refsim.P("x")))
+
+    assert policy.ScaledBound.of(placed([0.5, -3.0, 2.0, 1.0], np.float32)).scale == 3.0
+    assert policy.ScaledBound.of(placed([np.inf, -3.0, np.nan, 1.0], np.float32)).scale == 3.0
+    assert policy.ScaledBound.of(placed([np.nan, np.nan], np.float32)).scale == 0.0
+    assert policy.ScaledBound.of(placed([3 + 4j, 1, 0, np.inf], np.complex64)).scale == 5.0    # |3+4j|
+    b = policy.ScaledBound.of(placed([1.5, -2.0], ml_dtypes.bfloat16))
+    ref, bound = b.reference_and_bound(1, ml_dtypes.bfloat16)
+    assert ref.dtype == np.float32 and ref.tolist() == [-2.0] and b.scale == 2.0
+    assert bound.tolist() == [256 * 2.0 ** -8 * 2.0 + float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)]
+    # NaN only where refsim has NaN, an infinity only where refsim has it
+    arr = placed([np.nan, np.inf, 1.0, 2.0], np.float32)
+    tol = policy.ScaledBound.of(arr)
+    assert compare.compare(arr, placed([np.nan, np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([0.0, np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([np.nan, np.inf, np.nan, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([np.nan, -np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+
+
+def test_max_diff_in_blocks_is_the_largest_finite_difference(monkeypatch):
+    import refsim
+
+    from conformance.oracle import check as chk
+
+    monkeypatch.setattr(chk, "_DIFF_BLOCK", 2)                    # blocks of one row of 2
+    sh = refsim.NamedSharding(refsim.Mesh((2,), ("x",)), refsim.P("x"))
+    a = refsim.device_put(np.array([[0, 1], [2, 3], [4, np.inf], [6, 7]], np.float32), sh)
+    b = refsim.device_put(np.array([[0, 1.5], [2, 3], [4, 5], [6, 4]], np.float32), sh)
+    assert chk._max_diff(a, b) == 3.0                              # |7 - 4|; |inf - 5| is not finite
+    assert chk._max_diff(a, a) == 0.0
+
+
 def test_policy_choice_per_output_kind():
     import refsim
 
