@@ -26,7 +26,7 @@ import numpy as np
 from conformance import compare
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
-from conformance.oracle import reproduce
+from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
 
 __all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
@@ -385,6 +385,8 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
         raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
+    if policy == "auto":
+        xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
     cmp = compare.compare(ref, xla, tolerances=pols)
     secs = dict(seconds or {})
     secs["refsim_and_compare"] = time.perf_counter() - t0
