@@ -33,7 +33,7 @@ def _measure(prog, repeat: int) -> dict:
 
     import refsim.stablehlo as sh
     from conformance.explain.program import from_corpus
-    from refsim import _compat
+    from refsim import compat
 
     rec = dict(bench="stablehlo", program=prog.name, family=prog.family, kind=prog.kind)
     try:
@@ -44,7 +44,7 @@ def _measure(prog, repeat: int) -> dict:
     args = prog.inputs(0)
     run(*args)  # trace once, as the conformance runner's later examples reuse it
     fns = {"jaxpr": lambda: run(*args)}
-    kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
+    kept = compat.lowered_kept_args(staged.lowered, len(staged.global_args))
     gargs = [staged.global_args[i] for i in kept]
     t = time.perf_counter()
     plan = sh.load(staged.lowered.compiler_ir("stablehlo"))
@@ -54,12 +54,12 @@ def _measure(prog, repeat: int) -> dict:
         compiled = staged.compiled()
     except Exception as e:  # noqa: BLE001 - XLA:CPU cannot compile it (ragged-all-to-all)
         return _timed(rec, fns, repeat) | dict(status=f"lowered only ({type(e).__name__})")
-    from conformance.explain.stages import _flat_in_shardings, _shards_by_index
+    from conformance.explain.stages import flat_in_shardings, shards_by_index
 
-    ids = _compat.partition_device_ids(compiled)
-    shards = [_shards_by_index(np.asarray(a)[None], s, ids) for a, s in zip(gargs, _flat_in_shardings(compiled))]
+    ids = compat.partition_device_ids(compiled)
+    shards = [shards_by_index(np.asarray(a)[None], s, ids) for a, s in zip(gargs, flat_in_shardings(compiled))]
     t = time.perf_counter()
-    cplan = sh.load(_compat.hlo_module_to_stablehlo(compiled))
+    cplan = sh.load(sh.hlo_module_to_stablehlo(compiled))
     rec["compiled_load_s"] = time.perf_counter() - t
     fns["compiled"] = lambda: sh.interpret(cplan, *shards, per_device=True, num_partitions=len(ids))
     return _timed(rec, fns, repeat) | dict(status="ok")

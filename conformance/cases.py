@@ -72,10 +72,16 @@ def _array_literal(a: np.ndarray) -> str:
     """Source rebuilding `a` bit for bit (floats as exact Python floats; nan/inf by name)."""
     a = np.asarray(a)
     name = a.dtype.name
+    if a.dtype.kind == "c":
+        # as (real, imaginary) pairs viewed as complex: a Python complex literal cannot hold a
+        # non-finite imaginary part (`1+inf_j`) or the sign of an imaginary zero (`1-0j` is 1+0j)
+        parts = np.ascontiguousarray(a).view(f"f{a.dtype.itemsize // 2}")
+        body = repr(parts.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
+        return f"np.array({body}, dtype=np.{parts.dtype.name}).view(np.{name}).reshape({tuple(a.shape)!r})"
     if name == "bfloat16" or name.startswith("float8_"):
         vals, dt = a.astype(np.float32), f"jnp.{name}"
     else:
-        vals, dt = a, f"np.{name}"
+        vals, dt = a, ("np.bool_" if name == "bool" else f"np.{name}")   # np.bool is NumPy >= 2 only
     body = repr(vals.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
     return f"np.array({body}, dtype={dt}).reshape({tuple(a.shape)!r})"
 

@@ -81,6 +81,30 @@ class Program:
 
         return _entry(self, refsim, self.refsim_mesh())
 
+    def shardings(self, mesh) -> tuple:
+        """(in_shardings, out_shardings) of a ``"jit"`` program: its specs as refsim
+        NamedShardings over `mesh` (None stays unspecified)."""
+        def named(tree):
+            if tree is None:
+                return None
+            return jax.tree_util.tree_map(lambda s: api_named(None, mesh, s), tree,
+                                          is_leaf=lambda x: x is None or isinstance(x, P))
+        return named(self.in_specs), named(self.out_specs)
+
+    def layout(self, mesh):
+        """The `xla_backend.staging.Layout` this program runs under on `mesh`; its
+        `entry_kwargs()` are the arguments of refsim's and xla_backend's entry point."""
+        from xla_backend import staging
+
+        if self.kind == "shard_map":
+            return staging.Layout.shard_map(mesh, self.in_specs, self.out_specs, check_vma=self.check_vma,
+                                            axis_names=self.manual_axes)
+        if self.kind == "pmap":
+            return staging.Layout.pmap(**self.pmap_kwargs)
+        if self.kind == "jit":
+            return staging.Layout.jit(*self.shardings(mesh))
+        raise ValueError(f"Program.kind={self.kind!r}; use 'shard_map', 'pmap' or 'jit'.")
+
     def run_refsim(self, seed: int = 0):
         """Outputs (a flat tuple of refsim.Array) for the inputs of `seed`."""
         out = self.refsim_callable()(*self.inputs(seed))
@@ -89,22 +113,8 @@ class Program:
 
 def _entry(prog: Program, api, mesh):
     """`prog.fn` wrapped by `api.shard_map` / `api.pmap` / `api.jit` (refsim or xla_backend)."""
-    if prog.kind == "shard_map":
-        kw = {}
-        if prog.manual_axes is not None:
-            kw["axis_names"] = set(prog.manual_axes)
-        return api.shard_map(prog.fn, mesh=mesh, in_specs=prog.in_specs, out_specs=prog.out_specs,
-                             check_vma=prog.check_vma, **kw)
-    if prog.kind == "pmap":
-        return api.pmap(prog.fn, **prog.pmap_kwargs)
-    if prog.kind == "jit":
-        def named(tree):
-            if tree is None:
-                return None
-            return jax.tree_util.tree_map(lambda s: api_named(api, mesh, s), tree,
-                                          is_leaf=lambda x: x is None or isinstance(x, P))
-        return api.jit(prog.fn, in_shardings=named(prog.in_specs), out_shardings=named(prog.out_specs))
-    raise ValueError(f"Program.kind={prog.kind!r}; use 'shard_map', 'pmap' or 'jit'.")
+    layout = prog.layout(mesh)
+    return getattr(api, layout.entry)(prog.fn, **layout.entry_kwargs())
 
 
 def api_named(api, mesh, spec):

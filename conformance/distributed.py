@@ -104,9 +104,10 @@ def join(*, platform: str, init_timeout_s: float = 300.0, case_timeout_s: float 
             "`python -m xla_backend launch --processes N -- python -m conformance run --distributed ...`, or one "
             "per host under Slurm, Open MPI or on a TPU VM, where JAX finds the job itself.") from None
     import jax
-    from jax._src import distributed as jdist
 
-    return Job(jax.process_index(), jax.process_count(), jdist.global_state.client,
+    from refsim import compat
+
+    return Job(jax.process_index(), jax.process_count(), compat.distributed_client(),
                [int(d.id) for d in jax.devices()], {int(d.id): int(d.process_index) for d in jax.devices()},
                float(case_timeout_s), log_dir)
 

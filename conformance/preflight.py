@@ -51,7 +51,7 @@ def check(platform: str, devices: int | None, *, in_process: bool, timeout_s: fl
 def _backends_started() -> bool:
     from xla_backend import platform as xplat
 
-    return xplat._backends_initialised()
+    return xplat.backends_initialised()
 
 
 def _check_here(platform: str, devices: int | None) -> dict:

@@ -5,17 +5,21 @@ The module defines MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh sh
 OUT_DEVICE_IDS), the layouts of its kind (IN_SPECS / OUT_SPECS / CHECK_VMA; IN_SHARDINGS /
 OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME / IN_AXES / OUT_AXES), `program`,
 `inputs()`, EXPECTED (per output: device id -> refsim's shard data), EXPECTED_INDEX,
-POLICIES (per output: "exact", "exact_unsigned_zero" or "sum_bound", with BOUNDS holding the
-exact value and allowed error per device) and TOLERANCE. Run as a script it builds the mesh
-from `jax.devices()` by id, runs the program the way a JAX user would, compares every
-device's shard and exits 1 naming the first differing elements. `conformance.debug.loader`
-reads the same attributes.
+POLICIES (per output: "exact", "exact_unsigned_zero", "ulp" with its bound in ULPS, or
+"sum_bound" with BOUNDS holding per device the arrays of the sum check: the exact value,
+the allowed error, the exact elements and where NaN / infinities are allowed) and TOLERANCE.
+Run as a script it builds the mesh from `jax.devices()` by id, runs the program the way a JAX
+user would, checks every device's shard with the element check of `conformance.compare`
+(`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
+differing elements. `conformance.debug.loader` reads the same attributes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from conformance.cases import _array_literal, _index_source, spec_source
+from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict.elements import pack_sum_check
 
 _HEAD = '''\
 # conformance reproducer v1: {case_id}
@@ -89,15 +93,17 @@ def check(out) -> list:
                 failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
                                 f"{want.dtype}{list(want.shape)}")
             elif POLICIES[k] == "sum_bound":
-                ref, tol = BOUNDS[k][dev]
-                err = np.abs(have.astype(np.float64) - ref.astype(np.float64))
-                bad = ~(err <= tol.astype(np.float64))
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(bad)[:5]]:
+                ok, ref, bound = sum_ok_packed(have, BOUNDS[k][dev])
+                err = abs_diff(have, ref)
+                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
                     failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, exact {ref[i]!r}, "
-                                    f"|diff| {err[i]!r} > bound {tol[i]!r}")
+                                    f"|diff| {err[i]!r} > bound {bound[i]!r}")
             else:
-                same = _same(have, want, POLICIES[k] == "exact")
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~same)[:5]]:
+                if POLICIES[k] == "ulp":
+                    ok = within_ulp(have, want, ULPS[k])
+                else:
+                    ok = same(have, want, POLICIES[k] == "exact")
+                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
                     failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, expected {want[i]!r}")
     return failures
 
@@ -111,20 +117,8 @@ if __name__ == "__main__":
     print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
 '''
 
-# Shared by the reproducer templates (this module's and `conformance.oracle.reproduce`'s): how a
-# reproducer holds an element, as `conformance.compare` does.
-ELEMENT_CHECK = '''def _same(have, want, exact: bool):
-    """Element by element: equal, or NaN on both sides; a complex number part by part; with
-    `exact`, a float zero's sign counts (bfloat16 and float8 included)."""
-    if have.dtype.kind == "c":
-        return _same(have.real, want.real, exact) & _same(have.imag, want.imag, exact)
-    same = (have == want) | ((have != have) & (want != want))
-    if exact and (have.dtype.kind == "f" or "float" in have.dtype.name):
-        same &= (np.signbit(have) == np.signbit(want)) | (have != have)
-    return same
-
-
-'''
+# The element check every reproducer embeds (both templates): `conformance.verdict.elements`
+# source, the code conformance.compare runs. Kept under this name for older imports.
 _MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
 
 
@@ -136,17 +130,17 @@ def _specs_tuple(specs) -> str:
     return "(" + ", ".join(spec_source(s) for s in specs) + ("," if len(specs) == 1 else "") + ")"
 
 
-def _policy(tol) -> str:
-    from conformance import compare
-
-    if isinstance(tol, compare.SumBound):
-        return "sum_bound"
-    return "exact" if getattr(tol, "signed_zero", True) else "exact_unsigned_zero"
+def _packed_source(packed: dict) -> str:
+    """Source of a `pack_sum_check` dict: float64 / bool arrays bit for bit, strings as strings."""
+    items = []
+    for key, v in packed.items():
+        v = np.asarray(v)
+        items.append(f"{key!r}: " + (repr(str(v)) if v.dtype.kind == "U" else _array_literal(v)))
+    return "{" + ", ".join(items) + "}"
 
 
 def source(case, expected, tolerances=None) -> str:
     """The v1 reproducer of `case` (a `conformance.cases.Program`) with refsim's `expected` result."""
-    from conformance import compare
     from refsim.layouts.named_sharding import NamedSharding
     from refsim.layouts.partition_spec import PartitionSpec
 
@@ -177,7 +171,8 @@ def source(case, expected, tolerances=None) -> str:
     out += ["    )", ""]
     outs = compare.as_outputs(expected)
     tols = list(tolerances) if tolerances is not None else case.tolerances()
-    pols = [_policy(tols[k] if k < len(tols) else compare.EXACT) for k in range(len(outs))]
+    tols = [tols[k] if k < len(tols) else compare.EXACT for k in range(len(outs))]
+    pols = [compare.element_rule(tols[k], arr.dtype) for k, arr in enumerate(outs)]
     data, index, bounds = [], [], []
     for k, arr in enumerate(outs):
         data.append("    {")
@@ -188,14 +183,15 @@ def source(case, expected, tolerances=None) -> str:
             data.append(f"        {d}: {_array_literal(np.asarray(sh.data))},")
             index.append(f"        {d}: {_index_source(sh.index)},")
             if pols[k] == "sum_bound":
-                ex, bd = tols[k].reference_and_bound(d, np.asarray(sh.data).dtype)
-                bounds.append(f"        {d}: ({_array_literal(np.asarray(ex, np.float64))}, "
-                              f"{_array_literal(np.asarray(bd, np.float64))}),")
+                packed = pack_sum_check(**tols[k].check_arrays(d, np.asarray(sh.data).dtype))
+                bounds.append(f"        {d}: {_packed_source(packed)},")
         for lst in (data, index, bounds):
             lst.append("    },")
     out += ["# refsim's expected shards: per output, device id -> data (and its index in the global array)",
             "EXPECTED = ["] + data + ["]", "EXPECTED_INDEX = ["] + index + ["]"]
     out.append(f"POLICIES = {pols!r}")
-    out += ["# sum_bound outputs: device id -> (exact value, allowed |result - exact|)", "BOUNDS = ["] + bounds + ["]"]
+    out.append(f"ULPS = {[getattr(t, 'ulps', None) if p == 'ulp' else None for t, p in zip(tols, pols)]!r}")
+    out += ["# sum_bound outputs: device id -> the arrays of the sum check (exact value and allowed error as",
+            "# float64 parts, exact elements, where +inf / -inf / NaN are allowed)", "BOUNDS = ["] + bounds + ["]"]
     out.append(f"TOLERANCE = {'sum_bound' if 'sum_bound' in pols else 'exact'!r}")
     return "\n".join(out) + _MAIN

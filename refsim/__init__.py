@@ -8,7 +8,7 @@ from refsim.visualize import render_device_grid, visualize
 
 P = PartitionSpec
 
-_PROGRAM_ENTRY_POINTS = ("shard_map", "pmap", "jit", "eval_jaxpr")
+_PROGRAM_ENTRY_POINTS = ("shard_map", "pmap", "jit", "eval_jaxpr", "evaluate")
 
 
 def __getattr__(name):
@@ -24,5 +24,5 @@ __all__ = [
     "P", "PartitionSpec", "ReplicationError", "UNCONSTRAINED", "UnsupportedPrimitive",
     "Array", "Shard", "device_put", "make_array_from_callback", "make_array_from_single_device_arrays",
     "PmapSharding", "SingleDeviceSharding", "HloSharding", "visualize", "render_device_grid",
-    "shard_map", "pmap", "jit", "eval_jaxpr",
+    "shard_map", "pmap", "jit", "eval_jaxpr", "evaluate",
 ]

@@ -210,9 +210,9 @@ class Array:
             raise ValueError("refsim.Array assembles its global value, so np.asarray(arr, copy=False) cannot avoid a copy.")
         unreduced = getattr(getattr(self._sharding, "spec", None), "unreduced", None)
         if unreduced:  # JAX refuses to read partial sums as a global value; so does refsim
-            from refsim import _compat
+            from refsim import compat
 
-            raise _compat.unreduced_read_error(
+            raise compat.unreduced_read_error(
                 f"cannot read a refsim.Array unreduced over mesh axes {sorted(unreduced)} "
                 f"(sharding {self._sharding!r}) as one global value: each device holds a partial "
                 "sum, and JAX refuses this read too. Reduce it first, e.g. "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.registry import load_rules
 
 
@@ -86,9 +86,9 @@ class Coverage:
 def coverage() -> Coverage:
     """Compare refsim's rules with every primitive the installed JAX defines."""
     rules = set(load_rules())
-    prims = _compat.all_primitive_names()
+    prims = compat.all_primitive_names()
     return Coverage(
-        jax_version=".".join(map(str, _compat.jax_version())),
+        jax_version=".".join(map(str, compat.jax_version())),
         covered=tuple(sorted(prims & rules)),
         missing=tuple(sorted(prims - rules)),
         extra=tuple(sorted(rules - prims)),

@@ -59,7 +59,7 @@ class Recorder:
         self.files: list[str] = []
 
     def __call__(self, eqn, invals, outvals) -> None:
-        from refsim import _compat
+        from refsim import compat
 
         k = len(self.files)
         name = f"{k:06d}_{eqn.primitive.name}.npz"
@@ -76,7 +76,7 @@ class Recorder:
         meta = {
             "version": _VERSION, "index": k, "primitive": eqn.primitive.name,
             "params": {p: _short_repr(v) for p, v in eqn.params.items()},
-            "source": _compat.eqn_source_line(eqn), "outputs": outs_meta,
+            "source": compat.eqn_source_line(eqn), "outputs": outs_meta,
         }
         if self.mesh is not None:
             meta["mesh"] = {"axis_names": list(self.mesh.axis_names), "axis_sizes": list(self.mesh.axis_sizes),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 
 
 def _is_ml_dtype(dtype: np.dtype) -> bool:
@@ -54,12 +54,12 @@ def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put") -> np.nda
                 f"np.int64({x}) with jax_enable_x64 on, or a value in [{limit.min}, {limit.max}]."
             )
     try:
-        value = _compat.to_numpy(x)  # a JAX key array becomes refsim's structured keys
+        value = compat.to_numpy(x)  # a JAX key array becomes refsim's structured keys
     except ValueError as e:  # NumPy's "inhomogeneous shape" for ragged nested lists
         raise ValueError(
             f"{api}: {arg} is not a rectangular array: {e} Give every nested list the same length."
         ) from None
-    if _compat.jax_key_dtype(value.dtype) is not None:
+    if compat.jax_key_dtype(value.dtype) is not None:
         return value  # refsim's structured form of a JAX PRNG key array: placed as it is
     dtype = check_numeric_dtype(value.dtype, arg=arg, api=api)
     canon = canonical_dtype(dtype)

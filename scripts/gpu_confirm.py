@@ -69,6 +69,20 @@ def main() -> int:
         g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x")))
         probe(f"{name} of -0.0 over one device", g(mz), mz)
 
+    # x + 0 folded to x (XLA's algebraic simplifier): IEEE gives -0.0 + 0.0 = +0.0
+    probe("-0.0 + 0.0 (constant 0)", jax.jit(lambda v: v + np.float32(0))(np.float32(-0.0)), np.float32(0.0))
+    g = jax.jit(jax.shard_map(lambda v: v + jax.lax.axis_index("x").astype(v.dtype), mesh=mesh,
+                              in_specs=jax.P("x"), out_specs=jax.P("x")))
+    probe("-0.0 + axis_index over one device", g(mz), np.zeros_like(mz))
+
+    # reduce (jnp.sum) over a size-1 axis of -0.0: StableHLO's reduce intersperses an implementation-defined
+    # number of init values (+0), so -0.0 (none) and +0.0 (one or more) both conform; refsim adds one
+    probe("sum over a size-1 axis of -0.0 (reduce, init +0)", jax.jit(lambda v: v.sum(axis=0))(np.full((1, 2), -0.0, np.float32)),
+          np.zeros(2, np.float32), "either sign conforms; refsim gives +0.0")
+    probe("jit_shardings' (a * 2 + a.sum(0, keepdims=True)).T of [[-0.0]]",
+          jax.jit(lambda v: (v * 2 + v.sum(axis=0, keepdims=True)).T)(np.full((1, 1), -0.0, np.float32)),
+          np.zeros((1, 1), np.float32), "either sign conforms; refsim gives +0.0")
+
     # bfloat16: a chain of ops rounded once per op (refsim) or once per fusion
     h = np.asarray([1.0, 3.0, 7.0], dtype=jnp.bfloat16)
     got = jax.jit(lambda v: (v / 3 * 3) - v)(h)

@@ -134,51 +134,69 @@ def run(dtypes=("float32", "bfloat16")) -> list[dict]:
 
     import conformance
 
+    import contextlib
+
     rows = []
     for dname in dtypes:
-        dtype = np.float32 if dname == "float32" else ml_dtypes.bfloat16
-        for name, fn, args, kw in programs(dtype):
-            row = {"bench": "gpu_oracle", "program": name, "dtype": dname, "platform": jax.devices()[0].platform,
-                   "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
-            try:
-                res = conformance.check(fn, *args, name=name, **kw)
-                row.update(verdict="AGREE", report=res.report())
-            except conformance.ConformanceError as e:
-                res = e.result
-                row.update(verdict="DISAGREE", report=str(e)[:4000])
-            except conformance.NotCheckable as e:
-                row.update(verdict="NOT CHECKABLE", reason=e.reason, report=str(e)[:2000])
-                rows.append(row)
-                continue
-            except Exception as e:  # noqa: BLE001 - any other failure is this program's row, not the run's end
-                row.update(verdict="ERROR", report=f"{type(e).__name__}: {e}"[:2000])
-                rows.append(row)
-                continue
-            row["policies"] = sorted(set(res.policies))
-            row["outputs"] = [{"path": o.path, "shape": list(o.shape), "policy": o.policy,
-                               "max_abs_diff": o.max_abs_diff, "allowed": o.allowed, "ulps": o.ulps}
-                              for o in res.outputs]
-            worst = max(res.outputs, key=lambda o: (o.max_abs_diff / o.allowed) if o.allowed else
-                        (np.inf if o.max_abs_diff else 0.0))
-            row["worst"] = {"path": worst.path, "max_abs_diff": worst.max_abs_diff, "allowed": worst.allowed,
-                            "ulps": worst.ulps}
+        # "float32@highest": float32 programs under jax.default_matmul_precision("highest")
+        base, _, precision = dname.partition("@")
+        dtype = np.float32 if base == "float32" else ml_dtypes.bfloat16
+        scope = jax.default_matmul_precision(precision) if precision else contextlib.nullcontext()
+        with scope:
+            rows += _check_all(programs(dtype), dname)
+    return rows
+
+
+def _check_all(progs, dname) -> list[dict]:
+    import jax
+
+    import conformance
+
+    rows = []
+    for name, fn, args, kw in progs:
+        row = {"bench": "gpu_oracle", "program": name, "dtype": dname, "platform": jax.devices()[0].platform,
+               "device_kind": jax.devices()[0].device_kind, "jax": jax.__version__}
+        try:
+            res = conformance.check(fn, *args, name=name, **kw)
+            row.update(verdict="AGREE", report=res.report())
+        except conformance.ConformanceError as e:
+            res = e.result
+            row.update(verdict="DISAGREE", report=str(e)[:4000])
+        except conformance.NotCheckable as e:
+            row.update(verdict="NOT CHECKABLE", reason=e.reason, report=str(e)[:2000])
             rows.append(row)
+            continue
+        except Exception as e:  # noqa: BLE001 - any other failure is this program's row, not the run's end
+            row.update(verdict="ERROR", report=f"{type(e).__name__}: {e}"[:2000])
+            rows.append(row)
+            continue
+        row["policies"] = sorted(set(res.policies))
+        row["outputs"] = [{"path": o.path, "shape": list(o.shape), "policy": o.policy,
+                           "max_abs_diff": o.max_abs_diff, "allowed": o.allowed, "ulps": o.ulps}
+                          for o in res.outputs]
+        worst = max(res.outputs, key=lambda o: (o.max_abs_diff / o.allowed) if o.allowed else
+                    (np.inf if o.max_abs_diff else 0.0))
+        row["worst"] = {"path": worst.path, "max_abs_diff": worst.max_abs_diff, "allowed": worst.allowed,
+                        "ulps": worst.ulps}
+        row["notes"] = list(res.notes)
+        rows.append(row)
     return rows
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", default=None, help="write the JSON lines (with each full report) to this file")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--dtypes", default="float32,float32@highest,bfloat16",
+                   help="comma-separated: float32, bfloat16, float32@highest (under jax.default_matmul_precision)")
     a = p.parse_args(argv)
     rows = run(tuple(a.dtypes.split(",")))
-    print(f"{'program':<28}{'dtype':<10}{'verdict':<15}{'worst |diff|':>13}{'allowed':>11}{'ulp':>10}  policies")
+    print(f"{'program':<28}{'dtype':<16}{'verdict':<15}{'worst |diff|':>13}{'allowed':>11}{'ulp':>10}  policies")
     for r in rows:
         wst = r.get("worst") or {}
-        print(f"{r['program']:<28}{r['dtype']:<10}{r['verdict']:<15}"
+        print(f"{r['program']:<28}{r['dtype']:<16}{r['verdict']:<15}"
               f"{wst.get('max_abs_diff', float('nan')):>13.3g}{wst.get('allowed', float('nan')):>11.3g}"
               f"{(wst.get('ulps') if wst.get('ulps') is not None else float('nan')):>10.3g}  "
-              + "; ".join(r.get("policies", [r.get("reason", "")])))
+              + "; ".join(r.get("policies", [r.get("reason", "")])) + ("  [TF32 note]" if r.get("notes") else ""))
     if a.json:
         with open(a.json, "w") as fh:
             for r in rows:

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 import refsim.interpreter.rules  # noqa: F401  (registers the rules)
-from refsim._compat import prng_impl_of
+from refsim.compat import prng_impl_of
 from refsim.interpreter.core import eval_closed_jaxpr
 from refsim.interpreter.registry import Context
 from refsim.interpreter.rules.random import keys_from_jax, keys_to_jax

@@ -105,7 +105,31 @@ def test_pmean_docstring_and_groups():
     assert C.pmean(np.arange(4), "i", mesh=M4).tolist() == [1.5]
     assert C.pmean(np.arange(4), "i", mesh=M4).dtype == np.float32
     assert C.pmean(np.arange(4.0), "i", axis_index_groups=[[0, 1], [2, 3]], mesh=M4).tolist() == [0.5, 0.5, 2.5, 2.5]
-    assert C.pmean(np.arange(4.0), "i", axis_index_groups=[[0], [1, 2, 3]], mesh=M4).tolist() == [0, 2, 2, 2]
+
+
+# JAX's pmean is `psum(x) / psum(1)`, and psum(1) over axis_index_groups is the constant
+# len(groups[0]) (jax/_src/lax/parallel.py: pmean, _axis_size, _psum's constant case), so with
+# unequal groups every device divides by the first group's size. Values 0, 1, 2, 3 on devices 0..3:
+#   [[0], [1, 2, 3]]: sums 0 | 6 6 6, n = 1 -> 0, 6, 6, 6
+#   [[0, 1, 2], [3]]: sums 3 3 3 | 3, n = 3 -> 1, 1, 1, 1
+PMEAN_UNEQUAL = [([[0], [1, 2, 3]], [0.0, 6.0, 6.0, 6.0]), ([[0, 1, 2], [3]], [1.0, 1.0, 1.0, 1.0])]
+
+
+@pytest.mark.parametrize("groups,want", PMEAN_UNEQUAL)
+def test_pmean_unequal_groups_divides_by_the_first_groups_size_as_jax(groups, want):
+    got = C.pmean(np.arange(4.0, dtype=np.float32), "i", axis_index_groups=groups, mesh=M4)
+    assert got.dtype == np.float32 and got.tolist() == want
+    assert C.pmean(np.arange(4), "i", axis_index_groups=groups, mesh=M4).tolist() == want  # int -> float32
+
+
+@pytest.mark.parametrize("groups,want", PMEAN_UNEQUAL)
+def test_pmean_eager_and_traced_agree(groups, want):
+    """The eager function and refsim's jaxpr interpreter (jax.lax.pmean traced under refsim.pmap)."""
+    import jax
+    import refsim
+
+    traced = refsim.pmap(lambda v: jax.lax.pmean(v, "i", axis_index_groups=groups), axis_name="i")
+    assert np.asarray(traced(np.arange(4.0, dtype=np.float32))).tolist() == want
 
 
 def test_pargmax_pargmin():
@@ -342,3 +366,28 @@ def test_rules_take_params_as_jax_binds_them():
                           lookup("ppermute")(ctx, x, axis_name=("y",), perm=((0, 1),)))
     with pytest.raises(NameError, match="manual mesh context"):
         lookup("psum")(Context(), x, axes=("y",), axis_index_groups=None)
+
+
+def test_sum_of_negative_zeros_is_negative_zero():
+    """StableHLO all_reduce: the operands are the schedule's only leaves (no +0 identity), and
+    IEEE 754 gives -0 + -0 = -0; one +0 operand makes the sum +0. Complex: part by part."""
+    import numpy as np
+
+    import jax
+
+    import refsim
+    from refsim import P
+    from refsim.collectives.reductions import ordered_reduce
+
+    got = ordered_reduce(np.add, np.array([[-0.0, -0.0, 0.0, -0.0], [-0.0, 0.0, -0.0, -0.0]], np.float32))
+    assert np.signbit(got).tolist() == [True, False, False, True] and not got.any()
+    one = ordered_reduce(np.add, np.array([[-0.0, 0.0]], np.float64))       # a one-member group
+    assert np.signbit(one).tolist() == [True, False]
+    bf = ordered_reduce(np.add, np.array([[-0.0, 0.0], [-0.0, -0.0]], ml_dtypes.bfloat16))
+    assert np.signbit(bf.astype(np.float32)).tolist() == [True, False]
+    z = ordered_reduce(np.add, np.array([[complex(-0.0, -0.0)], [complex(-0.0, 0.0)]], np.complex64))
+    assert np.signbit(z.real).tolist() == [True] and np.signbit(z.imag).tolist() == [False]
+    mesh = refsim.Mesh((2,), ("x",))
+    out = refsim.shard_map(lambda v: jax.lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(
+        np.array([-0.0, -0.0], np.float32))
+    assert np.signbit(np.asarray(out)).all()

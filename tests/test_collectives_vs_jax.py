@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 
 import refsim.collectives as C
 from refsim import Mesh
-from refsim._compat import jax_version
+from refsim.compat import jax_version
 
 MESHES = [((8,), ("a",)), ((2, 4), ("a", "b")), ((2, 2, 2), ("a", "b", "c"))]
 
@@ -56,6 +56,14 @@ def test_psum_groups(shape, names):
     groups = [list(range(0, k, 2)), list(range(1, k, 2))]  # strided
     compare(shape, names, lambda v: jax.lax.psum(v, ax, axis_index_groups=groups),
             lambda x, m: C.psum(x, ax, axis_index_groups=groups, mesh=m), check_vma=False)
+
+
+@pytest.mark.parametrize("groups", [[[0], [1, 2, 3, 4, 5, 6, 7]], [[6, 1], [0, 2, 3, 4, 5, 7]]])
+def test_pmean_unequal_groups(groups):
+    """JAX divides every group's sum by len(groups[0]); refsim.collectives.pmean does the same.
+    (First groups of 1 and 2 devices: a power-of-2 n, which XLA:CPU's reciprocal multiply divides exactly.)"""
+    compare((8,), ("a",), lambda v: jax.lax.pmean(v, "a", axis_index_groups=groups),
+            lambda x, m: C.pmean(x, "a", axis_index_groups=groups, mesh=m), check_vma=False)
 
 
 @pytest.mark.parametrize("shape,names", MESHES)

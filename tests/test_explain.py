@@ -12,7 +12,7 @@ from jax import lax
 
 import xla_backend
 from conformance.explain import explain, planted
-from refsim import _compat
+from refsim import compat as _compat
 from xla_backend import faults
 
 P = jax.sharding.PartitionSpec

@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as JP
 import refsim
 import xla_backend
 from refsim import Mesh, NamedSharding, PartitionSpec as P
-from refsim import _compat
+from refsim import compat as _compat
 from xla_backend import faults
 
 N = 8

@@ -17,7 +17,7 @@ import pytest
 import refsim
 import refsim.collectives as C
 from refsim import AbstractMesh, HloSharding, Mesh, NamedSharding, P
-from refsim import _compat
+from refsim import compat as _compat
 
 MESH = Mesh((2, 4), ("x", "y"))
 JMESH = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import refsim
 from refsim import HloSharding, IndivisibleError, Mesh, NamedSharding, P
-from refsim import _compat
+from refsim import compat as _compat
 from refsim.layouts.hlo_sharding import hlo_to_named, named_to_hlo
 
 # -- text forms -----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding as JaxNamedSharding
 from jax.sharding import PartitionSpec as JaxP
 
 from refsim import UNCONSTRAINED, AxisType, Mesh, NamedSharding, P
-from refsim import _compat
+from refsim import compat as _compat
 from refsim.layouts.shardy import mesh_op, mesh_to_shardy
 
 MESH = Mesh((2, 4), ("x", "y"))

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding as JaxNamedSharding
 from jax.sharding import PartitionSpec as JaxP
 
 import refsim
-from refsim import _compat
+from refsim import compat as _compat
 from refsim.layouts.hlo_sharding import HloSharding, hlo_to_named
 
 NAMES = ("x", "y", "z")

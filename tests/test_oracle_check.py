@@ -289,7 +289,7 @@ def planted_fault():
 
     from jax._src.lax import lax as lax_internal
 
-    from refsim import _compat
+    from refsim import compat as _compat
 
     @contextlib.contextmanager
     def patch():

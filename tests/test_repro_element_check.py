@@ -3,8 +3,6 @@ holds a complex number part by part, as `conformance.compare` does: NaN in one p
 sign of an imaginary zero are differences; a float zero's sign counts for bfloat16 too."""
 from __future__ import annotations
 
-import re
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -14,11 +12,13 @@ from conformance.oracle import reproduce
 
 
 def _template_same(module):
-    """The `_same` function the module's reproducer template defines, run as a reproducer runs it."""
-    src = re.search(r"^def _same\(.*?(?=^def )", module._MAIN, re.S | re.M).group(0)
-    ns = {"np": np}
+    """The `same` function the module's reproducer template defines, run as a reproducer runs it:
+    the embedded element check, cut from the template's text up to its `def check(`."""
+    start = module._MAIN.index("# -- the element check:")
+    src = module._MAIN[start:module._MAIN.index("\ndef check(", start)]
+    ns = {}
     exec(src, ns)
-    return ns["_same"]
+    return ns["same"]
 
 
 @pytest.mark.parametrize("module", [repro, reproduce], ids=["repro", "oracle.reproduce"])

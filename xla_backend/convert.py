@@ -98,7 +98,7 @@ def local_shards(jax_array):
 
 def _host(data):
     """A single-device jax.Array as NumPy: a PRNG key array as refsim's structured key array."""
-    from refsim import _compat
+    from refsim import compat as _compat
 
     return _compat.to_numpy(data)
 
@@ -121,7 +121,7 @@ def to_refsim(jax_array, *, info=None):
             "of several processes and this process sees only its own shards; call "
             "xla_backend.distributed.gather(result) on every process to collect all of them."
         )
-    from refsim import _compat
+    from refsim import compat as _compat
 
     sharding = from_jax_sharding(jax_array.sharding)
     return Array(tuple(jax_array.shape), _compat.physical_dtype(jax_array.dtype), sharding,

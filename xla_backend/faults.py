@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat as _compat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +81,9 @@ def _group_size(ctx, axes, axis_index_groups=None) -> int:
     return math.prod(env[a] for a in _named(axes))
 
 
-def _apply(ctx, fn, value, aval_in, aval_out):
-    """Lower `fn` (jax.numpy on one array of `aval_in`) at this point of the module."""
+def apply(ctx, fn, value, aval_in, aval_out):
+    """Lower `fn` (jax.numpy on one array of `aval_in`) at this point of the module: the
+    building block of a replaced lowering rule (here and in `conformance.oracle.planted`)."""
     # A fresh token slot: the replaced rule may already have set the outer ctx's tokens.
     sub = ctx.replace(primitive=None, avals_in=[aval_in], avals_out=[aval_out], tokens_out=None)
     out, = _compat.lower_fun(fn, multiple_results=False)(sub, value)
@@ -93,7 +94,7 @@ def _post(ctx, results, fn):
     """Apply `fn` to the single result of a rule (same aval before and after)."""
     aval, = ctx.avals_out
     (value,) = results
-    return [_apply(ctx, fn, value, aval, aval)]
+    return [apply(ctx, fn, value, aval, aval)]
 
 
 def _with_params(transform):
@@ -257,11 +258,11 @@ def _reduce_scatter_wrong_dim(orig, env):
         total = math.prod(aval_in.shape)
         flat_in = aval_in.update(shape=(n, total // n))
         flat_out = aval_in.update(shape=(total // n,))
-        xf = _apply(ctx, lambda a: a.reshape(n, total // n), x, aval_in, flat_in)
+        xf = apply(ctx, lambda a: a.reshape(n, total // n), x, aval_in, flat_in)
         sub = ctx.replace(avals_in=[flat_in], avals_out=[flat_out])
         (yf,) = orig(sub, xf, scatter_dimension=0, axis_name=axis_name,
                      axis_index_groups=axis_index_groups, axis_size=axis_size, tiled=False, **kw)
-        return [_apply(ctx, lambda a: a.reshape(aval_out.shape), yf, flat_out, aval_out)]
+        return [apply(ctx, lambda a: a.reshape(aval_out.shape), yf, flat_out, aval_out)]
     return rule
 
 
@@ -351,7 +352,7 @@ def _ragged_offsets(orig, env):
     def rule(ctx, operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, **params):
         if _group_size(ctx, params["axis_name"], params.get("axis_index_groups")) == 1:
             aval = ctx.avals_in[4]
-            output_offsets = _apply(ctx, lambda o: o * 0, output_offsets, aval, aval)
+            output_offsets = apply(ctx, lambda o: o * 0, output_offsets, aval, aval)
         return orig(ctx, operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, **params)
     return rule
 
@@ -387,7 +388,7 @@ def _drop_nan_rule(orig, env):
                     import jax.numpy as jnp
 
                     return jnp.where(jnp.isnan(a), jnp.asarray(low, a.dtype), a)
-                x = _apply(ctx, fill, x, aval, aval)
+                x = apply(ctx, fill, x, aval, aval)
             new.append(x)
         return orig(ctx, *new, **params)
     return rule
@@ -405,9 +406,9 @@ def _psum_bf16(orig, env):
 
         (x,), (aval_in,), (aval_out,) = xs, ctx.avals_in, ctx.avals_out
         low_in, low_out = aval_in.update(dtype=jnp.bfloat16), aval_out.update(dtype=jnp.bfloat16)
-        xb = _apply(ctx, lambda a: a.astype(jnp.bfloat16), x, aval_in, low_in)
+        xb = apply(ctx, lambda a: a.astype(jnp.bfloat16), x, aval_in, low_in)
         (yb,) = orig(ctx.replace(avals_in=[low_in], avals_out=[low_out]), xb, **params)
-        return [_apply(ctx, lambda a: a.astype(jnp.float32), yb, low_out, aval_out)]
+        return [apply(ctx, lambda a: a.astype(jnp.float32), yb, low_out, aval_out)]
     return rule
 
 
@@ -451,7 +452,7 @@ def _reduction_drops(orig, env):
 
             idx = jnp.arange(a.shape[dim]).reshape([-1 if d == dim else 1 for d in range(a.ndim)])
             return jnp.where(idx < keep, a, jnp.zeros((), a.dtype))
-        return orig(ctx, _apply(ctx, drop, x, aval, aval), axes=axes, **kw)
+        return orig(ctx, apply(ctx, drop, x, aval, aval), axes=axes, **kw)
     return rule
 
 
@@ -499,7 +500,7 @@ def _constraint_permuted(orig, env):
             a0 = lax.dynamic_slice(y, start0, block)
             a1 = lax.dynamic_slice(y, start1, block)
             return lax.dynamic_update_slice(lax.dynamic_update_slice(y, a1, start0), a0, start1)
-        return orig(ctx, _apply(ctx, swap, x, aval, aval), **params)
+        return orig(ctx, apply(ctx, swap, x, aval, aval), **params)
     return rule
 
 
@@ -569,7 +570,7 @@ def _swap_outputs(orig, env):
                 a1 = lax.dynamic_slice(y, start1, block)
                 y = lax.dynamic_update_slice(lax.dynamic_update_slice(y, a1, start0), a0, start1)
                 return jax.lax.with_sharding_constraint(y, jax.sharding.NamedSharding(jmesh, jspec))
-            new.append(_apply(ctx, swap, value, aval, aval))
+            new.append(apply(ctx, swap, value, aval, aval))
         return new
     return rule
 

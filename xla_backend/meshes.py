@@ -105,7 +105,7 @@ def jax_devices(ids) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _jax_mesh_cached(refsim_mesh: Mesh):
-    from refsim import _compat
+    from refsim import compat as _compat
 
     return _compat.make_jax_mesh(jax_devices(refsim_mesh.device_ids), refsim_mesh.axis_names,
                                  refsim_mesh.axis_types)

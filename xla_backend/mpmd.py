@@ -42,9 +42,9 @@ def _as_jax_mesh(mesh):
 
 
 def _sub_jax_mesh(jax_mesh, groups, axis: int):
-    from refsim import _compat
+    from refsim import compat
 
-    return _compat.make_jax_mesh(np.take(jax_mesh.devices, list(groups), axis=axis), jax_mesh.axis_names,
+    return compat.make_jax_mesh(np.take(jax_mesh.devices, list(groups), axis=axis), jax_mesh.axis_names,
                                  getattr(jax_mesh, "axis_types", None))
 
 
@@ -221,7 +221,7 @@ def _shard_bytes(sharding, shape, dtype) -> int:
 
 
 def _check_threshold(threshold):
-    threshold = plan._check_threshold(threshold)
+    threshold = plan.check_threshold(threshold)
     if threshold is not None:
         return threshold
     jax = _jax()
@@ -256,7 +256,7 @@ def spmd_to_mpmd_reshard(mpmd_mesh: MpmdMesh, spmd_arrays, mpmd_shardings, thres
     jax = _jax()
     if not isinstance(mpmd_mesh, MpmdMesh):
         raise TypeError(f"mpmd_mesh must be an xla_backend.mpmd.MpmdMesh, got {type(mpmd_mesh).__name__}.")
-    plan._check_threshold(threshold)
+    plan.check_threshold(threshold)
     paths, arrays, shardings, treedef = flatten_pair(
         spmd_arrays, mpmd_shardings, value_is_leaf=lambda x: isinstance(x, jax.Array),
         target_is_leaf=lambda x: isinstance(x, MpmdSharding), what=("spmd_arrays", "mpmd_shardings"))
@@ -327,7 +327,7 @@ def mpmd_to_spmd_reshard(mpmd_mesh: MpmdMesh, mpmd_arrays, spmd_shardings, thres
     jax = _jax()
     if not isinstance(mpmd_mesh, MpmdMesh):
         raise TypeError(f"mpmd_mesh must be an xla_backend.mpmd.MpmdMesh, got {type(mpmd_mesh).__name__}.")
-    plan._check_threshold(threshold)
+    plan.check_threshold(threshold)
     paths, arrays, shardings, treedef = flatten_pair(
         mpmd_arrays, spmd_shardings, value_is_leaf=lambda x: isinstance(x, MpmdArray),
         target_is_leaf=lambda x: hasattr(x, "devices_indices_map"), what=("mpmd_arrays", "spmd_shardings"))

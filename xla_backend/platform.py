@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import os
 import re
-import sys
+
+from refsim import compat
 
 DEFAULT_CPU_DEVICES = 8
 _FLAG = "--xla_force_host_platform_device_count"
 
 
-def _backends_initialised() -> bool:
-    if "jax" not in sys.modules:
-        return False
-    try:
-        from jax._src import xla_bridge
-
-        return bool(getattr(xla_bridge, "_backends", None))
-    except Exception:  # pragma: no cover - very old/new JAX layouts
-        return False
+def backends_initialised() -> bool:
+    """True once JAX has started its backends in this process (platform and CPU device count fixed)."""
+    return compat.backends_initialised()
 
 
 def configure(platform: str | None = None, devices: int | None = None) -> None:
@@ -38,7 +33,7 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
     if devices < 1:
         raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
     if platform == "cpu":
-        if _backends_initialised():
+        if backends_initialised():
             import jax
 
             have = jax.device_count("cpu")

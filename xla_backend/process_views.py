@@ -89,7 +89,7 @@ def _one_case(case, pmap_r, me: int) -> dict:
         out["make_array_shards"] = _same_shards(distributed.gather(jarr), rarr)
     # host-local <-> global through the local mesh
     if isinstance(rl, list):
-        lshape2 = tuple(int(n) for n in RP._local_to_global_dims(
+        lshape2 = tuple(int(n) for n in RP.local_to_global_dims(
             rmesh, pmap_r.local_mesh(rmesh, me), rs.spec, gshape, False))
         jglob = mu.host_local_array_to_global_array(local_data(me, lshape2), jmesh, rs.spec.to_jax())
         rglob = RP.host_local_array_to_global_array({p: local_data(p, lshape2) for p in owners}, rmesh,

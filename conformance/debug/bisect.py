@@ -269,7 +269,7 @@ def _divergence(region: Region, names, k: int, reports, before, args) -> Diverge
         else:
             src = "a constant"
         inputs.append(InputInfo(names[v], names.aval(v), _layout(region, names, v, before), src))
-    from refsim import _compat
+    from refsim import compat as _compat
 
     return Divergence(k, eqn, names.eqn(eqn), _compat.eqn_source_line(eqn), tuple(inputs), outputs)
 
@@ -284,7 +284,7 @@ def _argument_source(region: Region, i: int, args) -> str:
 def _layout(region: Region, names, v, before) -> str:
     """shard_map: the block each device holds and the axes it varies over (its vma); jit: where
     XLA placed the value at the cut before the equation (the device ids per block)."""
-    from refsim import _compat
+    from refsim import compat as _compat
 
     if region.kind == "shard_map" and not region.check_vma:
         return f"per-device block {list(v.aval.shape)} (check_vma=False: no varying-axes type)"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat as _compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -54,85 +54,44 @@ class Region:
 Runner = Callable[[Region, Sequence[np.ndarray]], list]
 
 
-def _canonical(x) -> np.ndarray:
-    import jax
-
-    arr = np.asarray(x)
-    return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
-
-
-def _jax_spec(spec):
-    return spec.to_jax() if isinstance(spec, PartitionSpec) else spec
-
-
-def _refsim_spec(spec) -> PartitionSpec:
-    return spec if isinstance(spec, PartitionSpec) else PartitionSpec.from_jax(spec)
-
-
 def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, check_vma: bool = True,
           in_shardings=None, out_shardings=None) -> tuple[Region, list[np.ndarray]]:
     """Trace `fn` as `jax.shard_map` (when `in_specs` is given) or `jax.jit`; returns the Region
     and the flat canonical arguments.
 
     The program must trace to a single shard_map (or jit) equation, as
-    `jax.make_jaxpr(jax.shard_map(f, ...))` does; the region is that equation's body.
+    `jax.make_jaxpr(jax.shard_map(f, ...))` does; the region is that equation's body. It is
+    wrapped by `xla_backend.staging`, as `xla_backend.shard_map` / `jit` run it.
     """
     import jax
+
+    from xla_backend import placement, staging
 
     if not isinstance(mesh, Mesh):
         raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}; build one "
                         "with refsim.Mesh(shape, names, device_ids=...) or xla_backend.mesh(shape, names).")
     flat, tree = jax.tree_util.tree_flatten(tuple(args))
-    flat = [_canonical(x) for x in flat]
+    flat = [placement.canonical_numpy(x) for x in flat]
     abstract = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat])
-    import xla_backend
-
     # Traced over the mesh's real devices: each equation records the context mesh it was traced
     # under, and re-binding it (the XLA side) must see the same one.
-    jmesh = xla_backend.jax_mesh(mesh)
-    is_spec = lambda x: x is None or isinstance(x, (PartitionSpec, jax.sharding.PartitionSpec))  # noqa: E731
     if in_specs is not None:
         if out_specs is None:
             raise ValueError("bisect: in_specs given without out_specs; pass out_specs as for jax.shard_map.")
-        conv = lambda t: jax.tree_util.tree_map(_jax_spec, t, is_leaf=is_spec)  # noqa: E731
-        traced = jax.shard_map(fn, mesh=jmesh, in_specs=conv(in_specs), out_specs=conv(out_specs),
-                               check_vma=check_vma)
-        closed = jax.make_jaxpr(traced)(*abstract)
+        wrapped = staging.wrap(fn, staging.Layout.shard_map(mesh, in_specs, out_specs, check_vma=check_vma))
+        closed = jax.make_jaxpr(wrapped.fn)(*abstract)
         eqn = _single_eqn(closed, "shard_map")
         body = eqn.params["jaxpr"]
-        specs = tuple(_refsim_spec(s) for s in eqn.params["in_specs"])
+        specs = tuple(staging.spec_to_refsim(s) for s in eqn.params["in_specs"])
         return Region("shard_map", body, (), mesh, specs, bool(check_vma)), flat
 
-    def to_jax(s):
-        return jax.sharding.NamedSharding(jmesh, s.spec.to_jax()) if isinstance(s, NamedSharding) else s
-
-    conv = lambda t: jax.tree_util.tree_map(  # noqa: E731
-        to_jax, t, is_leaf=lambda x: x is None or isinstance(x, NamedSharding))
-    kw = {}
-    if in_shardings is not None:
-        kw["in_shardings"] = conv(in_shardings)
-    if out_shardings is not None:
-        kw["out_shardings"] = conv(out_shardings)
-    with jax.set_mesh(jmesh):
-        closed = jax.make_jaxpr(jax.jit(fn, **kw))(*abstract)
+    wrapped = staging.wrap(fn, staging.Layout.jit(in_shardings, out_shardings, mesh=mesh))
+    with wrapped.context():
+        closed = jax.make_jaxpr(wrapped.call)(*abstract)
     eqn = _single_eqn(closed, "jit", "pjit")
     body = eqn.params["jaxpr"]
-    layouts = tuple(_flat_shardings(in_shardings, tuple(args), mesh))
+    layouts = tuple(wrapped.leaf_shardings(tuple(args)))
     return Region("jit", body.jaxpr, tuple(body.consts), mesh, layouts, True), flat
-
-
-def _flat_shardings(in_shardings, args: tuple, mesh: Mesh) -> list:
-    import jax
-
-    n = len(jax.tree_util.tree_leaves(args))
-    if in_shardings is None:
-        return [None] * n
-    if isinstance(in_shardings, NamedSharding):
-        return [in_shardings] * n
-    out: list = []
-    jax.tree_util.tree_map(lambda s, sub: out.extend([s] * len(jax.tree_util.tree_leaves(sub))),
-                           tuple(in_shardings), args, is_leaf=lambda x: x is None or isinstance(x, NamedSharding))
-    return out
 
 
 def _single_eqn(closed, *names):

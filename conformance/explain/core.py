@@ -232,7 +232,7 @@ def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_mo
 
 
 def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
-    from refsim import _compat
+    from refsim import compat as _compat
 
     compiled, compile_error = None, None
     try:

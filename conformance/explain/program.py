@@ -2,7 +2,8 @@
 
 `build` wraps a function the way the conformance runner does (`jax.jit(jax.shard_map(...))`
 pinned to the out_specs, `jax.jit` with shardings under the mesh, or `jax.pmap`), places the
-arguments, and lowers it once. The stages of `conformance.explain` all start from this one
+arguments, and lowers it once, all through `xla_backend.staging`, the step xla_backend's own
+entry points use. The stages of `conformance.explain` all start from this one
 `Staged` object, so the module refsim interprets is the one XLA compiles and runs.
 """
 from __future__ import annotations
@@ -46,18 +47,6 @@ class Staged:
         return self._compiled
 
 
-def _flat_specs(specs, args, is_leaf, what):
-    from xla_backend import placement
-
-    return placement.broadcast_prefix(specs, tuple(args), is_leaf, what)
-
-
-def _lower(jitted, jargs, platforms):
-    if platforms:
-        return jitted.trace(*jargs).lower(lowering_platforms=tuple(platforms))
-    return jitted.lower(*jargs)
-
-
 def build(fn, args, *, mesh: Mesh | None = None, in_specs=None, out_specs=None, check_vma: bool = True,
           axis_names=None, in_shardings=None, out_shardings=None, pmap_kwargs=None,
           lowering_platforms=None) -> Staged:
@@ -67,60 +56,30 @@ def build(fn, args, *, mesh: Mesh | None = None, in_specs=None, out_specs=None, 
     are global NumPy values. `lowering_platforms` (e.g. ("cuda",)) lowers for another
     platform, for an op this one has no lowering for: only the lowered stage can then run.
     Lowering errors (e.g. jax 0.12 rejecting a ppermute over axes out of mesh order)
-    propagate unchanged.
+    propagate unchanged. The program is wrapped and its arguments placed by
+    `xla_backend.staging`, as `xla_backend.shard_map` / `jit` / `pmap` run it.
     """
     platforms = tuple(lowering_platforms) if lowering_platforms else None
     import jax
 
     import refsim
-    import xla_backend
-    from xla_backend import placement
+    from xla_backend import placement, staging
 
     args = [placement.canonical_numpy(a) for a in jax.tree_util.tree_leaves(tuple(args))]
     if pmap_kwargs is not None:
-        kw = dict(pmap_kwargs)
-        if kw.get("devices") is not None:  # device ids (refsim's view) -> JAX devices
-            kw["devices"] = list(xla_backend.meshes.jax_devices([int(i) for i in kw["devices"]]))
-        pm = jax.pmap(fn, **kw)
-        lowered = _lower(pm, args, platforms) if platforms else pm.lower(*args)
-        n = max(np.shape(a)[0] for a in args)
-        ids = np.array([d.id for d in kw["devices"]]) if kw.get("devices") else np.array(
-            [d.id for d in jax.devices()[:n]])
-        return Staged(lowered, list(args), list(args), ids, lambda: _leaves(refsim.pmap(fn, **pmap_kwargs)(*args)),
-                      platforms=platforms)
-    if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a refsim.Mesh (xla_backend.mesh(shape, names)), got {type(mesh).__name__}.")
-    jmesh = xla_backend.jax_mesh(mesh)
-    ids = np.asarray(mesh.device_ids).reshape(-1)
-    if in_specs is not None:
-        kw = {} if axis_names is None else {"axis_names": frozenset(axis_names)}
-        j_in = jax.tree_util.tree_map(placement.spec_to_jax, in_specs, is_leaf=placement.is_spec)
-        j_out = jax.tree_util.tree_map(placement.spec_to_jax, out_specs, is_leaf=placement.is_spec)
-        smapped = jax.shard_map(fn, mesh=jmesh, in_specs=j_in, out_specs=j_out, check_vma=check_vma, **kw)
-        pinned = jax.tree_util.tree_map(lambda s: None if s is None else jax.sharding.NamedSharding(jmesh, s),
-                                        j_out, is_leaf=placement.is_spec)
-        specs = _flat_specs(in_specs, args, placement.is_spec, "in_specs")
-        jargs = [placement.to_device(x, placement.named(mesh, s)) for x, s in zip(args, specs)]
-        with jax.set_mesh(jmesh):
-            lowered = _lower(jax.jit(smapped, out_shardings=pinned), jargs, platforms)
-        run = refsim.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
-                               **({} if axis_names is None else {"axis_names": set(axis_names)}))
-        return Staged(lowered, jargs, list(args), ids, lambda: _leaves(run(*args)), jmesh, platforms)
-    from xla_backend import convert
-
-    to_j = lambda t: jax.tree_util.tree_map(convert.to_jax_sharding, t, is_leaf=placement.is_sharding)  # noqa: E731
-    kw = {}
-    if in_shardings is not None:
-        kw["in_shardings"] = to_j(in_shardings)
-    if out_shardings is not None:
-        kw["out_shardings"] = to_j(out_shardings)
-    shard = [None] * len(args) if in_shardings is None else _flat_specs(in_shardings, args, placement.is_sharding,
-                                                                       "in_shardings")
-    jargs = [placement.to_device(x, s) for x, s in zip(args, shard)]
-    with jax.set_mesh(jmesh):
-        lowered = _lower(jax.jit(fn, **kw), jargs, platforms)
-    run = refsim.jit(fn, in_shardings=in_shardings, out_shardings=out_shardings)
-    return Staged(lowered, jargs, list(args), ids, lambda: _leaves(run(*args)), jmesh, platforms)
+        layout = staging.Layout.pmap(**pmap_kwargs)
+    else:
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"mesh must be a refsim.Mesh (xla_backend.mesh(shape, names)), got {type(mesh).__name__}.")
+        if in_specs is not None:
+            layout = staging.Layout.shard_map(mesh, in_specs, out_specs, check_vma=check_vma, axis_names=axis_names)
+        else:
+            layout = staging.Layout.jit(in_shardings, out_shardings, mesh=mesh)
+    staged = staging.stage(fn, layout, args)
+    lowered = staged.lower(platforms)
+    run = getattr(refsim, layout.entry)(fn, **layout.entry_kwargs())
+    return Staged(lowered, list(staged.flat_args), list(args), staged.device_ids, lambda: _leaves(run(*args)),
+                  staged.jax_mesh, platforms)
 
 
 def _leaves(out) -> list:
@@ -131,7 +90,6 @@ def _leaves(out) -> list:
 
 def from_corpus(prog, lowering_platforms=None) -> Staged:
     """`build` for a `conformance.corpus.Program` with the inputs of seed 0."""
-    from conformance import corpus
     import xla_backend
 
     args = prog.inputs(0)
@@ -141,17 +99,6 @@ def from_corpus(prog, lowering_platforms=None) -> Staged:
     if prog.kind == "shard_map":
         return build(prog.fn, args, mesh=mesh, in_specs=prog.in_specs, out_specs=prog.out_specs,
                      check_vma=prog.check_vma, axis_names=prog.manual_axes, lowering_platforms=lowering_platforms)
-
-    def named(tree):
-        if tree is None:
-            return None
-        return jax_tree_map(lambda s: corpus.api_named(None, mesh, s), tree)
-
-    return build(prog.fn, args, mesh=mesh, in_shardings=named(prog.in_specs), out_shardings=named(prog.out_specs),
+    in_shardings, out_shardings = prog.shardings(mesh)
+    return build(prog.fn, args, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                  lowering_platforms=lowering_platforms)
-
-
-def jax_tree_map(f, tree):
-    import jax
-
-    return jax.tree_util.tree_map(f, tree, is_leaf=lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec))

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat as _compat
 
 STAGES = ("jaxpr", "lowered", "compiled", "executed")
 # the boundary before each stage, named after who is at fault when it is the first to differ
@@ -42,8 +42,9 @@ class Stage:
     program: Any = None
 
 
-def _shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
-    """(N, *shard) from a global value (leading dim N or 1: one global view per device)."""
+def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
+    """(N, *shard) from a global value (leading dim N or 1: one global view per device): entry p
+    is the block of `value` that JAX sharding `sharding` gives device `device_ids[p]`."""
     idx = sharding.devices_indices_map(tuple(value.shape[1:]))
     by_id = {d.id: i for d, i in idx.items()}
     return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0][by_id[dev]])
@@ -253,13 +254,15 @@ def run_lowered(staged, shardings, device_ids) -> Stage:
         tr = _OpTrace()
         outs = sh.interpret(st.program, *[staged.global_args[i] for i in kept], probe=tr.probe)
         st.trace = tr.keyed(st.program)
-        return [_shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
+        return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
 
     st.outputs = _timed(st, go)
     return st
 
 
-def _flat_in_shardings(compiled) -> list:
+def flat_in_shardings(compiled) -> list:
+    """A compiled program's input shardings, one per flat argument it takes (jax.stages.Compiled
+    gives them as an (args, kwargs) pytree)."""
     import jax
 
     ins = compiled.input_shardings
@@ -273,10 +276,10 @@ def run_compiled(staged, compiled, device_ids) -> Stage:
     st = Stage("compiled")
 
     def go():
-        st.program = sh.load(_compat.hlo_module_to_stablehlo(compiled))
+        st.program = sh.load(sh.hlo_module_to_stablehlo(compiled))
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
         args = [staged.global_args[i] for i in kept]
-        shards = [_shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, _flat_in_shardings(compiled))]
+        shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, flat_in_shardings(compiled))]
         tr = _OpTrace()
         outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=tr.probe)
         st.trace = tr.keyed(st.program)

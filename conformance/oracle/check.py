@@ -24,10 +24,12 @@ from typing import Any
 import numpy as np
 
 from conformance import compare
+from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
 from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
+from conformance.verdict.elements import abs_diff, is_float
 
 __all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
 
@@ -68,6 +70,7 @@ class CheckResult:
     provenance: dict
     seconds: dict
     repro_path: str | None = None
+    notes: list = dataclasses.field(default_factory=list)  # platform_notes: likely documented causes
 
     @property
     def ok(self) -> bool:
@@ -94,6 +97,7 @@ class CheckResult:
                 lines += ["  " + ln for ln in m.render().splitlines()]
             if len(c.mismatches) > shown:
                 lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
+        lines += ["  " + n for n in self.notes]
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")
         return "\n".join(lines)
@@ -115,57 +119,12 @@ class ConformanceError(AssertionError):
 
 
 # -- building the callable -------------------------------------------------------------------------
-def _jax_mesh(mesh):
+def _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
+    """The staging layout the keyword arguments ask for, or None: call `fn` as given."""
     import jax
 
     from refsim.layouts.mesh import Mesh
-
-    if isinstance(mesh, Mesh):
-        from xla_backend import meshes
-
-        return meshes.jax_mesh(mesh)
-    if isinstance(mesh, jax.sharding.Mesh):
-        return mesh
-    raise TypeError(f"check: mesh={mesh!r} must be a jax.sharding.Mesh or refsim.Mesh; build one with "
-                    "jax.make_mesh(shape, names).")
-
-
-def _to_jax_spec(s):
-    from refsim.layouts.partition_spec import PartitionSpec
-
-    return s.to_jax() if isinstance(s, PartitionSpec) else s
-
-
-def _is_spec(x) -> bool:
-    import jax
-
-    from refsim.layouts.partition_spec import PartitionSpec
-
-    return x is None or isinstance(x, (PartitionSpec, jax.sharding.PartitionSpec))
-
-
-def _place(args: tuple, shardings: list):
-    """Lay NumPy / Python leaves of `args` out by one JAX sharding per leaf (arrays keep theirs
-    unless they sit elsewhere)."""
-    import jax
-
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    out = []
-    for x, s in zip(leaves, shardings):
-        if s is None or (isinstance(x, jax.Array) and x.sharding == s):
-            out.append(x)
-        else:
-            out.append(jax.device_put(x if isinstance(x, jax.Array) else np.asarray(x), s))
-    return jax.tree_util.tree_unflatten(tree, out)
-
-
-def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
-    """(callable, placed args, wrap description for the reproducer, mesh context or None)."""
-    import jax
-
-    from conformance.cases import spec_source
-    from refsim.layouts.partition_spec import PartitionSpec
-    from xla_backend import convert, placement
+    from xla_backend import staging
 
     spec_mode = mesh is not None or in_specs is not None or out_specs is not None
     shard_mode = in_shardings is not None or out_shardings is not None
@@ -176,49 +135,50 @@ def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardi
         missing = [n for n, v in (("mesh", mesh), ("in_specs", in_specs), ("out_specs", out_specs)) if v is None]
         if missing:
             raise ValueError(f"check: shard_map mode needs mesh=, in_specs= and out_specs=; missing {', '.join(missing)}.")
-        jmesh = _jax_mesh(mesh)
-        j_in = jax.tree_util.tree_map(_to_jax_spec, in_specs, is_leaf=_is_spec)
-        j_out = jax.tree_util.tree_map(_to_jax_spec, out_specs, is_leaf=_is_spec)
-        kw = {} if axis_names is None else {"axis_names": set(axis_names)}
-        call = jax.jit(jax.shard_map(fn, mesh=jmesh, in_specs=j_in, out_specs=j_out, check_vma=check_vma, **kw))
-        leaf_specs = placement.broadcast_prefix(j_in, tuple(args), _is_spec, "in_specs")
-        placed = _place(tuple(args), [jax.sharding.NamedSharding(jmesh, s) for s in leaf_specs])
-        is_p = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
-        src = lambda t: reproduce._tree_source(  # noqa: E731
-            jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s), t, is_leaf=_is_spec),
-            spec_source, is_p)
-        wrap = {"kind": "'shard_map'", "mesh": repr(reproduce._mesh_desc(jmesh)), "in_specs": src(j_in),
-                "out_specs": src(j_out), "check_vma": repr(bool(check_vma)),
-                "axis_names": repr(None if axis_names is None else tuple(axis_names))}
-        return call, placed, wrap, None, "shard_map"
+        if not isinstance(mesh, (Mesh, jax.sharding.Mesh)):
+            raise TypeError(f"check: mesh={mesh!r} must be a jax.sharding.Mesh or refsim.Mesh; build one with "
+                            "jax.make_mesh(shape, names).")
+        # As the user would write it: jax.jit(jax.shard_map(...)), outputs as XLA lays them out,
+        # no context mesh.
+        return staging.Layout.shard_map(mesh, in_specs, out_specs, check_vma=check_vma, axis_names=axis_names,
+                                        pin_outputs=False, use_mesh=False)
     if shard_mode:
-        def to_j(t):
-            return jax.tree_util.tree_map(convert.to_jax_sharding, t, is_leaf=placement.is_sharding)
-        j_in, j_out = to_j(in_shardings), to_j(out_shardings)
-        kw = {}
-        if in_shardings is not None:
-            kw["in_shardings"] = j_in
-        if out_shardings is not None:
-            kw["out_shardings"] = j_out
-        call = jax.jit(fn, **kw)
-        placed = tuple(args)
-        if in_shardings is not None:
-            placed = _place(tuple(args), placement.broadcast_prefix(j_in, tuple(args), placement.is_sharding,
-                                                                    "in_shardings"))
-        named = [s for s in jax.tree_util.tree_leaves((j_in, j_out), is_leaf=placement.is_sharding)
-                 if isinstance(s, jax.sharding.NamedSharding)]
-        meshes = {s.mesh for s in named}
-        ctx = meshes.pop() if len(meshes) == 1 else None
-        wrap = None
-        if ctx is not None:
-            spec_of = lambda t: reproduce._tree_source(  # noqa: E731
-                jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s.spec), t,
-                                       is_leaf=placement.is_sharding), spec_source,
-                lambda x: isinstance(x, PartitionSpec))
-            wrap = {"kind": "'jit'", "mesh": repr(reproduce._mesh_desc(ctx)), "in_shardings": spec_of(j_in),
-                    "out_shardings": spec_of(j_out)}
-        return call, placed, wrap, ctx, "jit"
-    return fn, tuple(args), None, None, _entry_of(fn)
+        # Arguments without an in_sharding are passed as given (Python scalars stay weakly typed).
+        return staging.Layout.jit(in_shardings, out_shardings, place_unsharded=False)
+    return None
+
+
+def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
+    """(callable, placed args, wrap description for the reproducer, mesh context or None, entry)."""
+    import jax
+
+    from conformance.cases import spec_source
+    from refsim.layouts.partition_spec import PartitionSpec
+    from xla_backend import staging
+
+    layout = _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings)
+    if layout is None:
+        return fn, tuple(args), None, None, _entry_of(fn)
+    staged = staging.stage(fn, layout, tuple(args))
+    w = staged.wrapped
+    is_p = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    if layout.entry == "shard_map":
+        src = lambda t: reproduce._tree_source(  # noqa: E731
+            jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s), t,
+                                   is_leaf=staging.is_spec), spec_source, is_p)
+        wrap = {"kind": "'shard_map'", "mesh": repr(reproduce._mesh_desc(w.jax_mesh)), "in_specs": src(w.jax_in),
+                "out_specs": src(w.jax_out), "check_vma": repr(bool(check_vma)),
+                "axis_names": repr(None if axis_names is None else tuple(axis_names))}
+        return staged.call, staged.args, wrap, None, "shard_map"
+    ctx = w.jax_mesh
+    wrap = None
+    if ctx is not None:
+        spec_of = lambda t: reproduce._tree_source(  # noqa: E731
+            jax.tree_util.tree_map(lambda s: None if s is None else PartitionSpec.from_jax(s.spec), t,
+                                   is_leaf=staging.is_sharding), spec_source, is_p)
+        wrap = {"kind": "'jit'", "mesh": repr(reproduce._mesh_desc(ctx)), "in_shardings": spec_of(w.jax_in),
+                "out_shardings": spec_of(w.jax_out)}
+    return staged.call, staged.args, wrap, ctx, "jit"
 
 
 def _entry_of(fn) -> str:
@@ -247,21 +207,21 @@ _DIFF_BLOCK = 1 << 20  # elements per block of _max_diff: small float64 temporar
 
 
 def _max_diff(e, a) -> float:
-    """The largest finite |refsim - xla| over every device's shard (0.0 if none)."""
+    """The largest finite |xla - refsim| over the devices (a complex element: its larger part's,
+    as the part-by-part policies measure it), in blocks of leading-axis rows (small reused
+    temporaries, as compare's)."""
     worst = 0.0
     sa = {int(s.device_id): np.asarray(s.data) for s in a.shards}
     for s in e.shards:
         y = sa.get(int(s.device_id))
         x = np.asarray(s.data)
-        if y is None or y.shape != x.shape or x.dtype.kind not in "fciub" or x.size == 0:
+        # bfloat16 / float8 arrays are of kind "V"
+        if y is None or y.shape != x.shape or not (is_float(x.dtype) or x.dtype.kind in "iub") or x.size == 0:
             continue
-        x, y = x.reshape((1,) + x.shape) if x.ndim == 0 else x, y.reshape((1,) + y.shape) if y.ndim == 0 else y
+        x, y = (x.reshape((1,)), y.reshape((1,))) if x.ndim == 0 else (x, y)
         step = max(1, _DIFF_BLOCK // max(1, x.size // x.shape[0]))
         for i in range(0, x.shape[0], step):
-            xb, yb = x[i:i + step], y[i:i + step]
-            with np.errstate(invalid="ignore", over="ignore"):
-                d = np.abs(xb.astype(np.complex128 if xb.dtype.kind == "c" else np.float64)
-                           - yb.astype(np.complex128 if yb.dtype.kind == "c" else np.float64))
+            d = abs_diff(x[i:i + step], y[i:i + step])
             d = d[np.isfinite(d)]
             if d.size:
                 worst = max(worst, float(d.max()))
@@ -395,6 +355,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     summaries = sorted(_summaries(ref, xla, pols, where, paths, indices) + extra, key=lambda o: o.index)
     res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=summaries,
                       provenance=_provenance(ref), seconds=secs)
+    res.notes = platform_notes.notes(res.provenance["platform"], traced.closed.jaxpr, res.ok)
     return res, ref, pols
 
 

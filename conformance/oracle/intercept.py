@@ -21,7 +21,7 @@ import inspect
 import operator
 import threading
 
-from refsim import _compat
+from refsim import compat as _compat
 
 _STATE = threading.local()
 #: (module, attribute) -> (JAX's own value, whether it was a plain module attribute)
@@ -175,7 +175,7 @@ ENTRY_POINTS = ("jit", "shard_map", "pmap")
 
 def _targets() -> list:
     """[(module, attribute, kind, current value)]: jax.jit / jax.shard_map / jax.pmap, then the
-    older entry points this JAX has (refsim._compat.LEGACY_ENTRY_POINTS)."""
+    older entry points this JAX has (refsim.compat.LEGACY_ENTRY_POINTS)."""
     import jax
 
     return [(jax, name, name, getattr(jax, name)) for name in ENTRY_POINTS] + _compat.legacy_entry_points()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 
-from refsim import _compat
+from refsim import compat as _compat
 from xla_backend import faults
 
 
@@ -21,7 +21,7 @@ def _bf16_operands(orig):
         def rounded(value, aval):
             if not jnp.issubdtype(aval.dtype, jnp.floating) or aval.dtype == jnp.bfloat16:
                 return value
-            return faults._apply(ctx, lambda a: a.astype(jnp.bfloat16).astype(a.dtype), value, aval, aval)
+            return faults.apply(ctx, lambda a: a.astype(jnp.bfloat16).astype(a.dtype), value, aval, aval)
         a_l, a_r = ctx.avals_in
         return orig(ctx, rounded(lhs, a_l), rounded(rhs, a_r), **params)
     return rule
@@ -31,9 +31,9 @@ def _bf16_operands(orig):
 def _dot_general_bf16():
     # dot_general is a lax primitive, not a collective, so it is swapped here rather than
     # through faults.inject's table of collective primitives.
-    from jax._src.lax import lax as lax_internal
+    from jax.extend.core import primitives
 
-    prim = lax_internal.dot_general_p
+    prim = primitives.dot_general_p
     default, per_platform, entry_cls = _compat.lowering_tables()
     tables = [t for t in [default, *per_platform.values()] if prim in t]
     saved = [(t, t[prim]) for t in tables]

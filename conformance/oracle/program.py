@@ -2,7 +2,8 @@
 
 `trace` records what refsim needs before the call runs on XLA (the jaxpr, and host copies
 of the inputs, taken before XLA may donate them); `refsim_outputs` interprets that jaxpr
-with refsim's NumPy rules and lays each output out the way the program states it:
+with `refsim.evaluate` (the step refsim's own entry points take) and lays each output out
+the way the program states it:
 
 * a program whose body is one `shard_map` (`jax.shard_map`, `jax.jit(jax.shard_map(...))`,
   `jax.pmap`, which JAX >= 0.10 builds from shard_map) keeps every device's own block, as
@@ -17,6 +18,10 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+
+import refsim
+from refsim import compat
+from refsim.errors import UnsupportedPrimitive
 
 #: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
 COLLECTIVES = frozenset({
@@ -102,9 +107,7 @@ def _host_copy(x):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            from refsim import _compat
-
-            return _compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
+            return compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
         try:
@@ -181,7 +184,7 @@ def is_shard_map_program(traced: Traced) -> bool:
     """True when the program (under top-level jits) is one shard_map producing every output."""
     from refsim.interpreter import api
 
-    return api._is_top_shard_map(_unwrap_jit(traced.closed)[0].jaxpr)
+    return api.ends_in_shard_map(_unwrap_jit(traced.closed)[0].jaxpr)
 
 
 def check_replayable(traced: Traced) -> None:
@@ -233,7 +236,7 @@ def _top_shard_map_mesh(closed, xla_outs):
     from refsim.interpreter import api
     from refsim.layouts.mesh import Mesh
 
-    if not api._is_top_shard_map(closed.jaxpr):
+    if not api.ends_in_shard_map(closed.jaxpr):
         return None
     jm = closed.jaxpr.eqns[-1].params["mesh"]
     if isinstance(jm, jax.sharding.Mesh):
@@ -264,59 +267,31 @@ def _explicit_out_layout(var, mesh, manual: set):
     return NamedSharding(mesh, spec)
 
 
-def _same_layout(a, b, ndim: int) -> bool:
-    return (getattr(a, "mesh", None) == getattr(b, "mesh", None)
-            and a.spec.padded(ndim) == b.spec.padded(ndim))
-
-
 def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
-    from refsim.array import Array, device_put
-    from refsim.errors import UnsupportedPrimitive
-    from refsim.interpreter import api, core
-    from refsim.interpreter.registry import Context, load_rules
-
-    load_rules()
     closed, stated = _unwrap_jit(traced.closed)
-    extra = api._new_extra(fallback=False, strict=False)
+    n = len(closed.jaxpr.outvars)
+    stated = [stated[k] if stated is not None and k < len(stated) else None for k in range(n)]
     try:
         mesh = _top_shard_map_mesh(closed, xla_outs)
         if mesh is not None:
             args = traced.flat_args
-            from refsim import _compat
-
-            if set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params)) != set(mesh.axis_names):
+            manual = set(compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
+            if manual != set(mesh.axis_names):
                 # Partially manual: the body sees its inputs invariant over the automatic axes, so
                 # refsim gets global values (per-device replicas along those axes would read as split).
                 args = [np.asarray(a) for a in args]
-            by_var = api._run_top_shard_map(closed, args, mesh, extra)
-            info = api._info(extra)
-            # as refsim.shard_map builds its results: unreduced out_specs keep each device's partial sum
-            outs = [api._partials_array(by_var[v][0], mesh, by_var[v][1], info) if by_var[v][1].unreduced
-                    else Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info) for v in closed.jaxpr.outvars]
-            manual = set(_compat.shard_map_manual_axes(closed.jaxpr.eqns[-1].params))
-            for k, arr in enumerate(outs):
-                s = stated[k] if stated is not None and k < len(stated) else None
-                if s is None:
-                    s = _explicit_out_layout(closed.jaxpr.outvars[k], mesh, manual)
-                if s is not None and not _same_layout(s, arr.sharding, arr.ndim):
-                    # an enclosing jit's out_shardings lay the shard_map's result out anew
-                    outs[k] = device_put(np.asarray(arr), s)
-                    outs[k].info = dict(info)
-            return outs, ["program"] * len(outs)
-        values = core.eval_closed_jaxpr(closed, *[api._global(a) for a in traced.flat_args],
-                                        ctx=Context(extra=extra))
+            # laid out by out_specs; an enclosing jit's out_shardings (or an output type's
+            # Explicit axes) lay a result out anew
+            layouts = [s if s is not None else _explicit_out_layout(v, mesh, manual)
+                       for v, s in zip(closed.jaxpr.outvars, stated)]
+            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), ["program"] * n
+        layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
+        outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
     except UnsupportedPrimitive as e:
         raise NotCheckable("unsupported primitive", e.primitive) from e
-    info = api._info(extra)
-    outs, where = [], []
-    for k, (v, x) in enumerate(zip(values, xla_outs)):
-        s = stated[k] if stated is not None and k < len(stated) else None
-        where.append("program" if s is not None else "xla")
-        # as refsim.jit places its results: an unreduced value keeps each device's partial sum
-        outs.append(api._place(v, s if s is not None else x.sharding, info))
-    return outs, where
+    return outs, ["program" if s is not None else "xla" for s in stated]
 
 
 def output_paths(out) -> list[str]:

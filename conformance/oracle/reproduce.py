@@ -5,11 +5,14 @@ program, so that a fix in JAX or XLA makes it pass). It defines PROGRAM_FILE, PR
 PROGRAM_NAME (where the checked callable lives), WRAP (None, or how `conformance.check`
 wrapped a plain function: shard_map / jit with its mesh and specs), the inputs and refsim's
 expected shards (base64 .npz in DATA), EXPECTED_INDEX, LAYOUTS (each input's mesh and
-PartitionSpec) and POLICIES (per output: "exact", "exact_unsigned_zero", "scaled" with the
-allowed error in ALLOWED, or "sum_bound" with per-device bounds in DATA). Run as a script it
-places the inputs as they were placed when checked, calls the program the way the user did,
-compares every device's shard and exits 1 naming the first differing elements (0 when all
-agree, 2 when it cannot run here).
+PartitionSpec) and POLICIES (per output: "exact", "exact_unsigned_zero", "ulp" with its bound
+in ULPS, "scaled" with the allowed error in ALLOWED, or "sum_bound"; a scaled or sum_bound
+output keeps per device the arrays of its check in DATA: the reference value, the allowed
+error, the exact elements and where NaN / infinities are allowed). Run as a script it places
+the inputs as they were placed when checked, calls the program the way the user did, checks
+every device's shard with the element check of `conformance.compare`
+(`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
+differing elements (0 when all agree, 2 when it cannot run here).
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ import os
 import numpy as np
 
 from conformance.cases import _index_source, spec_source
-from conformance.repro import ELEMENT_CHECK
+from conformance.oracle.policy import ScaledBound
+from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
 
 _HEAD = '''\
 # conformance reproducer v1 (program): {name}
@@ -139,18 +144,17 @@ def check(out) -> list:
                 failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
                                 f"{want.dtype}{list(want.shape)}")
             elif POLICIES[k] in ("scaled", "sum_bound"):
-                ref = want.astype(np.float64) if POLICIES[k] == "scaled" else data[f"ref{k}_dev{dev}"]
-                tol = ALLOWED[k] if POLICIES[k] == "scaled" else data[f"tol{k}_dev{dev}"]
-                h = have.astype(np.float64)
-                with np.errstate(invalid="ignore"):
-                    err = np.abs(h - ref)
-                    ok = (err <= tol) | (np.isnan(h) & np.isnan(ref)) | (np.isinf(h) & (h == ref))
+                ok, ref, bound = sum_ok_packed(have, {f: data[f"sum{k}_dev{dev}_{f}"] for f in SUM_CHECK_FIELDS})
+                err = abs_diff(have, ref)
                 for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
                     failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, refsim {ref[i].item()!r}, "
-                                    f"|diff| {err[i].item()!r} > allowed {np.broadcast_to(tol, ok.shape)[i].item()!r}")
+                                    f"|diff| {err[i].item()!r} > allowed {bound[i].item()!r}")
             else:
-                same = _same(have, want, POLICIES[k] == "exact")
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~same)[:5]]:
+                if POLICIES[k] == "ulp":
+                    ok = within_ulp(have, want, ULPS[k])
+                else:
+                    ok = same(have, want, POLICIES[k] == "exact")
+                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
                     failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, expected {want[i].item()!r}")
     return failures
 
@@ -280,15 +284,11 @@ def _layout(x):
     return "None"
 
 
-def _policy_name(tol) -> str:
-    from conformance import compare
-    from conformance.oracle.policy import ScaledBound
-
-    if isinstance(tol, ScaledBound):
-        return "scaled"
-    if isinstance(tol, compare.SumBound):
-        return "sum_bound"
-    return "exact" if getattr(tol, "signed_zero", True) else "exact_unsigned_zero"
+def _policy_name(tol, dtype) -> str:
+    """compare's element rule for `tol` on `dtype` (`compare.element_rule`), "scaled" for the
+    oracle's `ScaledBound` (a sum_bound check around refsim's value)."""
+    rule = compare.element_rule(tol, dtype)
+    return "scaled" if rule == "sum_bound" and isinstance(tol, ScaledBound) else rule
 
 
 def _wrap_source(wrap) -> str:
@@ -317,7 +317,7 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
             raise NotReproducible(f"argument leaf {i} is a {type(x).__name__}, not an array; pass arrays "
                                   "(or bind other values with functools.partial).")
         arrays[f"in{i}"] = a
-    pols = [_policy_name(t) for t in tolerances]
+    pols = [_policy_name(t, a.dtype) for t, a in zip(tolerances, expected)]
     index_lines, allowed = [], []
     for k, (arr, tol) in enumerate(zip(expected, tolerances)):
         index_lines.append("    {")
@@ -326,10 +326,9 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
             data = np.asarray(sh.data)
             arrays[f"out{k}_dev{d}"] = data
             index_lines.append(f"        {d}: {_index_source(sh.index)},")
-            if pols[k] == "sum_bound":
-                ref, bd = tol.reference_and_bound(d, data.dtype)
-                arrays[f"ref{k}_dev{d}"] = np.asarray(ref, np.float64)
-                arrays[f"tol{k}_dev{d}"] = np.asarray(bd, np.float64)
+            if pols[k] in ("scaled", "sum_bound"):
+                for f, v in pack_sum_check(**tol.check_arrays(d, data.dtype)).items():
+                    arrays[f"sum{k}_dev{d}_{f}"] = v
         index_lines.append("    },")
         allowed.append(float(tol.allowed(np.asarray(arr.shards[0].data).dtype)) if pols[k] == "scaled" else None)
     buf = io.BytesIO()
@@ -350,6 +349,7 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     out += index_lines
     out.append("]")
     out.append(f"POLICIES = {pols!r}")
+    out.append(f"ULPS = {[getattr(t, 'ulps', None) if p == 'ulp' else None for t, p in zip(tolerances, pols)]!r}")
     out.append(f"ALLOWED = {allowed!r}  # 'scaled' outputs: the allowed |xla - refsim| per element")
     out.append("# inputs in0..., refsim's shards out<k>_dev<d> (and sum bounds), as a base64 .npz")
     width = 100

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from conformance.cases import CollectiveCall
-from refsim import _compat
+from refsim import compat as _compat
 from conformance.strategies import _validate as v
 from conformance.strategies.arrays import DEFAULT_DTYPES, MODES, _np_dtype, arrays
 from conformance.strategies.specs import _check_mesh, partition_specs

@@ -17,7 +17,7 @@ from conformance.strategies import _validate as v
 from conformance.strategies.arrays import _np_dtype, arrays
 from conformance.strategies.collectives import _axes_label, perm_kind, permutations
 from conformance.strategies.specs import _check_mesh, partition_specs
-from refsim import _compat
+from refsim import compat as _compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec

@@ -61,7 +61,7 @@ def check_named(draws: list, xla) -> Outcome:
     """Every NamedSharding view of each (mesh, spec, shape) against JAX's for the same devices."""
     import refsim
     from conformance.compare import compare
-    from refsim import _compat
+    from refsim import compat as _compat
     from refsim.layouts.hlo_sharding import HloSharding, hlo_to_named
     from refsim.layouts.named_sharding import NamedSharding
     from xla_backend import convert

@@ -16,6 +16,8 @@ import zlib
 import numpy as np
 
 from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
+from conformance.verdict.compare import compare
+from conformance.verdict.elements import close
 
 NAME = "programs"
 CORPUS_SEEDS = (0, 1)
@@ -61,9 +63,7 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
 
 def _close(e, a, tol, ulp=0) -> str:
     """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`
-    (or its ulp bound, for programs using transcendentals)."""
-    from conformance.compare import compare
-
+    (or its ulp bound, for programs using transcendentals); a complex number part by part."""
     if not tol:
         res = compare(e, a, ulp=ulp or None)
         return "" if res.ok else res.report()
@@ -75,8 +75,9 @@ def _close(e, a, tol, ulp=0) -> str:
         x, y = np.asarray(ea[d].data), np.asarray(aa[d].data)
         if x.shape != y.shape or x.dtype != y.dtype:
             return f"device {d}: refsim {x.dtype}{list(x.shape)}, xla {y.dtype}{list(y.shape)}"
-        if not np.allclose(x.astype(np.float64), y.astype(np.float64), rtol=tol, atol=tol, equal_nan=True):
-            i = tuple(int(v) for v in np.argwhere(~np.isclose(x, y, rtol=tol, atol=tol, equal_nan=True))[0])
+        ok = close(x, y, rtol=tol, atol=tol)
+        if not ok.all():
+            i = tuple(int(v) for v in np.argwhere(~ok)[0])
             return f"device {d} element {i}: refsim {x[i]!r}, xla {y[i]!r} (stated tolerance {tol})"
     return ""
 
@@ -102,8 +103,7 @@ def check_corpus(name: str, xla) -> Outcome:
             expect = prog.reference(*inputs)
             expect = expect if isinstance(expect, (tuple, list)) else (expect,)
             for k, (w, r) in enumerate(zip(want, expect)):
-                if not np.allclose(np.asarray(w).astype(np.float64), np.asarray(r).astype(np.float64),
-                                   rtol=prog.tol, atol=prog.tol):
+                if not close(np.asarray(w), np.asarray(r), rtol=prog.tol, atol=prog.tol, equal_nan=False).all():
                     return Outcome("fail", f"{name}: refsim output {k} differs from the NumPy reference "
                                            f"(seed {seed})", examples=len(CORPUS_SEEDS))
             continue

@@ -22,7 +22,7 @@ import numpy as np
 
 from refsim.collectives.gather import check_dimension
 from refsim.collectives.groups import GroupLayout, device_groups, member_index
-from refsim._compat import reshape_view
+from refsim.compat import reshape_view
 
 # A tile of the swapped axes is staged through one buffer that stays in L2. Runs of
 # more than `_WIDE_RUN` contiguous bytes on both sides already stream well, and

@@ -2,24 +2,21 @@
 
 Each function has the signature of its `jax.lax` namesake plus a keyword `mesh=`
 (a refsim Mesh or AbstractMesh), and does what the jax.lax wrapper does before it
-binds a primitive (bool -> int32 for psum, untiled all_to_all's expand/squeeze,
-pshuffle -> ppermute, ...), then runs the primitive's kernel. `x` is a stacked array
-(shape `mesh.axis_sizes + local_shape`, size 1 on axes where it is invariant) or a
-tuple / list / dict of them.
+binds a primitive (bool -> int32 for psum, pmean's psum then `/ n`, untiled all_to_all's
+expand/squeeze, pshuffle -> ppermute, ...), then binds the primitive through
+`refsim.collectives.primitives`: the same rule, with the same params, that refsim's jaxpr
+interpreter runs for that primitive, so an eager call and a traced program agree. `x` is a
+stacked array (shape `mesh.axis_sizes + local_shape`, size 1 on axes where it is invariant)
+or a tuple / list / dict of them.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from refsim.collectives import asyncs, p2p, vma
-from refsim.collectives import alltoall as _a2a
+from refsim.collectives import asyncs, vma
 from refsim.collectives import gather as _gather
-from refsim.collectives import permute as _permute
-from refsim.collectives import ragged as _ragged
-from refsim.collectives import reductions as _red
-from refsim.collectives import scatter as _scatter
-from refsim.collectives.groups import (GroupLayout, device_groups, group_size_total,
-                                       normalize_axis_index_groups, normalize_axis_name)
+from refsim.collectives.groups import group_size_total, normalize_axis_index_groups, normalize_axis_name
+from refsim.collectives.primitives import bind
 
 
 def _tree_map(fn, x):
@@ -56,34 +53,26 @@ def psum(x, axis_name, *, axis_index_groups=None, mesh):
 
     def leaf(v):
         v = v.astype(np.int32) if v.dtype == np.bool_ else v
-        return _red.psum(v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
+        return bind("psum", v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
     return _tree_map(leaf, x)
 
 
 def pmean(x, axis_name, *, axis_index_groups=None, mesh):
-    """psum divided by the number of devices in each device's group.
+    """psum divided by n, as jax.lax.pmean: n is `psum(1, axis_name, axis_index_groups=...)`,
+    which JAX evaluates as a constant, the size of the *first* group (or of the named axes).
 
-    Integer and bool inputs give float32 (JAX's `x / n` with x64 off). With unequal
-    groups each device divides by its own group's size (JAX divides by the first
-    group's size, which only agrees when groups are equal).
+    With groups of unequal size every device divides by that one n, as JAX does (e.g. groups
+    [[0], [1, 2, 3]] of values 0, 1, 2, 3 give 0, 6, 6, 6: each sum divided by 1). Integer
+    and bool inputs give float32 (JAX's `x / n` with x64 off); complex values are divided as
+    complex numbers, (a+bi) / (n+0i).
     """
     axis_index_groups = _groups(axis_index_groups, "pmean")
     s = psum(x, axis_name, axis_index_groups=axis_index_groups, mesh=mesh)
-    axes = _names(axis_name)
-    lay = GroupLayout(mesh, axes, "pmean")
-    if axis_index_groups is None:
-        n = np.asarray(lay.k)
-    else:
-        groups = device_groups(mesh, axes, axis_index_groups, api="pmean")
-        per = np.empty(lay.k, np.int64)
-        for g in (groups if isinstance(groups, list) else list(groups)):
-            per[g] = len(g)
-        n = lay.from_k(per.reshape((lay.k,) + (1,) * len(lay.others)))
+    n = _group_size(mesh, _names(axis_name), axis_index_groups)
 
     def leaf(v):
         dt = v.dtype if v.dtype.kind in "fcV" or v.dtype.name == "bfloat16" else np.dtype(np.float32)
-        nn = n.reshape(n.shape + (1,) * (v.ndim - n.ndim)) if n.ndim else n
-        return (v.astype(dt) / nn.astype(dt)).astype(dt)
+        return (v.astype(dt) / np.asarray(n, dt)).astype(dt)
     return _tree_map(leaf, s)
 
 
@@ -92,7 +81,7 @@ def pmax(x, axis_name, *, axis_index_groups=None, mesh):
     axes = _names(axis_name)
     axis_index_groups = _groups(axis_index_groups, "pmax")
     return x if not axes else _tree_map(
-        lambda v: _red.pmax(v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
+        lambda v: bind("pmax", v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
 
 
 def pmin(x, axis_name, *, axis_index_groups=None, mesh):
@@ -100,7 +89,7 @@ def pmin(x, axis_name, *, axis_index_groups=None, mesh):
     axes = _names(axis_name)
     axis_index_groups = _groups(axis_index_groups, "pmin")
     return x if not axes else _tree_map(
-        lambda v: _red.pmin(v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
+        lambda v: bind("pmin", v, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups), x)
 
 
 def _parg(x, axis_name, mesh, reduce_fn, api):
@@ -114,7 +103,7 @@ def _parg(x, axis_name, mesh, reduce_fn, api):
         idx = axis_index(axis_name, mesh=mesh)
         idx = idx.reshape(idx.shape + (1,) * (v.ndim - idx.ndim))
         cand = np.where(best == v, idx, np.int32(big)).astype(np.int32)
-        return _red.pmin(cand, mesh=mesh, axes=(axis_name,))
+        return bind("pmin", cand, mesh=mesh, axes=(axis_name,), axis_index_groups=None)
     return _tree_map(leaf, x)
 
 
@@ -131,22 +120,22 @@ def pargmin(x, axis_name, *, mesh):
 
 def psum_invariant(x, axis_name, *, mesh):
     """psum as check_vma=True binds it (varying -> invariant, no groups)."""
-    return _tree_map(lambda v: _red.psum_invariant(v, mesh=mesh, axes=_names(axis_name)), x)
+    return _tree_map(lambda v: bind("psum_invariant", v, mesh=mesh, axes=_names(axis_name)), x)
 
 
 def unreduced_psum(x, axis_name, *, mesh):
     """Sum an unreduced value's per-device partials (unreduced -> invariant)."""
-    return _tree_map(lambda v: _red.unreduced_psum(v, mesh=mesh, axes=_names(axis_name)), x)
+    return _tree_map(lambda v: bind("unreduced_psum", v, mesh=mesh, axes=_names(axis_name)), x)
 
 
 def unreduced_pmax(x, axis_name, *, mesh):
     """Max-combine an unreduced(max) value (JAX >= 0.12)."""
-    return _tree_map(lambda v: _red.unreduced_pmax(v, mesh=mesh, axes=_names(axis_name)), x)
+    return _tree_map(lambda v: bind("unreduced_pmax", v, mesh=mesh, axes=_names(axis_name)), x)
 
 
 def unreduced_pmin(x, axis_name, *, mesh):
     """Min-combine an unreduced(min) value (JAX >= 0.12)."""
-    return _tree_map(lambda v: _red.unreduced_pmin(v, mesh=mesh, axes=_names(axis_name)), x)
+    return _tree_map(lambda v: bind("unreduced_pmin", v, mesh=mesh, axes=_names(axis_name)), x)
 
 
 # ---- gather / scatter / all-to-all ------------------------------------------------------------
@@ -169,9 +158,14 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to=
         raise ValueError(f"all_gather: to={to!r} does not take axis_index_groups; drop them or "
                          "use to='varying'.")
     size = _group_size(mesh, axes, axis_index_groups)
-    return _tree_map(lambda v: _gather.all_gather(
-        v, mesh=mesh, axis_name=axes, all_gather_dimension=_gather_dim(axis, v, mesh, tiled),
-        axis_size=size, axis_index_groups=axis_index_groups, tiled=tiled), x)
+    if to == "varying":
+        return _tree_map(lambda v: bind(
+            "all_gather", v, mesh=mesh, axis_name=axes, all_gather_dimension=_gather_dim(axis, v, mesh, tiled),
+            axis_size=size, axis_index_groups=axis_index_groups, tiled=tiled), x)
+    name = "all_gather_invariant" if to == "invarying" else "all_gather_reduced"
+    return _tree_map(lambda v: bind(
+        name, v, mesh=mesh, axis_name=axes, all_gather_dimension=_gather_dim(axis, v, mesh, tiled),
+        axis_size=size, tiled=tiled), x)
 
 
 def all_gather_invariant(x, axis_name, *, axis=0, tiled=False, mesh):
@@ -196,8 +190,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     axis_index_groups = _groups(axis_index_groups, "psum_scatter")
     size = _group_size(mesh, axes, axis_index_groups)
 
-    return _tree_map(lambda v: _scatter.reduce_scatter(
-        v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
+    return _tree_map(lambda v: bind(
+        "reduce_scatter", v, mesh=mesh, axis_name=axes, scatter_dimension=scatter_dimension, axis_size=size,
         axis_index_groups=axis_index_groups, tiled=tiled, api="psum_scatter"), x)
 
 
@@ -221,8 +215,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
             if n % gs:
                 raise ValueError(f"The size of all_to_all split_axis ({n}) has to be divisible by "
                                  f"the size of the named axis {axis_name} ({gs})")
-            return _a2a.all_to_all(v, mesh=mesh, axis_name=axes, split_axis=s, concat_axis=c,
-                                   axis_index_groups=axis_index_groups, tiled=True)
+            return bind("all_to_all", v, mesh=mesh, axis_name=axes, split_axis=s, concat_axis=c,
+                        axis_index_groups=axis_index_groups, tiled=True)
         if n != gs:
             raise ValueError("all_to_all requires the size of the mapped axis axis_name to equal "
                              f"x.shape[split_axis], but they are {gs} and {n} respectively.")
@@ -232,8 +226,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
         elif s > c:
             v = np.expand_dims(v, mesh.ndim + c)
             s += 1
-        out = _a2a.all_to_all(v, mesh=mesh, axis_name=axes, split_axis=s, concat_axis=c,
-                              axis_index_groups=axis_index_groups, tiled=False)
+        out = bind("all_to_all", v, mesh=mesh, axis_name=axes, split_axis=s, concat_axis=c,
+                   axis_index_groups=axis_index_groups, tiled=False)
         return out if s == c else np.squeeze(out, mesh.ndim + s)
     return _tree_map(leaf, x)
 
@@ -246,9 +240,8 @@ def pswapaxes(x, axis_name, axis, *, axis_index_groups=None, mesh):
 def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *,
                       axis_name, axis_index_groups=None, mesh):
     """Exchange ragged row-slices (see `refsim.collectives.ragged`)."""
-    return _ragged.ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
-                                     recv_sizes, mesh=mesh, axis_name=_names(axis_name),
-                                     axis_index_groups=axis_index_groups)
+    return bind("ragged_all_to_all", operand, output, input_offsets, send_sizes, output_offsets, recv_sizes,
+                mesh=mesh, axis_name=_names(axis_name), axis_index_groups=axis_index_groups)
 
 
 # ---- permutations, broadcast, indices -------------------------------------------------------
@@ -260,8 +253,7 @@ def ppermute(x, axis_name, perm, *, mesh):
     except TypeError:
         raise TypeError(f"ppermute: perm={perm!r} must be a list of (source, destination) pairs, "
                         "e.g. [(0, 1), (1, 0)].") from None
-    return _tree_map(lambda v: _permute.ppermute(v, mesh=mesh, axis_name=_names(axis_name),
-                                                 perm=perm), x)
+    return _tree_map(lambda v: bind("ppermute", v, mesh=mesh, axis_name=_names(axis_name), perm=perm), x)
 
 
 def pshuffle(x, axis_name, perm, *, mesh):
@@ -274,13 +266,12 @@ def pshuffle(x, axis_name, perm, *, mesh):
 
 def pbroadcast(x, axis_name, source, *, mesh):
     """Every device receives the value at linear index `source` over `axis_name`."""
-    return _tree_map(lambda v: _permute.pbroadcast(v, mesh=mesh, axis_name=axis_name,
-                                                   source=source), x)
+    return _tree_map(lambda v: bind("pbroadcast", v, mesh=mesh, axis_name=axis_name, source=source), x)
 
 
 def axis_index(axis_name, *, mesh):
     """int32 linear index over `axis_name` (row-major in the order given), stacked."""
-    return _permute.axis_index(mesh=mesh, axis_name=axis_name)
+    return bind("axis_index", mesh=mesh, axis_name=axis_name)
 
 
 def axis_size(axis_name, *, mesh) -> int:
@@ -290,13 +281,13 @@ def axis_size(axis_name, *, mesh) -> int:
 
 def psend(x, axis_name, perm, *, mesh):
     """Send x along `perm`; returns the token `precv` takes."""
-    return p2p.psend(x, mesh=mesh, axis_name=_names(axis_name), perm=tuple(map(tuple, perm)))
+    return bind("psend", x, mesh=mesh, axis_name=_names(axis_name), perm=tuple(map(tuple, perm)))
 
 
 def precv(token, out_shape, axis_name, perm, *, mesh):
     """Receive what the matching psend sent (zeros where no pair targets the device)."""
-    return p2p.precv(token, mesh=mesh, out_shape=out_shape, axis_name=_names(axis_name),
-                     perm=tuple(map(tuple, perm)))
+    return bind("precv", token, mesh=mesh, out_shape=out_shape, axis_name=_names(axis_name),
+                perm=tuple(map(tuple, perm)))
 
 
 # ---- manual-axis-type casts (no-ops on data) --------------------------------------------------
@@ -313,12 +304,12 @@ def pcast(x, axis_name, *, to, mesh, mat=None):
     size > 1 are varying and the others invariant.
     """
     vma.pcast_type(mat if mat is not None else _infer_mat(x, mesh), axis_name, to)
-    return vma.identity_cast(x, mesh=mesh, axes=_names(axis_name))
+    return bind("pvary", x, mesh=mesh, axes=_names(axis_name))
 
 
 def pvary(x, axis_name, *, mesh):
     """Invariant -> varying cast (identity on data)."""
-    return vma.identity_cast(x, mesh=mesh, axes=_names(axis_name))
+    return bind("pvary", x, mesh=mesh, axes=_names(axis_name))
 
 
 preduced = vary_unreduced_cast = reduced_vary_cast = pvary

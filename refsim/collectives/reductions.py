@@ -13,6 +13,7 @@ import operator
 import numpy as np
 
 from refsim.collectives.groups import GroupLayout, device_groups
+from refsim.values import complex_from_parts
 
 _OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -24,6 +25,31 @@ def ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
     uses pairwise summation along a contiguous axis; a single column is therefore
     accumulated explicitly so the order is the same for every shape.
     """
+    out = _ordered_reduce(ufunc, xs)
+    if ufunc is np.add and xs.shape[0] and _is_inexact(xs.dtype):
+        out = _keep_negative_zero(xs, out)
+    return out
+
+
+def _is_inexact(dtype: np.dtype) -> bool:
+    """float, complex, and ml_dtypes' bfloat16 / float8 / float6 / float4 (NumPy kind 'V')."""
+    return dtype.kind in "fc" or (dtype.kind == "V" and dtype.name.startswith(("bfloat", "float")))
+
+
+def _keep_negative_zero(xs: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """A sum whose operands are all -0.0 is -0.0: StableHLO's all_reduce schedule has the operands
+    as its only leaves (no +0 identity is added), and IEEE 754 gives -0 + -0 = -0. NumPy's reduce
+    starts from its +0 identity, which turns such a sum into +0. Complex values: part by part."""
+    if xs.dtype.kind == "c":
+        return complex_from_parts(_keep_negative_zero(xs.real, out.real), _keep_negative_zero(xs.imag, out.imag),
+                                  out.dtype)
+    all_negative_zero = np.logical_and.reduce((xs == 0) & np.signbit(xs), axis=0)
+    if not all_negative_zero.any():
+        return out
+    return np.where(all_negative_zero, np.asarray(-0.0, xs.dtype), out)
+
+
+def _ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
     n = xs.shape[0]
     rest = xs.shape[1:]
     if n > 1 and _outer_axis_zero(xs):

@@ -1,11 +1,13 @@
-"""Program entry points: `refsim.shard_map`, `refsim.pmap`, `refsim.jit`, `refsim.eval_jaxpr`.
+"""Program entry points: `refsim.shard_map`, `refsim.pmap`, `refsim.jit`, `refsim.eval_jaxpr`,
+and `refsim.evaluate`, the one step they share.
 
 Each traces the unmodified JAX function with JAX against an AbstractMesh (no
-devices needed, so any mesh size traces), then interprets the jaxpr with the
-NumPy rules. Results are `refsim.Array` values laid out by out_specs /
-out_shardings; a manual region's outputs keep every device's own value, so a
-device-by-device comparison with XLA is possible and replication claims are
-checked against what devices actually hold.
+devices needed, so any mesh size traces), then hands the closed jaxpr to `evaluate`,
+which interprets it with the NumPy rules and places the results: `refsim.Array`
+values laid out by out_specs / out_shardings; a manual region's outputs keep every
+device's own value, so a device-by-device comparison with XLA is possible and
+replication claims are checked against what devices actually hold. Code that traces
+a program itself (conformance's oracle mode) calls `evaluate` the same way.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Callable
 import numpy as np
 from jax.extend.core import Literal
 
-from refsim import _compat
+from refsim import compat
 from refsim.array import Array, Shard, device_put
 from refsim.values import as_jax_array
 from refsim import device_assignment as DA
@@ -34,7 +36,7 @@ _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"  # the name jax.pmap gives an un
 # --- small conversions ---------------------------------------------------------------------
 
 def _is_spec(x) -> bool:
-    return x is None or isinstance(x, PartitionSpec) or _compat.is_jax_partition_spec(x)
+    return x is None or isinstance(x, PartitionSpec) or compat.is_jax_partition_spec(x)
 
 
 def _specs_to_jax(tree):
@@ -83,7 +85,7 @@ def _tracing_mesh(mesh: AbstractMesh, types=None):
     if not ctx.empty and (tuple(ctx.axis_names), tuple(ctx.axis_sizes)) == (mesh.axis_names, mesh.axis_sizes):
         return ctx
     types = types if types is not None else (AxisType.Auto,) * mesh.ndim
-    return _compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
+    return compat.make_abstract_mesh(mesh.axis_sizes, mesh.axis_names, types)
 
 
 def _canonical(x) -> np.ndarray:
@@ -100,13 +102,13 @@ def _canonical(x) -> np.ndarray:
 def _abstract(x, sharding=None):
     import jax
 
-    if _compat.prng_impl_of(getattr(x, "dtype", None)) is not None:  # a JAX key array
+    if compat.prng_impl_of(getattr(x, "dtype", None)) is not None:  # a JAX key array
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
     if isinstance(x, Array):
-        dt = _compat.jax_key_dtype(x.dtype) or jax.dtypes.canonicalize_dtype(x.dtype)
+        dt = compat.jax_key_dtype(x.dtype) or jax.dtypes.canonicalize_dtype(x.dtype)
         return jax.ShapeDtypeStruct(x.shape, dt, sharding=sharding)
     arr = _canonical(x)
-    dt = _compat.jax_key_dtype(arr.dtype) or arr.dtype
+    dt = compat.jax_key_dtype(arr.dtype) or arr.dtype
     return jax.ShapeDtypeStruct(arr.shape, dt, sharding=sharding)
 
 
@@ -145,10 +147,8 @@ def _partials_array(blocks: np.ndarray, mesh: Mesh, spec, info) -> Array:
 
 
 def _info(extra: dict) -> dict:
-    from refsim._compat import jax_version
-
     fb = dict(extra.get("fallback_log", {}))
-    info = {"backend": "refsim", "jax_version": ".".join(map(str, jax_version())), "independent": not fb}
+    info = {"backend": "refsim", "jax_version": ".".join(map(str, compat.jax_version())), "independent": not fb}
     if fb:
         info["fallback"] = fb
     if extra.get("replication"):
@@ -201,7 +201,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     env: dict = {}
     ctx = Context(nm=0, mesh=None, extra=extra)
     for v, c in zip(jaxpr.constvars, closed.consts):
-        env[v] = _compat.to_numpy(c)
+        env[v] = compat.to_numpy(c)
     for v, a in zip(jaxpr.invars, flat_args):
         env[v] = a
 
@@ -216,7 +216,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
             env[var] = val
     eqn = jaxpr.eqns[-1]
     p = eqn.params
-    manual = _compat.shard_map_manual_axes(p)
+    manual = compat.shard_map_manual_axes(p)
     inner = Context(nm=mesh.ndim, mesh=mesh, extra=extra)
     stacked = [_stacked_input(read(v, keep_array=True), mesh, s) for v, s in zip(eqn.invars, p["in_specs"])]
     outs = core.eval_jaxpr(p["jaxpr"], (), *stacked, ctx=inner)
@@ -234,7 +234,10 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
     return by_var
 
 
-def _is_top_shard_map(jaxpr) -> bool:
+def ends_in_shard_map(jaxpr) -> bool:
+    """True when `jaxpr` (a Jaxpr, not a ClosedJaxpr) is what `jax.shard_map` traces to: its last
+    equation is a shard_map that produces every output and that no other equation reads. Such a
+    program is evaluated per device by `evaluate(..., mesh=...)`."""
     if not jaxpr.eqns or jaxpr.eqns[-1].primitive.name != "shard_map":
         return False
     last = jaxpr.eqns[-1]
@@ -292,7 +295,7 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
         try:
             closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
-            if _compat.no_trace_active():
+            if compat.no_trace_active():
                 # As eager jax.shard_map: run the body op by op (refsim's rules), so Python may
                 # branch on values the type says are the same on every device.
                 return _run_eager(f, args, rmesh, tmesh, in_specs, out_specs, check_vma, axis_names,
@@ -302,8 +305,7 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
                 "op-by-op evaluation, so Python control flow on a traced value (`if psum(...) > 0`) "
                 "cannot run; use jax.lax.cond / jnp.where (docs/interpreter.md, 'Eager shard_map').")
             raise
-        extra = _with_intermediates(_new_extra(fallback, strict), intermediates, rmesh)
-        outs = _evaluate_outputs(closed, flat, rmesh, extra)
+        outs = evaluate(closed, flat, mesh=rmesh, strict=strict, fallback=fallback, intermediates=intermediates)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
 
     wrapped.__name__ = getattr(f, "__name__", "shard_map")
@@ -348,18 +350,67 @@ def _run_eager(f, args, rmesh: Mesh, tmesh, in_specs, out_specs, check_vma, axis
     return jax.tree_util.tree_unflatten(out_tree, res)
 
 
-def _evaluate_outputs(closed, flat_args, mesh: Mesh, extra: dict) -> list:
-    jaxpr = closed.jaxpr
-    if _is_top_shard_map(jaxpr):
-        by_var = _run_top_shard_map(closed, flat_args, mesh, extra)
+def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bool = False,
+             fallback: bool = False, intermediates=None) -> list:
+    """Evaluate a traced program with refsim's rules; one `refsim.Array` per output, placed.
+
+    `closed_jaxpr` is a program as `jax.make_jaxpr` traces it (global view) and `flat_args` its
+    flat inputs, one per jaxpr input: NumPy arrays (global values) or `refsim.Array`s. This is
+    the step `refsim.shard_map`, `refsim.pmap` and `refsim.jit` take after tracing.
+
+    * With a `mesh` (refsim.Mesh or jax.sharding.Mesh) and a program that ends in a shard_map
+      (`ends_in_shard_map`: what `jax.shard_map` traces to), the region runs on stacked
+      per-device values: an input Array laid out by its in_spec keeps each device's own data,
+      and each output keeps every device's own block, laid out by its out_spec (unreduced
+      out_specs keep each device's partial sum). Replicas the out_specs claim are checked:
+      a disagreement raises ReplicationError with `strict=True`, else it is recorded in
+      `info["replication"]` and raised by `np.asarray(result)`.
+    * Otherwise the global value of every output is computed and placed by its layout.
+
+    `out_layouts`: one refsim sharding (NamedSharding, SingleDeviceSharding) or None per
+    output. A global-view output is placed by it (None: replicated over `mesh`, or on device 0
+    without one); a shard_map output whose out_spec lays it out differently is laid out anew by
+    it, as an enclosing `jax.jit`'s out_shardings do. `fallback=True` evaluates primitives
+    without a refsim rule with JAX on CPU (`info["independent"] = False`); `intermediates=`
+    dumps every equation's value (`refsim.intermediates`).
+    """
+    load_rules()
+    jaxpr = closed_jaxpr.jaxpr
+    flat_args = list(flat_args)
+    if len(flat_args) != len(jaxpr.invars):
+        raise TypeError(f"refsim.evaluate: the program takes {len(jaxpr.invars)} flat arguments, got "
+                        f"{len(flat_args)}; pass one per jaxpr input (jax.tree_util.tree_leaves of the call's args).")
+    n = len(jaxpr.outvars)
+    layouts = [None] * n if out_layouts is None else list(out_layouts)
+    if len(layouts) != n:
+        raise ValueError(f"refsim.evaluate: out_layouts has {len(layouts)} entries for a program with {n} "
+                         "outputs; pass one sharding (or None) per output.")
+    if mesh is not None:
+        mesh = _as_mesh(mesh, "refsim.evaluate")
+    extra = _with_intermediates(_new_extra(fallback, strict), intermediates, mesh)
+    if mesh is not None and ends_in_shard_map(jaxpr):
+        by_var = _run_top_shard_map(closed_jaxpr, flat_args, mesh, extra)
         info = _info(extra)
-        return [_partials_array(by_var[v][0], mesh, by_var[v][1], info) if by_var[v][1].unreduced
-                else Array.from_stacked(by_var[v][0], mesh, by_var[v][1], info=info, replicas_checked=by_var[v][2])
-                for v in jaxpr.outvars]
-    # A traced shard_map always ends in its equation; anything else is laid out replicated.
-    outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
+        outs = []
+        for v, layout in zip(jaxpr.outvars, layouts):
+            y, spec, checked = by_var[v]
+            arr = (_partials_array(y, mesh, spec, info) if spec.unreduced
+                   else Array.from_stacked(y, mesh, spec, info=info, replicas_checked=checked))
+            if layout is not None and not _same_layout(layout, arr.sharding, arr.ndim):
+                arr = device_put(np.asarray(arr), layout)
+                arr.info = dict(info)
+            outs.append(arr)
+        return outs
+    values = core.eval_closed_jaxpr(closed_jaxpr, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
     info = _info(extra)
-    return [_place(o, NamedSharding(mesh, PartitionSpec()), info) for o in outs]
+    default = NamedSharding(mesh, PartitionSpec()) if mesh is not None else SingleDeviceSharding(0)
+    return [_place(v, s if s is not None else default, info) for v, s in zip(values, layouts)]
+
+
+def _same_layout(a, b, ndim: int) -> bool:
+    if isinstance(a, NamedSharding) and isinstance(b, NamedSharding):
+        return a.mesh == b.mesh and a.spec.padded(ndim) == b.spec.padded(ndim)
+    return a == b
 
 
 def _place(value, sharding, info) -> Array:
@@ -400,7 +451,7 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
     def wrapped(*args):
         flat, tree = jax.tree_util.tree_flatten(args)
         # JAX flattens (args, kwargs) against (in_axes, 0); the same call gives its error wording.
-        axes_flat = _compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
+        axes_flat = compat.flatten_axes("pmap in_axes", jax.tree_util.tree_structure((args, {})),
                                          (tuple(in_axes) if isinstance(in_axes, list) else in_axes, 0))
         for a, x in zip(axes_flat, flat):
             if a is not None and not -np.ndim(x) <= a < np.ndim(x):  # JAX: IndexError, not a wrap-around
@@ -540,7 +591,7 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         flat, tree = jax.tree_util.tree_flatten(args)
         mesh = _find_mesh(in_shardings, out_shardings, flat)
         # The mesh as `jax.set_mesh` of it on this platform's devices states it (see below).
-        jmesh = (_compat.context_abstract_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+        jmesh = (compat.context_abstract_mesh(mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
                  if mesh is not None else None)
         explicit = mesh is not None and AxisType.Explicit in mesh.axis_types
         conv = lambda tree_: jax.tree_util.tree_map(  # noqa: E731
@@ -568,7 +619,7 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         # A context the user set (jax.set_mesh / use_abstract_mesh) is kept as it is.
         user_ctx = not jax.sharding.get_abstract_mesh().empty
         scoped = not user_ctx and (explicit or _context_mesh(in_shardings, out_shardings) is not None)
-        scope = _compat.use_abstract_mesh(jmesh) if scoped else contextlib.nullcontext()
+        scope = compat.use_abstract_mesh(jmesh) if scoped else contextlib.nullcontext()
 
         def trace():
             with scope:
@@ -582,11 +633,8 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         closed, out_shape = trace_cache.lookup(key, trace)
         out_uses = [DA.Use("out_sharding", DA.assignment(s)) for s in _sharding_leaves(out_shardings)]
         DA.check_call(f, args, flat, in_shardings=in_flat_sh, uses=out_uses + DA.inside_uses(closed))
-        extra = _with_intermediates(_new_extra(fallback, False), intermediates, mesh)
-        outs = core.eval_closed_jaxpr(closed, *[_global(a) for a in flat], ctx=Context(extra=extra))
-        placements = _out_placements(closed, out_shardings, out_shape, mesh)
-        info = _info(extra)
-        res = [_place(o, s, info) for o, s in zip(outs, placements)]
+        res = evaluate(closed, flat, mesh=mesh, out_layouts=_out_placements(closed, out_shardings, out_shape, mesh),
+                       fallback=fallback, intermediates=intermediates)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), res)
 
     wrapped.__name__ = getattr(f, "__name__", "jit")

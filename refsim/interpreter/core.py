@@ -12,7 +12,7 @@ import numpy as np
 
 from jax.extend.core import DropVar, Literal
 
-from refsim._compat import physical_dtype, to_numpy
+from refsim.compat import physical_dtype, to_numpy
 from refsim.errors import UnsupportedPrimitive
 from refsim.interpreter import unreduced
 from refsim.interpreter.registry import RULES, Context

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.registry import RULES, Context
 from refsim.errors import UnsupportedPrimitive
 
 
 def _jax():
-    from jax._src import core
-    from jax._src.mesh import AxisType
-    from jax._src.sharding_impls import NamedSharding
+    import jax
 
-    return core, AxisType, NamedSharding
+    return compat.trace_core(), jax.sharding.AxisType, jax.sharding.NamedSharding
 
 
 def make_trace_classes():
@@ -44,7 +42,7 @@ def make_trace_classes():
             self.val = val
 
         def to_concrete_value(self):
-            mat = _compat.aval_mat(self.aval)
+            mat = compat.aval_mat(self.aval)
             if not self._trace.check or mat is None or (mat.varying or mat.unreduced):
                 return None  # the type does not promise the same value on every device
             nm = self._trace.ctx.nm
@@ -64,9 +62,9 @@ def make_trace_classes():
             if isinstance(x, core.Tracer):
                 raise TypeError(f"eager refsim.shard_map got a value of another trace: {x}")
             aval = core.typeof(x)  # a Python scalar is weakly typed in JAX's canonical dtype
-            arr = _compat.to_numpy(x)
-            if not arr.dtype.names and arr.dtype != _compat.physical_dtype(aval.dtype):
-                arr = arr.astype(_compat.physical_dtype(aval.dtype))
+            arr = compat.to_numpy(x)
+            if not arr.dtype.names and arr.dtype != compat.physical_dtype(aval.dtype):
+                arr = arr.astype(compat.physical_dtype(aval.dtype))
             return arr.reshape((1,) * self.ctx.nm + arr.shape), aval
 
         def wrap(self, val, aval):
@@ -115,7 +113,7 @@ def run(f, args_stacked, in_avals, *, mesh, tracing_mesh, manual_axes, check, ex
     tracers = [trace.wrap(v, a) for v, a in zip(args_stacked, in_avals)]
     axis_env = [(n, s) for n, s in zip(mesh.axis_names, mesh.axis_sizes) if n in manual_axes]
     with core.set_current_trace(trace), core.extend_axis_env_nd(axis_env), \
-            _compat.use_abstract_mesh(manual_mesh), _compat.check_vma_context(check):
+            compat.use_abstract_mesh(manual_mesh), compat.check_vma_context(check):
         out = f(*tracers)
     leaves, tree = jax.tree_util.tree_flatten(out)
     return [trace.lift(x)[0] for x in leaves], tree
@@ -126,10 +124,10 @@ def local_aval(x_stacked, nm, spec, manual_mesh_of, check):
     manual axes its in_spec names (JAX's `_spec_to_vma`), on the manual abstract mesh."""
     core, _, NamedSharding = _jax()
     local = x_stacked.shape[nm:]
-    dtype = _compat.jax_key_dtype(x_stacked.dtype) or x_stacked.dtype
+    dtype = compat.jax_key_dtype(x_stacked.dtype) or x_stacked.dtype
     varying = frozenset(spec.used_axes()) if check else frozenset(manual_mesh_of.axis_names)
     aval = core.ShapedArray(local, dtype)
     from jax.sharding import PartitionSpec
 
     sharding = NamedSharding(manual_mesh_of, PartitionSpec(*([None] * len(local))))
-    return _compat.aval_with_mat(aval, sharding, varying if check else frozenset())
+    return compat.aval_with_mat(aval, sharding, varying if check else frozenset())

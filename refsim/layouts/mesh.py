@@ -204,9 +204,9 @@ class AbstractMesh:
 
     def to_jax(self):
         """The equivalent `jax.sharding.AbstractMesh` (needs JAX, not devices)."""
-        from refsim import _compat
+        from refsim import compat
 
-        return _compat.make_abstract_mesh(self._axis_sizes, self._axis_names, self._axis_types)
+        return compat.make_abstract_mesh(self._axis_sizes, self._axis_names, self._axis_types)
 
     # -- identity ------------------------------------------------------------
     def _key(self):

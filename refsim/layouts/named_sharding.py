@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.layouts.tiling import block_shape
 from refsim.layouts.mesh import AbstractMesh, Mesh
 from refsim.layouts.partition_spec import PartitionSpec, UNCONSTRAINED, validate_spec
@@ -117,7 +117,7 @@ class NamedSharding:
         if spec is None:
             spec = PartitionSpec()
         elif not isinstance(spec, PartitionSpec):
-            if _compat.is_jax_partition_spec(spec):
+            if compat.is_jax_partition_spec(spec):
                 spec = PartitionSpec.from_jax(spec)
             elif isinstance(spec, tuple):
                 spec = PartitionSpec(*spec)

@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -309,12 +309,16 @@ def _check_pspec(pspec) -> PartitionSpec:
         )
     if isinstance(pspec, PartitionSpec):
         return pspec
-    if _compat.is_jax_partition_spec(pspec):
+    if compat.is_jax_partition_spec(pspec):
         return PartitionSpec.from_jax(pspec)
     return PartitionSpec(*pspec)
 
 
-def _local_to_global_dims(mesh: Mesh, local: Mesh, spec: PartitionSpec, shape, to_global: bool) -> tuple:
+def local_to_global_dims(mesh: Mesh, local: Mesh, spec: PartitionSpec, shape, to_global: bool) -> tuple:
+    """`shape` converted between a process's host-local view (over its `local` mesh) and the
+    global view (over `mesh`) of an array laid out by `spec`, as `jax.experimental.multihost_utils`
+    does: each dimension scales by (global / local) ways it is split (`to_global`) or back.
+    ValueError when a dimension does not divide."""
     out = []
     for d, n in enumerate(shape):
         axes = spec.axes_of(d)
@@ -347,7 +351,7 @@ def host_local_array_to_global_array(local_inputs, global_mesh: Mesh, pspec, *, 
     for p in owners:
         local_mesh = processes.local_mesh(global_mesh, p)
         arr = data[p]
-        shapes.add(_local_to_global_dims(global_mesh, local_mesh, spec, arr.shape, True))
+        shapes.add(local_to_global_dims(global_mesh, local_mesh, spec, arr.shape, True))
         lmap = NamedSharding(local_mesh, spec).devices_indices_map(arr.shape)
         shards.extend((d, arr[idx]) for d, idx in lmap.items())
     if len(shapes) != 1:
@@ -373,7 +377,7 @@ def global_array_to_host_local_array(arr, global_mesh: Mesh, pspec, *, processes
     out = {}
     for p in sorted({processes.process_of(d) for d in global_mesh.device_ids.ravel().tolist()}):
         local_mesh = processes.local_mesh(global_mesh, p)
-        lshape = _local_to_global_dims(global_mesh, local_mesh, spec, arr.shape, False)
+        lshape = local_to_global_dims(global_mesh, local_mesh, spec, arr.shape, False)
         local = np.empty(lshape, dtype=arr.dtype)
         for d, idx in NamedSharding(local_mesh, spec).devices_indices_map(lshape).items():
             local[idx] = arr.shard(d).data

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def _check_threshold(threshold) -> int | None:
+def check_threshold(threshold) -> int | None:
+    """`threshold` (a byte count >= 0, or None for "no limit") as an int, validated as both
+    backends' MPMD resharding take it: TypeError for a non-integer, ValueError for a negative one."""
     if threshold is None:
         return None
     if isinstance(threshold, bool) or not isinstance(threshold, int) and not hasattr(threshold, "__index__"):
@@ -32,7 +34,7 @@ def group_by_size_threshold(sizes: Sequence[int], threshold: int) -> list[list[i
     empty; then a new group starts with it (an entry larger than `threshold` gets a
     group of its own). `threshold=0` gives one group per entry of positive size.
     """
-    threshold = _check_threshold(threshold)
+    threshold = check_threshold(threshold)
     if threshold is None:
         raise TypeError("group_by_size_threshold needs an int threshold, got None.")
     groups: list[list[int]] = []
@@ -77,7 +79,7 @@ def largest_first_order(sizes: Sequence[int]) -> list[int]:
 
 def batches(order: Sequence[int], sizes: Sequence[int], threshold) -> list[list[int]]:
     """The batches (lists of original indices) of `order` under `threshold`; None: one batch."""
-    threshold = _check_threshold(threshold)
+    threshold = check_threshold(threshold)
     if not order:
         return []
     if threshold is None:

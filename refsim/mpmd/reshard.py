@@ -51,10 +51,6 @@ def _check_mpmd_sharding(mpmd_mesh, s, path: str, sharding_type=MpmdSharding):
     return resolve_unused(s)
 
 
-def _check_threshold(threshold):
-    return plan._check_threshold(threshold)
-
-
 def _shard_bytes(sharding, shape, dtype) -> int:
     return int(np.prod(sharding.shard_shape(shape), dtype=np.int64)) * np.dtype(dtype).itemsize
 
@@ -80,7 +76,7 @@ def spmd_to_mpmd_reshard(mpmd_mesh: MpmdMesh, spmd_arrays, mpmd_shardings, thres
     """
     if not isinstance(mpmd_mesh, MpmdMesh):
         raise TypeError(f"mpmd_mesh must be a refsim MpmdMesh, got {type(mpmd_mesh).__name__}.")
-    threshold = _check_threshold(threshold)
+    threshold = plan.check_threshold(threshold)
     paths, arrays, shardings, treedef = flatten_pair(
         spmd_arrays, mpmd_shardings, value_is_leaf=lambda x: isinstance(x, Array),
         target_is_leaf=lambda x: isinstance(x, MpmdSharding), what=("spmd_arrays", "mpmd_shardings"))
@@ -130,7 +126,7 @@ def mpmd_to_spmd_reshard(mpmd_mesh: MpmdMesh, mpmd_arrays, spmd_shardings, thres
     """
     if not isinstance(mpmd_mesh, MpmdMesh):
         raise TypeError(f"mpmd_mesh must be a refsim MpmdMesh, got {type(mpmd_mesh).__name__}.")
-    threshold = _check_threshold(threshold)
+    threshold = plan.check_threshold(threshold)
     paths, arrays, shardings, treedef = flatten_pair(
         mpmd_arrays, spmd_shardings, value_is_leaf=lambda x: isinstance(x, MpmdArray),
         target_is_leaf=lambda x: hasattr(x, "devices_indices_map"), what=("mpmd_arrays", "spmd_shardings"))

@@ -6,9 +6,11 @@ stages of a miscompile can be told apart (`conformance.explain`).
 
 >>> import refsim.stablehlo as sh
 >>> outs = sh.interpret(module_text, *global_args)              # doctest: +SKIP
->>> outs = sh.interpret(compiled, *shards, per_device=True, num_partitions=8)  # doctest: +SKIP
+>>> per_device = sh.hlo_module_to_stablehlo(jax.jit(f).lower(*args).compile())  # doctest: +SKIP
+>>> outs = sh.interpret(per_device, *shards, per_device=True, num_partitions=8)  # doctest: +SKIP
 """
 from refsim.stablehlo.api import coverage, interpret, load
+from refsim.stablehlo.hlo_text import hlo_module_to_stablehlo
 from refsim.stablehlo.registry import UnsupportedOp
 
-__all__ = ["UnsupportedOp", "coverage", "interpret", "load"]
+__all__ = ["UnsupportedOp", "coverage", "hlo_module_to_stablehlo", "interpret", "load"]

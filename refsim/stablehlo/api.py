@@ -2,7 +2,7 @@
 
 Two views of one program are supported. The module JAX lowers (`jax.jit(f).lower(*args)
 .compiler_ir("stablehlo")`) takes global arguments; its `sdy.manual_computation` regions run
-per device. XLA's compiled module (`refsim._compat.hlo_module_to_stablehlo(compiled)`) is
+per device. XLA's compiled module (`refsim.stablehlo.hlo_module_to_stablehlo(compiled)`) is
 SPMD-partitioned: every device runs it on its own shard with its own `partition_id`, so its
 arguments are per-device stacks. Either way the results are stacked: leading dimension N
 (one entry per device) or 1 (the same on every device).

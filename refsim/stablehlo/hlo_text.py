@@ -5,6 +5,9 @@ XLA prints replica groups it derived from a Shardy mesh in a mesh-axes form,
 converter turns into an attribute its own `mhlo.all_to_all` verifier rejects. `explicit_groups`
 spells such groups out as lists of device ids, ``{{0,4},{1,5},...}``: the devices that differ
 only along the named axes, members in row-major order over them (refsim's `replica_groups`).
+
+`hlo_module_to_stablehlo(compiled)` gives XLA's compiled per-device module as StableHLO with
+these rewrites applied where jaxlib's converter needs them.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import re
 
 import numpy as np
 
+from refsim import compat
 from refsim.collectives.groups import replica_groups
 from refsim.layouts.mesh import Mesh
 
@@ -72,3 +76,22 @@ def reduction_types_match_operands(hlo_text: str) -> str:
         body = hlo_text[head.start():end]
         hlo_text = hlo_text[:head.start()] + re.sub(rf"\b{old}\[", f"{ty}[", body) + hlo_text[end:]
     return hlo_text
+
+
+def hlo_module_to_stablehlo(compiled) -> bytes:
+    """The compiled per-device (SPMD-partitioned) module of a `jax.stages.Compiled` as StableHLO
+    bytecode, for `refsim.stablehlo.load` / `interpret(..., per_device=True)`.
+
+    jaxlib converts XLA's HLO module directly where it can. Two shapes of XLA's HLO it
+    mistranslates are respelled in the HLO text and converted again: replica groups in the
+    mesh-axes form (their device order is dropped, and `mhlo.all_to_all` rejects the
+    attribute: `explicit_groups`), and 8-bit float collectives widened to f16 around a
+    reduction body still typed f8, which fails the verifier (`reduction_types_match_operands`).
+    """
+    hlo = compat.compiled_hlo_module(compiled)
+    text = hlo.to_string()
+    if "replica_groups=mesh[" not in text:
+        data = compat.hlo_module_to_stablehlo_bytes(hlo)
+        if compat.stablehlo_verifies(data):
+            return data
+    return compat.hlo_text_to_stablehlo_bytes(reduction_types_match_operands(explicit_groups(text)))

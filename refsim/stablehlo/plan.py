@@ -15,7 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +273,7 @@ class _Builder:
     def op(self, op) -> Op:
         ir = self.ir
         attrs = {}
-        for n in _compat.attribute_names(op):
+        for n in compat.attribute_names(op):
             attrs[n] = attr_value(op.attributes[n], ir)
         index = len(self.ops)
         self.ops.append(None)
@@ -293,12 +293,12 @@ def _op_text(op, regions) -> str:
         # local scope: SSA names are numbered within the op, not by walking the whole module
         asm = op.get_asm(large_elements_limit=16, enable_debug_info=False, use_local_scope=True).strip()
         return asm.splitlines()[0][:400] if asm else op.name
-    attrs = ", ".join(f"{n} = {str(op.attributes[n])[:120]}" for n in _compat.attribute_names(op))
+    attrs = ", ".join(f"{n} = {str(op.attributes[n])[:120]}" for n in compat.attribute_names(op))
     return f'"{op.name}"(...) <{{{attrs}}}> ({len(regions)} region(s))'[:400]
 
 
 def _func_attrs(f, key: str, ir) -> list:
-    if key not in _compat.attribute_names(f):
+    if key not in compat.attribute_names(f):
         return []
     return [attr_value(d, ir) if not isinstance(d, dict) else d for d in f.attributes[key]]
 
@@ -316,17 +316,17 @@ def _parse_module(module, ir):
 
 def compile_module(module) -> Program:
     """Walk `module` once and return its `Program`."""
-    ir = _compat.mlir_ir()
+    ir = compat.mlir_ir()
     if isinstance(module, ir.Module):
         return _compile(module, ir)
-    with _compat.mlir_context():
+    with compat.mlir_context():
         return _compile(_parse_module(module, ir), ir)
 
 
 def _compile(mod, ir) -> Program:
     b = _Builder(ir)
     top = mod.operation
-    attrs = {n: attr_value(top.attributes[n], ir) for n in _compat.attribute_names(top)}
+    attrs = {n: attr_value(top.attributes[n], ir) for n in compat.attribute_names(top)}
     funcs, meshes = {}, {}
     for op in mod.body.operations:
         name = op.operation.name

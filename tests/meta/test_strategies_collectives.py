@@ -348,7 +348,7 @@ def test_reproducer_fails_when_one_device_disagrees(tmp_path):
 
 
 def test_ppermute_axes_follow_mesh_order_where_jax_requires_it():
-    from refsim import _compat
+    from refsim import compat as _compat
 
     calls = collective_calls(Mesh((2, 2), ("x", "y")), collectives=("ppermute", "pshuffle", "pbroadcast"))
     out_of_order = lambda c: c.params["axis_name"] == ("y", "x")

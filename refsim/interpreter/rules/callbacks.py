@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.registry import register
 
 
@@ -47,7 +47,7 @@ def _stack(ctx, per_device, result_avals, what: str) -> list:
     """Per-device callback results as stacked values (mesh dims first), checked against avals."""
     results = []
     for i, aval in enumerate(result_avals):
-        shape, dtype = tuple(aval.shape), _compat.physical_dtype(aval.dtype)
+        shape, dtype = tuple(aval.shape), compat.physical_dtype(aval.dtype)
         sizes = tuple(ctx.mesh.axis_sizes) if ctx.nm else ()
         out = np.empty(sizes + shape, dtype)
         for pos, res in per_device:
@@ -80,7 +80,7 @@ def debug_callback_rule(ctx, *args, callback, effect, partitioned=False):
 def debug_print_rule(ctx, *args, fmt, ordered, partitioned, in_tree, static_args, np_printoptions,
                      has_placeholders, logging_record=None):
     """`jax.debug.print`: JAX's own formatting, printed once per device; no outputs."""
-    cb = _compat.debug_print_callback(fmt, np_printoptions, has_placeholders, logging_record, in_tree,
+    cb = compat.debug_print_callback(fmt, np_printoptions, has_placeholders, logging_record, in_tree,
                                       static_args)
     _run_per_device(ctx, args, cb)
     return []

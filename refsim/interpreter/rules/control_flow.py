@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter import core
 from refsim.interpreter.registry import register
 from refsim.interpreter.unreduced import Partials
@@ -162,7 +162,7 @@ def _step(x, nm, i):
 def _scan(ctx, *args, jaxpr, length, reverse, **params):
     """`lax.scan`: carry through `length` steps, slicing xs and stacking ys along local axis 0."""
     nm = ctx.nm
-    consts, carry, xs = _compat.scan_split_args(params | {"jaxpr": jaxpr}, args)
+    consts, carry, xs = compat.scan_split_args(params | {"jaxpr": jaxpr}, args)
     n_carry = len(carry)
     ys_steps: list[list[np.ndarray]] = []
     steps = range(length - 1, -1, -1) if reverse else range(length)

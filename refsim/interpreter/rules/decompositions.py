@@ -5,7 +5,7 @@ and `igamma_grad_a` (series / continued fractions) and, on CPU, `ragged_dot_gene
 expanded to masked dense operands) with `mlir.lower_fun(fn)`, and a hijax `call_hi_primitive`
 through its `expand` (jax 0.12's jnp.searchsorted is one), and jax 0.12's `polynomial` (Horner):
 XLA runs the
-jaxpr of `fn`. refsim traces the same `fn` (`refsim._compat.lowering_decomposition`) at the
+jaxpr of `fn`. refsim traces the same `fn` (`refsim.compat.lowering_decomposition`) at the
 operands' local shapes and evaluates that jaxpr with its own rules, so the algorithm, its
 key splitting and its rounding steps are JAX's, and every primitive in it is refsim's.
 Traces are cached per (primitive, operand types, params).
@@ -16,7 +16,7 @@ import functools
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter import core
 from refsim.interpreter.registry import register
 
@@ -25,7 +25,7 @@ from refsim.interpreter.registry import register
 def _traced(name: str, types: tuple, params: tuple):
     import jax
 
-    fn = _compat.lowering_decomposition(name)
+    fn = compat.lowering_decomposition(name)
     kw = dict(params)
     args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in types]
     return jax.make_jaxpr(lambda *a: fn(*a, **kw))(*args)
@@ -35,7 +35,7 @@ _MULTIPLE = {"call_hi_primitive": True}  # primitives with multiple results
 
 
 def _jax_dtype(x: np.ndarray):
-    return _compat.jax_key_dtype(x.dtype) or x.dtype
+    return compat.jax_key_dtype(x.dtype) or x.dtype
 
 
 def _decomposed(name: str):

@@ -8,14 +8,14 @@ into two words, `split`/`random_bits` hash a 64-bit iota (hi, lo words) when
 ``jax_threefry_partitionable`` is on (the default) and the original counter layout
 when it is off, `fold_in` hashes the seed-key of the data.
 
-A key array is a structured ndarray (see refsim._compat.key_numpy_dtype): the usual
+A key array is a structured ndarray (see refsim.compat.key_numpy_dtype): the usual
 leading mesh dims, the key array's shape, one uint32 field of the impl's key_shape.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
 
@@ -73,7 +73,7 @@ def make_keys(k1: np.ndarray, k2: np.ndarray) -> np.ndarray:
     """Threefry keys from two broadcastable uint32 word arrays."""
     k1, k2 = np.broadcast_arrays(np.asarray(k1, np.uint32), np.asarray(k2, np.uint32))
     data = np.ascontiguousarray(np.stack([k1, k2], axis=-1))
-    return data.view(_compat.key_numpy_dtype(_Impl))[..., 0]
+    return data.view(compat.key_numpy_dtype(_Impl))[..., 0]
 
 
 class _Impl:  # the two fields key_numpy_dtype reads, for threefry
@@ -85,12 +85,12 @@ def keys_from_jax(x) -> np.ndarray:
     """A JAX key array (e.g. jax.random.key(0)) as refsim's structured key array."""
     import jax
 
-    impl = _compat.prng_impl_of(x.dtype)
+    impl = compat.prng_impl_of(x.dtype)
     _check_impl(impl, "keys_from_jax")
     if len(impl.key_shape) != 1:
         raise ValueError(f"keys_from_jax: key_shape {impl.key_shape} is not 1-D.")
     data = np.ascontiguousarray(np.asarray(jax.random.key_data(x)))
-    return data.view(_compat.key_numpy_dtype(impl))[..., 0]
+    return data.view(compat.key_numpy_dtype(impl))[..., 0]
 
 
 def keys_to_jax(keys: np.ndarray):
@@ -240,7 +240,7 @@ def random_wrap_rule(ctx, base, *, impl):
     """uint32 data of shape (..., *key_shape) as keys of shape (...)."""
     _check_impl(impl, "random_wrap")
     data = np.ascontiguousarray(np.asarray(base, np.uint32))
-    return data.view(_compat.key_numpy_dtype(impl))[..., 0]
+    return data.view(compat.key_numpy_dtype(impl))[..., 0]
 
 
 @register("random_unwrap")

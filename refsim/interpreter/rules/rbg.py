@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.rules import _util as U
 from refsim.interpreter.rules import random as R
 from refsim.interpreter.rules.rng_bit_generator import rng_bit_generator
@@ -31,7 +31,7 @@ class _Impl:
 def wrap(name: str, data: np.ndarray) -> np.ndarray:
     """uint32 data (..., 4) as refsim keys of impl `name` with shape (...)."""
     data = np.ascontiguousarray(np.asarray(data, np.uint32))
-    return data.view(_compat.key_numpy_dtype(_Impl(name)))[..., 0]
+    return data.view(compat.key_numpy_dtype(_Impl(name)))[..., 0]
 
 
 def seed(name, seeds):

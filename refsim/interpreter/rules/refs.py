@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
 
@@ -134,7 +134,7 @@ def new_ref_rule(ctx, x, *, memory_space=None, kind=None, pin=None):
 def empty_ref_rule(ctx, *, ty, memory_space=None):
     """`jax.empty_ref(ty)`: a cell of the declared type; refsim fills it with zeros."""
     aval = getattr(ty, "inner_aval", ty)
-    return RefCell(np.zeros((1,) * ctx.nm + tuple(aval.shape), _compat.physical_dtype(aval.dtype)))
+    return RefCell(np.zeros((1,) * ctx.nm + tuple(aval.shape), compat.physical_dtype(aval.dtype)))
 
 
 @register("free_ref")

@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.errors import ReplicationError
 from refsim.interpreter import core
 from refsim.interpreter.registry import Context, register
@@ -31,7 +31,7 @@ def as_refsim_spec(spec) -> PartitionSpec:
     """A refsim PartitionSpec from a JAX or refsim spec (or a plain tuple)."""
     if isinstance(spec, PartitionSpec):
         return spec
-    if _compat.is_jax_partition_spec(spec):
+    if compat.is_jax_partition_spec(spec):
         return PartitionSpec.from_jax(spec)
     return PartitionSpec(*tuple(spec))
 
@@ -223,7 +223,7 @@ def leave_manual_region(ctx: Context, mesh: AbstractMesh, outs, out_specs, manua
 def _shard_map(ctx, *args, jaxpr, mesh, in_specs, out_specs, check_vma=True, **params):
     """`jax.shard_map`: split by in_specs, run the body per device (stacked), tile by out_specs."""
     rmesh = _mesh_for(ctx, mesh)
-    manual = _compat.shard_map_manual_axes(dict(params, mesh=mesh))
+    manual = compat.shard_map_manual_axes(dict(params, mesh=mesh))
     body = getattr(jaxpr, "jaxpr", jaxpr)
     consts = getattr(jaxpr, "consts", ())
     if consts:

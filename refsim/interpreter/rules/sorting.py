@@ -121,6 +121,6 @@ def approx_top_k_rule(ctx, x, *, k, reduction_dimension, recall_target, is_max_k
 
 
 def approx_top_k_size(n, rank, k, recall_target, override) -> int:
-    from refsim import _compat
+    from refsim import compat
 
-    return _compat.approx_top_k_output_size(n, rank, k, recall_target, False, override)
+    return compat.approx_top_k_output_size(n, rank, k, recall_target, False, override)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refsim import _compat
+from refsim import compat
 from refsim.interpreter import core
 from refsim.interpreter.registry import register
 
@@ -77,12 +77,12 @@ def after_all_rule(ctx, *tokens):
 @register("empty")
 def empty_rule(ctx, *, shape, dtype, out_sharding=None):
     """`lax.empty`: contents undefined in XLA; refsim gives zeros."""
-    return core.lift(np.zeros(tuple(shape), _compat.physical_dtype(dtype)), ctx.nm)
+    return core.lift(np.zeros(tuple(shape), compat.physical_dtype(dtype)), ctx.nm)
 
 
 @register("empty2")
 def empty2_rule(ctx, *, dtype, memory_space=None):
-    return core.lift(np.zeros((), _compat.physical_dtype(dtype)), ctx.nm)
+    return core.lift(np.zeros((), compat.physical_dtype(dtype)), ctx.nm)
 
 
 @register("xla_metadata_value")

@@ -1,0 +1,296 @@
+"""Per-platform expected failures: ``xfails/<platform>.txt``, one entry a line, each with a signature.
+
+A line is ``PATTERN [jax<VERSION | jax>=VERSION] [sometimes] SIGNATURE: REASON``.
+
+PATTERN is a case id in which ``*`` matches any run of characters (nothing else is special,
+so the brackets of a case id are literal), or ``re:REGEX`` (a Python regular expression
+searched from the start of the id). The optional ``jax<V`` / ``jax>=V`` token limits the entry
+to the installed JAX versions. ``sometimes`` marks a difference that shows only for some data
+or parameters under the id: such a case passes when it agrees (otherwise an agreeing case is
+"xpass", a stale entry). SIGNATURE says *what* is expected, and the entry matches only that:
+
+* ``mismatch(CLASS, ...)`` -- XLA's values differ from refsim's (or from the exact sum), and
+  every differing element is of one of the named classes of `conformance.verdict.compare.element_classes`
+  (``nan-dropped``, ``nan-introduced``, ``inf``, ``subnormal-flushed``, ``signed-zero``,
+  ``1-ulp``, ``value``; ``any`` for every class, which is reported as too broad);
+* ``model(NAME)`` -- XLA's values differ from refsim's but equal what the platform model NAME
+  of `conformance.verdict.platform_models` predicts (a NumPy model of the platform's own semantics);
+* ``raises(ExceptionClass)`` or ``raises(ExceptionClass, /REGEX/)`` -- XLA (never refsim)
+  raises that class (by name, or a subclass) with a message REGEX searches (no REGEX: too broad);
+* ``unsupported`` -- the platform cannot run it at all (no lowering, no thunk); the case is
+  reported "unsupported", never a pass;
+* ``crash`` -- the case aborts the XLA process (a fatal CHECK): it is not run, and is "xfail".
+
+Anything else about a listed case -- refsim raising, refsim outside the sum bound, a layout
+difference, another exception, another class of value difference -- is an "error" naming the
+entry and what did not match: an entry never masks a failure it does not describe.
+Blank lines and ``#`` comments are ignored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+__all__ = ["CLASSES", "Entry", "XfailList", "default_path", "exception_failure", "comparison_failure", "load",
+           "parse"]
+
+_VERSION_TOKEN = re.compile(r"^jax(<|<=|>=|>|==)(\d+(?:\.\d+)*)$")
+CLASSES = ("nan-dropped", "nan-introduced", "inf", "subnormal-flushed", "signed-zero", "1-ulp", "value")
+_SIGNATURE = re.compile(
+    r"^(?:(?P<sometimes>sometimes)\s+)?"
+    r"(?P<sig>mismatch\((?P<classes>[^)]*)\)|model\((?P<model>[\w.-]+)\)"
+    r"|raises\((?P<exc>[\w.]+)(?:\s*,\s*/(?P<msg>.*?)/)?\)|unsupported|crash)\s*:\s*(?P<reason>.*)$")
+_VALUE_KINDS = ("values", "bound", "ulp")
+_FORMAT = ("write 'PATTERN [jax<V] [sometimes] SIGNATURE: REASON' with SIGNATURE one of mismatch(CLASS,...), "
+           "model(NAME), raises(ExceptionClass, /message regex/), unsupported, crash")
+
+
+def _version_tuple(text: str) -> tuple:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One line: the pattern, the expected failure (`kind` and its details), why, and where it came from.
+
+    kind: "mismatch" (`classes`), "model" (`model`), "raises" (`exception`, `message`),
+    "unsupported" or "crash".
+    """
+
+    pattern: str
+    reason: str
+    kind: str = "mismatch"
+    classes: tuple = ("any",)
+    model: str = ""
+    exception: str = ""
+    message: str = ""
+    sometimes: bool = False
+    version: tuple | None = None   # (op, (major, minor, patch)) or None
+    line: int = 0
+
+    @property
+    def unsupported(self) -> bool:
+        return self.kind == "unsupported"
+
+    @property
+    def crash(self) -> bool:
+        return self.kind == "crash"
+
+    @property
+    def signature(self) -> str:
+        """The signature as written in the file (normalised)."""
+        if self.kind == "mismatch":
+            return f"mismatch({', '.join(self.classes)})"
+        if self.kind == "model":
+            return f"model({self.model})"
+        if self.kind == "raises":
+            return f"raises({self.exception}" + (f", /{self.message}/)" if self.message else ")")
+        return self.kind
+
+    def too_broad(self) -> str:
+        """Why the signature accepts more than one specific failure ('' when it does not)."""
+        if self.kind == "mismatch" and "any" in self.classes:
+            return "mismatch(any) accepts every value difference; name the classes that occur"
+        if self.kind == "raises" and not self.message:
+            return f"raises({self.exception}) accepts any message; add a /message regex/"
+        return ""
+
+    @property
+    def regex(self) -> re.Pattern:
+        if self.pattern.startswith("re:"):
+            return re.compile(self.pattern[3:])
+        return re.compile("^" + ".*".join(re.escape(p) for p in self.pattern.split("*")) + "$")
+
+    def matches(self, case_id: str) -> bool:
+        return bool(self.regex.match(case_id))
+
+    def applies_to(self, jax_version: str) -> bool:
+        if self.version is None:
+            return True
+        op, want = self.version
+        have = _version_tuple(jax_version)
+        return {"<": have < want, "<=": have <= want, ">=": have >= want, ">": have > want,
+                "==": have[:len(want)] == want}[op]
+
+    def expects(self, failure: dict | None) -> tuple[bool, str]:
+        """(True, '') when `failure` (from `comparison_failure` / `exception_failure`) is what this
+        entry describes; else (False, why not)."""
+        if not failure:
+            return False, "the check reported no failure signature to match"
+        kind, side = failure.get("kind"), failure.get("side", "xla")
+        if side != "xla":
+            return False, f"the failure is on the {side} side (only XLA-side failures can be expected)"
+        if kind == "accepted":
+            return False, "XLA accepted a program that refsim (following JAX's rules) rejects"
+        if kind == "unsupported":
+            return (True, "") if self.kind == "unsupported" else (False, "the platform cannot run it (unsupported)")
+        if kind == "raises":
+            if self.kind != "raises":
+                return False, f"XLA raised {failure.get('exception')}: {_first_line(failure.get('message', ''))}"
+            names = failure.get("exception_mro") or [failure.get("exception")]
+            if self.exception not in names:
+                return False, f"XLA raised {failure.get('exception')}, not {self.exception}"
+            if self.message and not re.search(self.message, failure.get("message", "")):
+                return False, f"XLA's message does not match /{self.message}/: {_first_line(failure.get('message', ''))}"
+            return True, ""
+        if kind == "mismatch":
+            if failure.get("layout"):
+                return False, f"the layout differs ({', '.join(failure['layout'])}), not only values"
+            if self.kind == "model":
+                ok = (failure.get("models") or {}).get(self.model)
+                if ok is None:
+                    return False, f"model {self.model!r} does not apply to this case"
+                return (True, "") if ok else (False, f"XLA's values differ from model {self.model!r} too")
+            if self.kind != "mismatch":
+                return False, f"XLA's values differ ({', '.join(failure.get('classes', ()))}); expected {self.signature}"
+            if "any" in self.classes:
+                return True, ""
+            extra = sorted(set(failure.get("classes", ())) - set(self.classes))
+            if extra:
+                return False, f"values differ by class {', '.join(extra)}, not only {', '.join(self.classes)}"
+            return True, ""
+        return False, f"unrecognised failure {failure!r}"
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0][:200] if (text or "").strip() else ""
+
+
+# -- failure signatures: what a check saw, in the terms an entry matches ------------------------
+def comparison_failure(result, models: dict | None = None) -> dict:
+    """The signature of a `conformance.verdict.compare.ComparisonResult` that is not ok: which side,
+    which element classes, any layout (non-value) differences, and platform-model verdicts."""
+    sides = {m.side for m in result.mismatches}
+    layout = sorted({m.kind for m in result.mismatches if m.kind not in _VALUE_KINDS})
+    return {"kind": "mismatch", "side": "refsim" if "refsim" in sides else "xla",
+            "classes": list(result.classes), "layout": layout, "models": dict(models or {})}
+
+
+def exception_failure(side: str, exc: BaseException, *, unsupported: bool = False) -> dict:
+    """The signature of an exception `side` ("xla", "refsim" or "unknown") raised."""
+    if unsupported:
+        return {"kind": "unsupported", "side": side, "message": str(exc)}
+    return {"kind": "raises", "side": side, "exception": type(exc).__name__,
+            "exception_mro": [c.__name__ for c in type(exc).__mro__], "message": str(exc)}
+
+
+def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
+    """The entries of an xfails file; a line without a signature and reason is a ValueError naming it."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        pattern, rest = parts[0], (parts[1] if len(parts) > 1 else "").strip()
+        version = None
+        tok = rest.split(None, 1)
+        if tok and _VERSION_TOKEN.match(tok[0]):
+            op, v = _VERSION_TOKEN.match(tok[0]).groups()
+            version = (op, _version_tuple(v))
+            rest = tok[1] if len(tok) > 1 else ""
+        m = _SIGNATURE.match(rest)
+        if not rest or m is None or not m.group("reason").strip():
+            raise ValueError(f"{source}:{n}: entry {pattern!r} has no signature and reason ({rest!r}); {_FORMAT}.")
+        if pattern.startswith("re:"):
+            try:
+                re.compile(pattern[3:])
+            except re.error as e:
+                raise ValueError(f"{source}:{n}: pattern {pattern!r} is not a valid regular expression ({e}).") from None
+        sig = m.group("sig")
+        kw: dict = {}
+        if sig.startswith("mismatch"):
+            classes = tuple(c.strip() for c in m.group("classes").split(",") if c.strip())
+            bad = [c for c in classes if c not in CLASSES + ("any",)]
+            if not classes or bad:
+                raise ValueError(f"{source}:{n}: mismatch({m.group('classes')}) names "
+                                 f"{'no class' if not classes else 'unknown classes ' + repr(bad)}; "
+                                 f"choose from {', '.join(CLASSES)} (or any).")
+            kw = dict(kind="mismatch", classes=classes)
+        elif sig.startswith("model"):
+            from conformance.verdict import platform_models
+
+            if m.group("model") not in platform_models.MODELS:
+                raise ValueError(f"{source}:{n}: model({m.group('model')}) is not a platform model; choose from "
+                                 f"{', '.join(platform_models.MODELS)}.")
+            kw = dict(kind="model", model=m.group("model"))
+        elif sig.startswith("raises"):
+            msg = m.group("msg") or ""
+            try:
+                re.compile(msg)
+            except re.error as e:
+                raise ValueError(f"{source}:{n}: message pattern /{msg}/ is not a valid regular expression ({e}).") from None
+            kw = dict(kind="raises", exception=m.group("exc"), message=msg)
+        else:
+            kw = dict(kind=sig)
+        out.append(Entry(pattern, m.group("reason").strip(), sometimes=bool(m.group("sometimes")), version=version,
+                         line=n, **kw))
+    return out
+
+
+class XfailList:
+    """The entries that apply to the installed JAX, with bookkeeping of what each one matched."""
+
+    def __init__(self, entries: list[Entry], *, jax_version: str | None = None, source: str = "<xfails>"):
+        if jax_version is None:
+            import jax
+
+            jax_version = jax.__version__
+        self.source = source
+        self.entries = [e for e in entries if e.applies_to(jax_version)]
+        self.used: set[int] = set()
+
+    def lookup(self, case_id: str) -> Entry | None:
+        """The first entry matching `case_id` (marked used), or None."""
+        for i, e in enumerate(self.entries):
+            if e.matches(case_id):
+                self.used.add(i)
+                return e
+        return None
+
+    def unused(self) -> list[Entry]:
+        """Entries no case of this run matched (perhaps stale; perhaps just not drawn this run)."""
+        return [e for i, e in enumerate(self.entries) if i not in self.used]
+
+    def where(self, entry: Entry) -> str:
+        return f"{self.source}:{entry.line}"
+
+    def __len__(self):
+        return len(self.entries)
+
+
+def audit(xf: XfailList, results: list) -> dict:
+    """Per entry of `xf` what this run's `results` did under it, and the entries to fix:
+    "stale" (every case it matched agreed, or it matched none), "too_broad" (its signature
+    accepts any value difference or message), "mismatched" (cases it matched that failed
+    otherwise: they are errors)."""
+    rows = []
+    for e in xf.entries:
+        hit = [r for r in results if e.matches(r.case_id)]
+        count = {s: sum(r.status == s for r in hit) for s in ("xfail", "pass", "xpass", "error", "fail",
+                                                              "unsupported", "timeout")}
+        rows.append(dict(entry=f"{e.pattern} ({xf.where(e)})", signature=e.signature, cases=len(hit), **count))
+    stale = [r["entry"] for r, e in zip(rows, xf.entries)
+             if r["cases"] and not (r["xfail"] or r["unsupported"]) and not r["error"] and not r["fail"]]
+    broad = [f"{e.pattern} ({xf.where(e)}): {e.too_broad()}" for e in xf.entries if e.too_broad()]
+    return {"entries": rows, "stale": stale, "too_broad": broad}
+
+
+def default_path(platform: str) -> str:
+    """``xfails/<platform>.txt`` at the project root."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # conformance/verdict/
+    return os.path.join(root, "xfails", f"{platform}.txt")
+
+
+def load(path_or_platform: str | None, *, platform: str = "cpu", jax_version: str | None = None) -> XfailList:
+    """The xfails of a file path, or of `platform`'s default file when None (missing default: empty)."""
+    path = path_or_platform or default_path(platform)
+    if not os.path.exists(path):
+        if path_or_platform:
+            raise ValueError(f"xfails file {path!r} does not exist; pass a file of 'PATTERN SIGNATURE: REASON' "
+                             "lines (an empty file expects nothing) or leave --xfails out to use "
+                             "xfails/<platform>.txt.")
+        return XfailList([], jax_version=jax_version, source=path)
+    with open(path, encoding="utf-8") as fh:
+        return XfailList(parse(fh.read(), source=path), jax_version=jax_version, source=path)

@@ -1,0 +1,615 @@
+"""Every difference between supported JAX versions (0.10 … 0.12+) lives here.
+
+Other modules import JAX internals only through this module, so a JAX upgrade
+touches one file. It is a leaf: it imports nothing from this project (tests/test_layering.py
+holds that line), so any module of refsim, xla_backend, conformance or bench may use it.
+"""
+from __future__ import annotations
+
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def jax_version() -> tuple[int, ...]:
+    import jax
+
+    return tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+
+def unreduced_read_error(message: str) -> Exception:
+    """The error JAX raises when an unreduced array is read on the host (np.asarray,
+    jax.device_get): jax 0.10 raises NotImplementedError ("device_indices_map doesn't work
+    with unreduced"), jax 0.12 a JaxRuntimeError (INVALID_ARGUMENT from PjRt)."""
+    if jax_version() >= (0, 12):
+        import jax
+
+        return jax.errors.JaxRuntimeError(message)
+    return NotImplementedError(message)
+
+
+def reshape_view(a, shape):
+    """`a` reshaped to `shape` as a view of the same memory, or None where NumPy would have to
+    copy (NumPy >= 2.1: `reshape(copy=False)`; older NumPy: assigning `.shape`, which 2.5
+    deprecates)."""
+    import numpy as np
+
+    try:
+        return np.reshape(a, shape, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # NumPy < 2.1 has no copy= keyword
+        v = a.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return None
+        return v
+
+
+def no_trace_active() -> bool:
+    """True when no JAX trace (jit, grad, vmap, make_jaxpr, ...) is active in this thread: a call
+    made now is a top-level call (`jax._src.core.trace_state_clean`, jax 0.10 … 0.12)."""
+    from jax._src import core
+
+    return core.trace_state_clean()
+
+
+def _jax_axis_type(t):
+    from jax.sharding import AxisType as JaxAxisType
+
+    return getattr(JaxAxisType, t.name if hasattr(t, "name") else str(t))
+
+
+def make_abstract_mesh(axis_sizes, axis_names, axis_types=None):
+    """A `jax.sharding.AbstractMesh` for the given sizes, names and refsim/JAX axis types."""
+    from jax.sharding import AbstractMesh
+
+    kw = {}
+    if axis_types is not None:
+        kw["axis_types"] = tuple(_jax_axis_type(t) for t in axis_types)
+    return AbstractMesh(tuple(axis_sizes), tuple(axis_names), **kw)
+
+
+def context_abstract_mesh(axis_sizes, axis_names, axis_types=None):
+    """The abstract mesh `jax.set_mesh` puts in context for a mesh over the default platform.
+
+    It carries the default device's `AbstractDevice` (kind, platform), as `Mesh.abstract_mesh`
+    does in jax 0.10 … 0.12, so a `shard_map` / `pmap` the program builds over concrete devices
+    passes shard_map's "context mesh should match the mesh passed" check.
+    """
+    import jax
+    import numpy as np
+
+    probe = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("_",)).abstract_mesh
+    types = make_abstract_mesh(axis_sizes, axis_names, axis_types).axis_types
+    return jax.sharding.AbstractMesh(tuple(axis_sizes), tuple(axis_names), axis_types=types,
+                                     abstract_device=probe.abstract_device)
+
+
+def backends_initialised() -> bool:
+    """True once JAX has started its backends in this process (after that, XLA_FLAGS and
+    JAX_PLATFORMS are read and fixed): `jax._src.xla_bridge._backends` is non-empty (jax 0.10 …
+    0.12). Never imports JAX: a process that has not imported it has no backends."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", None))
+    except Exception:  # noqa: BLE001 - a JAX whose layout moved: report "not started"
+        return False
+
+
+def distributed_client():
+    """This process's client of the `jax.distributed` key-value store (None before
+    `jax.distributed.initialize`): `jax._src.distributed.global_state.client` (jax 0.10 … 0.12)."""
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def make_jax_mesh(devices, axis_names, axis_types=None):
+    """A `jax.sharding.Mesh` over an ndarray of JAX devices."""
+    from jax.sharding import Mesh
+
+    kw = {}
+    if axis_types is not None:
+        kw["axis_types"] = tuple(_jax_axis_type(t) for t in axis_types)
+    return Mesh(devices, tuple(axis_names), **kw)
+
+
+# --- interpreter: jaxpr params whose names differ between JAX versions -----------------
+
+def aval_vma(aval) -> frozenset:
+    """The mesh axes an aval varies over (JAX's vma: `aval.vma` or `aval.manual_axis_type.varying`)."""
+    vma = getattr(aval, "vma", None)
+    if vma is not None:
+        return frozenset(vma)
+    mat = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(mat, "varying", ()) or ())
+
+
+def scan_split_args(params, args):
+    """(consts, init carry, xs) of a `scan` equation's operands.
+
+    jax <= 0.11 binds `num_consts`/`num_carry`; jax 0.12 binds FlatTrees `ft_in`/`ft_out`.
+    """
+    if "ft_in" in params:
+        consts, carry, xs = params["ft_in"].update(list(args)).unpack()
+        return list(consts), list(carry), list(xs)
+    nc, nk = params["num_consts"], params["num_carry"]
+    return list(args[:nc]), list(args[nc:nc + nk]), list(args[nc + nk:])
+
+
+def shard_map_manual_axes(params) -> frozenset:
+    """The axes a `shard_map` equation makes manual (`newly_manual_axes`, older `auto` complement)."""
+    if "newly_manual_axes" in params:
+        return frozenset(params["newly_manual_axes"])
+    if "manual_axes" in params:
+        return frozenset(params["manual_axes"])
+    mesh = params["mesh"]
+    return frozenset(mesh.axis_names) - frozenset(params.get("auto", ()))
+
+
+def use_abstract_mesh(mesh):
+    """Context manager making `mesh` (a jax AbstractMesh) the tracing context mesh."""
+    import jax
+
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
+def all_primitive_names() -> set:
+    """Names of every `jax.extend.core.Primitive` instance defined in the installed JAX's modules."""
+    import importlib
+    import pkgutil
+    import sys
+
+    import jax
+    from jax.extend.core import Primitive
+
+    import jax._src as src
+
+    for info in pkgutil.walk_packages(src.__path__, "jax._src."):
+        name = info.name
+        if any(part in name for part in (".tpu", "pallas.mosaic", "mosaic_gpu", "triton", "cudnn",
+                                          ".mosaic", "_test", "test_util", "internal_test")):
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # optional backends (Triton, Mosaic) may not import on CPU
+            continue
+    names = set()
+    for mod_name, mod in list(sys.modules.items()):
+        if not (mod_name == "jax" or mod_name.startswith(("jax.", "jax._src"))) or mod is None:
+            continue
+        for val in list(vars(mod).values()):
+            if isinstance(val, Primitive):
+                names.add(val.name)
+    del jax
+    return names
+
+
+# --- PRNG key arrays (JAX extended dtypes) -------------------------------------------------
+# refsim holds a key array as a NumPy structured array: one field, named after the PRNG
+# impl, of the impl's key_shape in uint32. Data movement rules then work on keys unchanged.
+
+def prng_impl_of(dtype):
+    """The PRNGImpl of a JAX key dtype (`key<fry>`), or None for an ordinary dtype."""
+    import jax
+
+    try:
+        if not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+            return None
+    except TypeError:
+        return None
+    return getattr(dtype, "_impl", None)
+
+
+def key_numpy_dtype(impl):
+    """The structured NumPy dtype refsim uses for keys of PRNG `impl`."""
+    import numpy as np
+
+    return np.dtype([(impl.name, np.uint32, tuple(impl.key_shape))])
+
+
+def to_numpy(x):
+    """`np.asarray(x)`, except a JAX key array becomes refsim's structured key array
+    (`jax.random.key_data` viewed as `key_numpy_dtype(impl)`), as NumPy refuses key dtypes."""
+    import numpy as np
+
+    impl = prng_impl_of(getattr(x, "dtype", None))
+    if impl is None:
+        return np.asarray(x)
+    import jax
+
+    data = np.ascontiguousarray(np.asarray(jax.random.key_data(x)))
+    key_nd = len(tuple(impl.key_shape))
+    return data.view(key_numpy_dtype(impl)).reshape(data.shape[:data.ndim - key_nd])
+
+
+def jax_key_dtype(np_dtype):
+    """The JAX key dtype a refsim structured key dtype stands for (None for other dtypes)."""
+    import numpy as np
+
+    names = getattr(np.dtype(np_dtype), "names", None)
+    if not names or len(names) != 1:
+        return None
+    import jax
+
+    sub = np.dtype(np_dtype)[names[0]]
+    try:
+        return jax.random.wrap_key_data(np.zeros(sub.shape, np.uint32), impl=names[0]).dtype
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def physical_dtype(dtype):
+    """The NumPy dtype of refsim's value for a jaxpr aval dtype (keys -> structured dtype)."""
+    import numpy as np
+
+    impl = prng_impl_of(dtype)
+    return key_numpy_dtype(impl) if impl is not None else np.dtype(dtype)
+
+
+# --- layouts: JAX's own HLO / Shardy text, for comparison tests --------------------------
+
+def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
+    """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.10 … 0.12)."""
+    return str(jax_named_sharding._to_xla_hlo_sharding(ndim))
+
+
+def xla_parse_hlo_sharding(text: str):
+    """XLA's own parse of sharding text (`xla_client.HloSharding.from_string`)."""
+    from jax._src.lib import xla_client as xc
+
+    return xc.HloSharding.from_string(text)
+
+
+def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: bool = False) -> str:
+    """The printed `#sdy.sharding<mesh<...>, [...]>` attribute JAX builds for a NamedSharding.
+
+    jax 0.10 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` needs
+    an MLIR context with the sdy dialect loaded.
+    """
+    from jax._src.interpreters import mlir
+
+    with mlir.make_ir_context():
+        return str(jax_named_sharding._to_sdy_sharding(ndim, modify_wrt_axis_types).build({}))
+
+
+# --- debugging: where an equation came from ---------------------------------------------------
+
+def eqn_source_line(eqn) -> str:
+    """The user's source line of a jaxpr equation, "file:line:col (function)", or "" if unknown.
+
+    `source_info_util.summarize` (private, the same in jax 0.10 … 0.12) skips JAX's own frames
+    as jaxpr pretty-printing does.
+    """
+    from jax._src import source_info_util
+
+    info = getattr(eqn, "source_info", None)
+    if info is None:
+        return ""
+    try:
+        return source_info_util.summarize(info)
+    except Exception:  # a hand-built equation may carry no traceback
+        return ""
+
+
+# --- xla_backend.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
+
+def lowering_tables():
+    """(default table, per-platform tables, entry class) of `jax._src.interpreters.mlir`.
+
+    jax 0.10 … 0.12 keep `_lowerings: {Primitive: LoweringRuleEntry(rule, inline)}` and
+    `_platform_specific_lowerings: {platform: {Primitive: LoweringRuleEntry}}`.
+    """
+    from jax._src.interpreters import mlir
+
+    return mlir._lowerings, mlir._platform_specific_lowerings, mlir.LoweringRuleEntry
+
+
+def primitive_by_name(name: str):
+    """The JAX Primitive object for a collective / shard_map primitive name, or any primitive
+    with a default lowering rule (None if absent)."""
+    from jax._src import shard_map as _sm
+    from jax._src.lax import parallel as _par
+
+    if name == "shard_map":
+        return _sm.shard_map_p
+    prim = getattr(_par, f"{name}_p", None)
+    if prim is None:
+        # any other lowered primitive (reduce_sum, sharding_constraint, ...), by its registered name
+        from jax._src.interpreters import mlir
+
+        prim = next((p for p in mlir._lowerings if p.name == name), None)
+    return prim
+
+
+def lowering_axis_env(ctx) -> dict:
+    """{axis name: size}, in mesh order, of the mesh a lowering rule's collective runs over."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    if mesh is not None:
+        return dict(zip(mesh.axis_names, mesh.axis_sizes))
+    env = axis_ctx.axis_env
+    return dict(zip(env.names, env.sizes))
+
+
+def reshard_dispatch_module():
+    """The module whose `_cached_logical_device_ids` maps a reshard onto a permuted device
+    order (`jax._src.dispatch._different_device_order_reshard`, 0.10 … 0.12)."""
+    from jax._src import dispatch
+
+    return dispatch
+
+
+def lower_fun(fn, multiple_results: bool = False):
+    """`jax._src.interpreters.mlir.lower_fun`: lower a traceable function inside a lowering rule."""
+    from jax._src.interpreters import mlir
+
+    return mlir.lower_fun(fn, multiple_results=multiple_results)
+
+
+def ppermute_axes_must_follow_mesh_order() -> bool:
+    """True where JAX rejects ppermute / pshuffle / pbroadcast over a tuple of axes out of mesh
+    order: 0.12's lowering raises RuntimeError unless ``jax_raise_on_ppermute_sort_diff`` is
+    off (its default is on); 0.10 has no such flag and accepts any order."""
+    import jax
+
+    return bool(getattr(jax.config, "jax_raise_on_ppermute_sort_diff", False))
+
+
+def is_jax_partition_spec(x) -> bool:
+    """True for a `jax.sharding.PartitionSpec` (its class is named `P` in jax 0.10, so no name test).
+
+    Never imports JAX: if JAX is not loaded, `x` cannot be one of its specs.
+    """
+    import sys
+
+    jax_sharding = sys.modules.get("jax.sharding")
+    return jax_sharding is not None and isinstance(x, jax_sharding.PartitionSpec)
+
+
+def flatten_axes(name: str, treedef, axis_tree) -> list:
+    """`jax._src.api_util.flatten_axes`: broadcast an in_axes prefix over the arguments' tree.
+
+    Its ValueError names the argument as JAX's does (`pmap in_axes[0][0]`), so refsim.pmap
+    rejects a bad prefix with JAX's own wording (0.10 … 0.12 share the signature).
+    """
+    from jax._src.api_util import flatten_axes as _flatten_axes
+
+    return list(_flatten_axes(name, treedef, axis_tree))
+
+
+# --- refsim.stablehlo: MLIR Python bindings shipped in jaxlib (0.10 … 0.12) -------------------
+
+def mlir_context():
+    """A fresh MLIR context with every dialect JAX emits registered (stablehlo, chlo, sdy, mhlo,
+    func): `jax._src.interpreters.mlir.make_ir_context`, the same name in jax 0.10 … 0.12."""
+    from jax._src.interpreters import mlir
+
+    return mlir.make_ir_context()
+
+
+def mlir_ir():
+    """The `ir` module of jaxlib's MLIR bindings."""
+    from jax._src.lib.mlir import ir
+
+    return ir
+
+
+def stablehlo_dialect():
+    """jaxlib's StableHLO dialect bindings (attribute classes DotDimensionNumbers, ...)."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    return stablehlo
+
+
+def attribute_names(op) -> list:
+    """Names of an operation's attributes: iterating `op.attributes` yields str in jaxlib 0.10 …
+    0.12 and NamedAttribute in older MLIR bindings."""
+    return [a if isinstance(a, str) else a.name for a in op.attributes]
+
+
+def compiled_hlo_module(compiled):
+    """The compiled per-device (SPMD-partitioned) HLO module of a `jax.stages.Compiled`:
+    `runtime_executable().hlo_modules()[0]` (jax 0.10 … 0.12). `.to_string()` gives its text."""
+    return compiled.runtime_executable().hlo_modules()[0]
+
+
+def hlo_module_to_stablehlo_bytes(hlo_module) -> bytes:
+    """An XLA HLO module as StableHLO bytecode: jaxlib's `_xla.mlir.hlo_to_stablehlo` of its
+    serialised proto (present in jax 0.10 … 0.12)."""
+    from jax._src.lib import xla_client as xc
+
+    return xc._xla.mlir.hlo_to_stablehlo(hlo_module.as_serialized_hlo_module_proto())
+
+
+def hlo_text_to_stablehlo_bytes(hlo_text: str) -> bytes:
+    """HLO text (as `HloModule.to_string()` prints it, possibly edited) as StableHLO bytecode:
+    parsed by `jaxlib._hlo.hlo_module_from_text`, then converted as `hlo_module_to_stablehlo_bytes`."""
+    from jaxlib import _hlo
+
+    return hlo_module_to_stablehlo_bytes(_hlo.hlo_module_from_text(hlo_text))
+
+
+def stablehlo_verifies(data) -> bool:
+    """True when jaxlib's MLIR parses and verifies the StableHLO module `data` (bytecode or text)."""
+    try:
+        with mlir_context():
+            mlir_ir().Module.parse(data)
+        return True
+    except Exception:  # noqa: BLE001 - MLIRError: e.g. the converter's output fails its own verifier
+        return False
+
+
+def compile_edited_module(lowered, edit):
+    """Compile `lowered` (a `jax.stages.Lowered`) after `edit(text) -> text` rewrote its
+    StableHLO: the executable XLA builds from a module other than the one JAX lowered.
+
+    `Lowered._lowering._hlo` (jax 0.10 … 0.12: `MeshComputation` keeps the module it
+    compiles there, and its executable in `_executable`) is replaced for this one compile
+    and restored afterwards.
+    """
+    ir = mlir_ir()
+    comp = lowered._lowering
+    original = comp._hlo
+    text = edit(original.operation.get_asm(enable_debug_info=True))
+    with original.context:
+        edited = ir.Module.parse(text)
+    cached = getattr(comp, "_executable", None)
+    comp._hlo, comp._executable = edited, None
+    try:
+        return lowered.compile()
+    finally:
+        comp._hlo, comp._executable = original, cached
+
+
+def lowered_kept_args(lowered, n_args: int) -> list:
+    """Positions of the flat arguments the lowered module still takes: jit drops unused ones
+    (`keep_unused=False`); `MeshComputation.compile_args["kept_var_idx"]` in jax 0.10 … 0.12."""
+    kept = lowered._lowering.compile_args.get("kept_var_idx")
+    return list(range(n_args)) if kept is None else sorted(kept)
+
+
+def partition_device_ids(compiled) -> list:
+    """JAX device ids of a compiled SPMD program's partitions, in partition-id order (the
+    executable's device assignment; `local_devices()` lists it in that order, jax 0.10 … 0.12)."""
+    return [d.id for d in compiled.runtime_executable().local_devices()]
+
+
+def lowered_out_shardings(lowered) -> list:
+    """The output shardings a lowered jit program was lowered with (before compiling):
+    `MeshComputation.compile_args["out_shardings"]`, jax 0.10 … 0.12."""
+    return list(lowered._lowering.compile_args["out_shardings"])
+# --- callbacks: JAX's own formatting for jax.debug.print ------------------------------------
+
+def debug_print_callback(fmt, np_printoptions, has_placeholders, logging_record, in_tree, static_args):
+    """The flat callable `jax.debug.print`'s `debug_print` primitive runs (jax/_src/debugging.py:
+    `_format_print_callback` wrapped by `_make_flat_callback`), so refsim prints exactly JAX's text."""
+    import functools
+
+    from jax._src import debugging
+
+    cb = functools.partial(debugging._format_print_callback, fmt, dict(np_printoptions),
+                           has_placeholders, logging_record)
+    return debugging._make_flat_callback(in_tree, cb, static_args)
+
+
+def approx_top_k_output_size(input_size, rank, k, recall_target, aggregate_to_topk, size_override) -> int:
+    """The reduction-dimension size `lax.approx_max_k` returns (jaxlib's own formula)."""
+    from jax._src.lib import _jax
+
+    return int(_jax.approx_top_k_reduction_output_size(input_size, rank, k, recall_target,
+                                                       aggregate_to_topk, size_override)[0])
+
+
+# --- primitives JAX itself lowers by tracing a Python implementation (mlir.lower_fun) ---------
+
+def lowering_decomposition(name: str):
+    """The Python function JAX's CPU lowering of primitive `name` traces (`mlir.lower_fun(fn)`),
+    called as fn(*operands, **params); None when JAX lowers `name` some other way.
+
+    random_gamma: `random.core._gamma_impl(use_vmap=True)` (Marsaglia-Tsang rejection sampling
+    on threefry keys); regularized_incomplete_beta / igamma_grad_a: `lax.special`'s series
+    and continued fractions; ragged_dot_general: `lax._ragged_dot_general_impl` (groups expanded
+    to masked dense operands, one dot_general). Same names and modules in jax 0.10 … 0.12.
+    """
+    import functools
+
+    if name == "random_gamma":
+        from jax._src.random import core as rcore
+
+        return functools.partial(rcore._gamma_impl, use_vmap=True)
+    if name == "call_hi_primitive":  # a hijax primitive: lowered through its `expand` into lojax
+        from jax._src import hijax
+
+        return hijax._call_hi_primitive_to_lojax
+    if name == "polynomial":  # jax >= 0.12: Horner's rule (a scan past 8 coefficients)
+        from jax._src.lax import lax as _lax
+
+        return getattr(_lax, "_polynomial_lower", None)
+    if name == "ragged_dot_general":  # lowered via lower_fun unless the ragged_dot instruction flag is on
+        from jax._src.lax import lax as _lax
+
+        return _lax._ragged_dot_general_impl
+    if name in ("regularized_incomplete_beta", "igamma_grad_a"):
+        from jax._src.lax import special
+
+        impl = getattr(special, f"{name}_impl")
+        return lambda *args, **params: special._up_and_broadcast(impl)(*args, **params)
+    return None
+
+
+
+def gspmd_lowering():
+    """Context manager lowering with GSPMD's sharding custom calls instead of Shardy
+    (`jax._src.config.use_shardy_partitioner(False)`, jax 0.10 … 0.12)."""
+    from jax._src import config
+
+    return config.use_shardy_partitioner(False)
+
+
+# --- eager shard_map: per-device avals with a manual-axis type ---------------------------------
+
+def trace_core():
+    """The module that defines JAX's tracing machinery, for a Trace of refsim's own (eager
+    refsim.shard_map): `jax._src.core` with `Trace`, `Tracer`, `set_current_trace`,
+    `extend_axis_env_nd`, `typeof` and `ShapedArray` (the same names in jax 0.10 … 0.12)."""
+    from jax._src import core
+
+    return core
+
+
+def aval_mat(aval):
+    """An aval's manual-axis type (`core.ManualAxisType`: varying / unreduced / reduced), or None."""
+    return getattr(aval, "manual_axis_type", None) or getattr(aval, "mat", None)
+
+
+def aval_with_mat(aval, sharding, varying):
+    """`aval` on `sharding` (a manual abstract mesh), varying over `varying` (jax 0.10 … 0.12:
+    `ShapedArray.update(sharding=..., manual_axis_type=ManualAxisType(varying=...))`)."""
+    from jax._src import core
+
+    return aval.update(sharding=sharding, manual_axis_type=core.ManualAxisType(varying=frozenset(varying)))
+
+
+def check_vma_context(check: bool):
+    """The `config._check_vma` context jax.shard_map traces its body under (it turns on the
+    varying-axes type rules of every primitive's abstract evaluation)."""
+    from jax._src import config
+
+    return config._check_vma(bool(check))
+
+
+#: JAX's older public entry points that build the same programs as `jax.shard_map` / `jax.jit`:
+#: (module, attribute, the kind of program they build). `jax.experimental.shard_map.shard_map`
+#: takes `check_rep` (jax 0.10 … 0.12 pass it on as `check_vma`; older JAX also took `auto=`),
+#: `jax.experimental.pjit.pjit` takes jit's arguments, positionally too.
+LEGACY_ENTRY_POINTS = (("jax.experimental.shard_map", "shard_map", "shard_map"),
+                       ("jax.experimental.pjit", "pjit", "jit"))
+
+
+def legacy_entry_points() -> list:
+    """[(module, attribute, kind, current value)] for each of `LEGACY_ENTRY_POINTS` this JAX has.
+
+    In jax 0.10 … 0.12 both are deprecated attributes that the module's `__getattr__` serves with
+    a DeprecationWarning on first access; reading them here must not warn the user, and a JAX that
+    has dropped one (ImportError / AttributeError) gives fewer entries."""
+    import importlib
+    import warnings
+
+    found = []
+    for mod_name, attr, kind in LEGACY_ENTRY_POINTS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                mod = importlib.import_module(mod_name)
+                value = getattr(mod, attr)
+            except (ImportError, AttributeError):
+                continue
+        found.append((mod, attr, kind, value))
+    return found
