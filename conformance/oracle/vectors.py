@@ -213,22 +213,14 @@ class VectorsBound(ScaledBound):
         return float(max((np.max(b) for b in self.bounds.values() if np.size(b)), default=0.0))
 
 
-def _global(arr) -> np.ndarray:
-    return np.asarray(arr)
-
-
-def _unit(dtype) -> float:
-    return compare.unit_roundoff(dtype)
-
-
 def policies(group: Group, ref: list, ulps: int = DEFAULT_ULPS) -> dict:
     """{output position: VectorsBound} for the vectors of `group`, from refsim's outputs."""
-    values = _global(ref[group.values])
+    values = np.asarray(ref[group.values])
     shapes = {role: tuple(ref[pos].shape) for role, pos in group.vectors}
     batch = values.shape[:-1]
     local = {r: s[len(batch):] for r, s in shapes.items()}
     dtype = ref[group.vectors[0][1]].dtype
-    u = _unit(dtype)
+    u = compare.unit_roundoff(dtype)
     per_role = {role: np.empty(shapes[role], np.float64) for role, _ in group.vectors}
     for b in np.ndindex(*batch):
         plan = _plan(group.kind, values[b].astype(np.float64), local, ulps, u)
@@ -249,12 +241,12 @@ def align(group: Group, ref: list, xla: list, ulps: int = DEFAULT_ULPS) -> dict:
     """{output position: XLA's vectors turned onto refsim's} for `group` (refsim.Arrays)."""
     from refsim.array import Array, Shard
 
-    values = _global(ref[group.values])
+    values = np.asarray(ref[group.values])
     batch = values.shape[:-1]
     roles = dict(group.vectors)
-    xg = {r: _global(xla[p]) for r, p in roles.items()}
-    rg = {r: _global(ref[p]) for r, p in roles.items()}
-    u = _unit(ref[group.vectors[0][1]].dtype)
+    xg = {r: np.asarray(xla[p]) for r, p in roles.items()}
+    rg = {r: np.asarray(ref[p]) for r, p in roles.items()}
+    u = compare.unit_roundoff(ref[group.vectors[0][1]].dtype)
     shapes = {r: a.shape[len(batch):] for r, a in rg.items()}
     rots = {}
     for b in np.ndindex(*batch):
