@@ -328,3 +328,25 @@ def test_complex_sum_nan_and_overflow_are_tracked_part_by_part():
                        tolerances=tol).ok
     pinf, ninf, nan = tol.allowed_nonfinite(0, np.complex64)
     assert pinf.shape == (2, 1) and pinf[:, 0].tolist() == [True, False] and not nan.any()
+
+
+def test_sum_bound_checked_in_row_blocks_finds_the_same_elements(monkeypatch):
+    # A large shard is checked in blocks of leading-axis rows; with 2-element blocks these
+    # small cases cross block edges. Complex sums carry per-part masks (a leading axis of 2).
+    import conformance.compare as cmp
+
+    monkeypatch.setattr(cmp, "_ROWS_ELEMENTS", 2)
+    terms = np.zeros((2, 5, 2), np.complex64)
+    terms[0] = np.arange(10).reshape(5, 2) + 1j
+    terms[1] = 1 + 2j
+    terms[0, 3, 1] = complex(np.nan, 1.0)                  # row 3, col 1: real part NaN, imaginary 3
+    tol = SumBound.from_terms({0: terms})
+    want = terms.sum(axis=0)                                # every sum of small integers is exact
+    want[3, 1] = complex(np.nan, 3.0)
+    got = want.copy()
+    got[4, 0] += 1                                          # a wrong real part in the last block
+    got[3, 1] = complex(np.nan, np.nan)                     # NaN only allowed in the real part
+    res = compare(one(want, np.complex64), one(got, np.complex64), tolerances=tol)
+    (m,) = res.mismatches
+    assert m.count == 2 and sorted(e[0] for e in m.elements) == [(3, 1), (4, 0)], m
+    assert compare(one(want, np.complex64), one(want, np.complex64), tolerances=tol).ok

@@ -1,6 +1,7 @@
 """conformance.check on small programs: agreement, the policy chosen, disagreement, errors."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 import jax
@@ -64,6 +65,45 @@ def test_scaled_bound_is_ulps_times_unit_roundoff_times_the_largest_magnitude():
     assert not compare.compare(arr, over, tolerances=[b]).ok          # 2**-9 > 256 ulp of 4 = 2**-14
     under = refsim.device_put(np.array([0.5, -4.0 + 2 ** -15, 1.0, 2.0], np.float32), arr.sharding)
     assert compare.compare(arr, under, tolerances=[b]).ok
+
+
+def test_scaled_bound_scale_skips_non_finite_elements_and_uses_the_complex_modulus():
+    import ml_dtypes
+    import refsim
+
+    mesh = refsim.Mesh((2,), ("x",))
+
+    def placed(values, dtype):
+        return refsim.device_put(np.array(values, dtype), refsim.NamedSharding(mesh, refsim.P("x")))
+
+    assert policy.ScaledBound.of(placed([0.5, -3.0, 2.0, 1.0], np.float32)).scale == 3.0
+    assert policy.ScaledBound.of(placed([np.inf, -3.0, np.nan, 1.0], np.float32)).scale == 3.0
+    assert policy.ScaledBound.of(placed([np.nan, np.nan], np.float32)).scale == 0.0
+    assert policy.ScaledBound.of(placed([3 + 4j, 1, 0, np.inf], np.complex64)).scale == 5.0    # |3+4j|
+    b = policy.ScaledBound.of(placed([1.5, -2.0], ml_dtypes.bfloat16))
+    ref, bound = b.reference_and_bound(1, ml_dtypes.bfloat16)
+    assert ref.dtype == np.float32 and ref.tolist() == [-2.0] and b.scale == 2.0
+    assert bound.tolist() == [256 * 2.0 ** -8 * 2.0 + float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)]
+    # NaN only where refsim has NaN, an infinity only where refsim has it
+    arr = placed([np.nan, np.inf, 1.0, 2.0], np.float32)
+    tol = policy.ScaledBound.of(arr)
+    assert compare.compare(arr, placed([np.nan, np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([0.0, np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([np.nan, np.inf, np.nan, 2.0], np.float32), tolerances=[tol]).ok
+    assert not compare.compare(arr, placed([np.nan, -np.inf, 1.0, 2.0], np.float32), tolerances=[tol]).ok
+
+
+def test_max_diff_in_blocks_is_the_largest_finite_difference(monkeypatch):
+    import refsim
+
+    from conformance.oracle import check as chk
+
+    monkeypatch.setattr(chk, "_DIFF_BLOCK", 2)                    # blocks of one row of 2
+    sh = refsim.NamedSharding(refsim.Mesh((2,), ("x",)), refsim.P("x"))
+    a = refsim.device_put(np.array([[0, 1], [2, 3], [4, np.inf], [6, 7]], np.float32), sh)
+    b = refsim.device_put(np.array([[0, 1.5], [2, 3], [4, 5], [6, 4]], np.float32), sh)
+    assert chk._max_diff(a, b) == 3.0                              # |7 - 4|; |inf - 5| is not finite
+    assert chk._max_diff(a, a) == 0.0
 
 
 def test_policy_choice_per_output_kind():
@@ -165,6 +205,56 @@ def test_static_arguments_of_a_jit_are_closed_over_in_oracle_mode():
     (rec,) = session.calls
     assert rec["outcome"] == "agree" and rec["policy"] == ["exact"], rec   # an int32 sum is exact
     assert jax.jit is not step and not isinstance(jax.jit(lambda a: a), intercept.Checked)
+
+
+def repeat_add(n, a):
+    """a added n times: n must be a Python int (range), so a traced n fails the trace."""
+    acc = jnp.zeros_like(a)
+    for _ in range(n):
+        acc = acc + a
+    return jnp.sum(acc)
+
+
+@pytest.mark.parametrize("jit_kw,call", [
+    ({"static_argnums": 0}, lambda f, x: f(3, x)),                 # 0 is a static argnum, not "none"
+    ({"static_argnums": 0}, lambda f, x: f(n=3, a=x)),             # static by number, passed by keyword
+    ({"static_argnums": 0}, lambda f, x: f(3, a=x)),
+    ({"static_argnums": -2}, lambda f, x: f(3, x)),                # negative: counted from the end
+    ({"static_argnames": "n"}, lambda f, x: f(3, x)),              # static by name, passed by position
+    ({"static_argnames": ("n",)}, lambda f, x: f(n=3, a=x)),
+    ({"static_argnums": 0, "static_argnames": "n"}, lambda f, x: f(3, x)),
+], ids=["argnums0", "argnums-by-keyword", "argnums-mixed", "argnums-negative", "argnames-by-position",
+        "argnames-by-keyword", "both"])
+def test_static_arguments_by_number_or_name_and_position_or_keyword_as_jax(jit_kw, call):
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session()
+    intercept.install(session)
+    try:
+        x = _placed(np.arange(8, dtype=np.int32), P(("x", "y")))
+        out = call(jax.jit(repeat_add, **jit_kw), x)
+        deco = call(functools.partial(jax.jit, **jit_kw)(repeat_add), x)       # decorator form
+    finally:
+        intercept.uninstall()
+    assert int(out) == int(deco) == 3 * 28                                    # 3 * (0 + 1 + ... + 7)
+    assert [c["outcome"] for c in session.calls] == ["agree", "agree"], session.calls
+
+
+def test_infer_static_completes_numbers_and_names_as_jax_does():
+    from conformance.oracle.intercept import infer_static
+
+    def f(a, b, *rest, c=1, **kw):
+        return a
+
+    assert infer_static(f, None, None) == ((), ())
+    assert infer_static(f, 0, None) == ((0,), ("a",))
+    assert infer_static(f, (1, 5), None) == ((1, 5), ("b",))            # 5: a *rest position, no name
+    assert infer_static(f, -1, None) == ((-1,), ())                      # negative numbers name nothing
+    assert infer_static(f, None, "b") == ((1,), ("b",))
+    assert infer_static(f, None, ("c", "zz")) == ((), ("c", "zz"))        # keyword-only: no position
+    assert infer_static(f, 0, "c") == ((0,), ("c",))                     # both given: used as given
+    assert infer_static(len, 0, None) == ((0,), ())                      # no signature: as given
 
 
 def scale_rows(a, w):
@@ -269,3 +359,59 @@ def test_vmap_of_a_partially_manual_shard_map_keeps_the_explicit_batch_split():
     assert g(x).sharding.spec == P("data", "model")                 # what JAX does
     res = conformance.check(g, x)
     assert res.ok and res.outputs[0].placement == "program" and res.outputs[0].max_abs_diff == 0
+
+
+# -- float0 outputs (tangents of integer inputs) ----------------------------------------------------
+
+def ring_and_int_tangent(a, n):
+    """The ring shift and the float0 tangent of an integer input (module level: reproducible)."""
+    _, tn = jax.jvp(lambda v: v * 2, (n,), (np.zeros(n.shape, jax.dtypes.float0),))
+    return {"moved": shifted(a), "tangent": tn}
+
+
+ring_and_int_tangent_jit = jax.jit(ring_and_int_tangent)
+
+
+def test_float0_outputs_are_checked_by_shape_in_oracle_mode():
+    from conformance.oracle import check as chk
+    from conformance.oracle import intercept
+    from conformance.oracle.session import Session
+
+    session = Session()
+    intercept.install(session)
+    try:
+        grad = jax.jit(jax.grad(lambda a, k: jnp.sum(a * k), argnums=(0, 1), allow_int=True))
+        x = _placed(np.arange(8, dtype=np.float32), P(("x", "y")))
+        da, dk = grad(x, np.arange(8, dtype=np.int32))
+    finally:
+        intercept.uninstall()
+    np.testing.assert_array_equal(np.asarray(da), np.arange(8, dtype=np.float32))   # d/da sum(a*k) = k
+    assert dk.dtype == jax.dtypes.float0 and dk.shape == (8,)                        # XLA's value, untouched
+    (rec,) = session.calls
+    assert rec["outcome"] == "agree" and rec["policy"][1] == chk.FLOAT0_POLICY, rec
+
+
+def test_float0_output_keeps_the_stated_layout_of_the_others():
+    sh = NamedSharding(MESH, P(("x", "y")))
+    grad = jax.jit(jax.grad(lambda a, k: jnp.sum(a * k), argnums=(0, 1), allow_int=True),
+                   out_shardings=(sh, NamedSharding(MESH, P())))
+    res = conformance.check(grad, _placed(np.arange(8, dtype=np.float32), P(("x", "y"))), np.arange(8, dtype=np.int32))
+    o0, o1 = res.outputs
+    assert (o0.placement, o0.devices, o0.max_abs_diff) == ("program", 8, 0.0), o0
+    assert (o1.index, o1.dtype, o1.shape, o1.policy) == (1, "float0", (8,), "shape only (float0 carries no data)")
+
+
+def test_a_disagreement_beside_a_float0_output_is_caught_and_reproduced(tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    n = np.arange(3, dtype=np.int32)
+    assert conformance.check(ring_and_int_tangent_jit, x, n).ok
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(ring_and_int_tangent_jit, x, n, repro_dir=str(tmp_path))
+    err = info.value
+    assert "output 1 ['tangent']: float0[3]" in str(err) and err.repro_path
+    spec = importlib.util.spec_from_file_location("oracle_repro_float0", err.repro_path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.check(mod.run()) == []
+    with faults.inject("ppermute_pairs_reversed"):
+        assert mod.check(mod.run())

@@ -152,7 +152,7 @@ def test_install_wraps_names_imported_after_it_and_uninstall_restores_them():
         built = shard_map(lambda a: a, mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
         assert isinstance(built, intercept.Checked) and built._via == "jax.experimental.shard_map.shard_map"
         step = pjit(lambda a, n: a * n, NamedSharding(mesh, P(("x", "y"))), None, 1)   # static_argnums=1
-        assert isinstance(step, intercept.Checked) and step._static == (1, ())
+        assert isinstance(step, intercept.Checked) and step._static == ((1,), ("n",))
         out = step(np.arange(8, dtype=np.int32), 3)
         assert (np.asarray(out) == 3 * np.arange(8)).all()
     finally:

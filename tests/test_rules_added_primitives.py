@@ -103,6 +103,28 @@ def test_small_factorizations_by_hand():
     _same(jnp.linalg.cholesky, bad)
 
 
+def test_complex_lu_pivots_by_abs_re_plus_abs_im_as_lapack():
+    # column 0 is [3+3j, 5]: |z| = 4.24 < 5 would swap, LAPACK's icamax compares
+    # |Re|+|Im| = 6 > 5 and keeps row 0. By hand: l = 5/(3+3j) = 5/6 - 5/6j,
+    # u22 = 2 - l = 7/6 + 5/6j, no swap.
+    a = np.array([[3 + 3j, 1], [5, 2]], np.complex64)
+    lu, piv, perm = refsim.jit(lax.linalg.lu)(a)
+    np.testing.assert_allclose(np.asarray(lu), [[3 + 3j, 1], [5 / 6 - 5j / 6, 7 / 6 + 5j / 6]], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(piv), [0, 1])
+    np.testing.assert_array_equal(np.asarray(perm), [0, 1])
+
+
+def test_complex_lu_pivots_match_lapack_getrf():
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((5, 5)) + 1j * rng.standard_normal((5, 5))).astype(np.complex128)
+    a[:, 0] = [3 + 3j, 5, 1j, -2, 0.5]  # the two magnitudes disagree on the first pivot
+    want_lu, want_piv = scipy_linalg.lu_factor(a)  # LAPACK zgetrf
+    lu, piv, _ = refsim.jit(lax.linalg.lu)(a.astype(np.complex64))
+    np.testing.assert_array_equal(np.asarray(piv), want_piv)
+    np.testing.assert_allclose(np.asarray(lu), want_lu, rtol=1e-4, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def mats():
     rng = np.random.default_rng(0)

@@ -328,3 +328,66 @@ def test_invariant_operands_keep_size_one_mesh_dims():
     b = np.ones((4, 1, 2), np.float32)
     s, d = eval_closed_jaxpr(closed, a, b, ctx=Context(nm=2))
     assert s.shape == (4, 1, 2) and d.shape == (1, 1, 2)
+
+
+def test_bitcast_convert_type_packs_int4_nibbles_element_0_lowest():
+    # XLA packs sub-byte types: int4[4] -> float16 is one 16-bit word. By hand, the nibbles
+    # of [-7, 1, 4, -1] are 0x9, 0x1, 0x4, 0xf and element 0 is the low nibble: 0xf419.
+    x = np.array([-7, 1, 4, -1], dtype=ml_dtypes.int4)
+    fn = lambda v: lax.bitcast_convert_type(v, np.float16)  # noqa: E731
+    (got,) = refsim_eval(fn, x)
+    assert got.shape == () and got.dtype == np.float16 and int(got.view(np.uint16)) == 0xF419
+    # and back: uint16 0xf419 -> int4[4] splits the word the same way
+    back = lambda v: lax.bitcast_convert_type(v, ml_dtypes.int4)  # noqa: E731
+    (parts,) = refsim_eval(back, np.uint16(0xF419))
+    assert parts.shape == (4,) and parts.dtype == np.dtype(ml_dtypes.int4)
+    np.testing.assert_array_equal(parts.astype(np.int8), [-7, 1, 4, -1])
+
+
+def test_bitcast_convert_type_float4_hand_value():
+    if not hasattr(ml_dtypes, "float4_e2m1fn"):
+        pytest.skip("ml_dtypes has no float4_e2m1fn")
+    # e2m1 (bias 1): 1.0 = 0b0010, 2.0 = 0b0100, 3.0 = 0b0101, 4.0 = 0b0110 -> word 0x6542
+    x = np.array([1, 2, 3, 4], dtype=ml_dtypes.float4_e2m1fn)
+    (got,) = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.uint16), x)
+    assert got.shape == () and int(got) == 0x6542
+
+
+SUB_BYTE_CASES = [
+    # (operand, new dtype): XLA:CPU is the independent oracle for the packing
+    (np.array([[1, 2], [3, -4]], ml_dtypes.int4), np.uint8),
+    (np.array([1, 2, 3, 4, 5, 6, 7, -8], ml_dtypes.int4), np.float32),
+    (np.array([[1, 15, 3, 4]] * 2, ml_dtypes.uint4), ml_dtypes.bfloat16),
+    (np.uint8(0x12), ml_dtypes.uint4),
+    (np.uint32(0x12345678), ml_dtypes.int4),
+    (np.array([0xF419, 0x1234], np.uint16), ml_dtypes.uint4),
+    (np.array(3, ml_dtypes.int4), ml_dtypes.uint4),
+    (np.array([-1, 7], ml_dtypes.int4), ml_dtypes.uint4),
+]
+
+
+@pytest.mark.parametrize("x,dt", SUB_BYTE_CASES,
+                         ids=[f"{np.asarray(x).dtype}{list(np.shape(x))}->{np.dtype(d)}" for x, d in SUB_BYTE_CASES])
+def test_bitcast_convert_type_sub_byte_matches_xla(x, dt):
+    fn = lambda v: lax.bitcast_convert_type(v, dt)  # noqa: E731
+    exp, got = jax_eval(fn, x), refsim_eval(fn, x)
+    assert exp[0].dtype == got[0].dtype and exp[0].shape == got[0].shape, (exp, got)
+    np.testing.assert_array_equal(np.atleast_1d(got[0]).view(np.uint8), np.atleast_1d(exp[0]).view(np.uint8))
+
+
+def test_bitcast_convert_type_0d_operand():
+    # float32 1.5 = 0x3fc00000; little-endian bytes 00 00 c0 3f (by hand)
+    (b,) = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.uint8), np.float32(1.5))
+    np.testing.assert_array_equal(b, [0x00, 0x00, 0xC0, 0x3F])
+    (i,) = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.int32), np.float32(1.5))
+    assert i.shape == () and int(i) == 0x3FC00000
+    (one,) = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.int8), np.uint8(255))
+    assert one.shape == () and int(one) == -1
+
+
+def test_bitcast_convert_type_sub_byte_on_stacked_mesh_dims():
+    # two devices on one mesh dim: [1, 2, 3, 4] packs to 0x4321 by hand
+    x = np.array([[-7, 1, 4, -1], [1, 2, 3, 4]], dtype=ml_dtypes.int4)
+    fn = lambda v: lax.bitcast_convert_type(v, np.uint16)  # noqa: E731
+    (got,) = refsim_eval(fn, x[0], nm=1, stacked=[x])
+    np.testing.assert_array_equal(got, np.uint16([0xF419, 0x4321]))

@@ -126,7 +126,8 @@ def check(out) -> list:
     """Every disagreement between `out` (JAX's result) and refsim's expected shards, as text."""
     data = _data()
     failures = []
-    leaves = jax.tree_util.tree_leaves(out)
+    # float0 outputs (tangents of integer inputs) hold no data; the oracle checks them by shape
+    leaves = [x for x in jax.tree_util.tree_leaves(out) if x.dtype != jax.dtypes.float0]
     if len(leaves) != len(EXPECTED_INDEX):
         return [f"JAX returned {len(leaves)} outputs, refsim {len(EXPECTED_INDEX)}"]
     for k, o in enumerate(leaves):
