@@ -4,10 +4,10 @@
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
         [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
-    python -m conformance merge DIR... --out DIR   (conformance.merge)
+    python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
-    python -m conformance mutate ...     (conformance.mutate)
-    python -m conformance explain ...    (conformance.explain.cli)
+    python -m conformance mutate ...     (conformance.engine.mutate)
+    python -m conformance explain ...    (conformance.debug.explain.cli)
     python -m conformance check [--report FILE] SCRIPT.py [ARGS...]   (conformance.oracle.cli)
 
 `run` exits 0 when every case agrees (or is an expected failure or unsupported on the
@@ -54,7 +54,7 @@ def _seconds(text: str) -> float:
 
 
 def _shard(text: str) -> tuple:
-    from conformance.plan import parse_shard
+    from conformance.engine.plan import parse_shard
 
     try:
         return parse_shard(text)
@@ -97,7 +97,7 @@ def _cores() -> int:
 
 def _compile_cache(value: str | None) -> str | None:
     """The persistent compilation cache folder for `--compile-cache` (None for 'off')."""
-    from conformance.compile_cache import OFF, default_dir
+    from conformance.engine.compile_cache import OFF, default_dir
 
     if value is None:
         return default_dir()
@@ -105,7 +105,7 @@ def _compile_cache(value: str | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
+    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{run,merge,bisect,mutate,explain,check}", parser_class=_Parser)
@@ -153,10 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_command(args, console=None) -> int:
-    from conformance import preflight, runner
+    from conformance.engine import preflight, runner
 
     if args.distributed:
-        from conformance import distributed
+        from conformance.engine import distributed
 
         return distributed.run_command(args, console, report_result)
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
@@ -216,15 +216,15 @@ def main(argv=None) -> int:
         from xla_backend import platform
 
         platform.configure()
-        from conformance.explain import cli as explain_cli
+        from conformance.debug.explain import cli as explain_cli
 
         return int(explain_cli.main(argv[1:]) or 0)
     if argv and argv[0] == "merge":
-        from conformance import merge
+        from conformance.engine import merge
 
         return int(merge.main(argv[1:]) or 0)
     if argv and argv[0] == "mutate":
-        from conformance import mutate
+        from conformance.engine import mutate
 
         return int(mutate.main(argv[1:]) or 0)
     if argv and argv[0] == "check":

@@ -17,7 +17,7 @@ def main() -> int:
 
     import refsim
     import xla_backend
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from refsim import Mesh, NamedSharding, P
 
     console = Console()

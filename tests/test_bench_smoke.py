@@ -139,10 +139,10 @@ def test_conformance_rate_loop_quick():
     conformance_rate.show([rec])
 
 
-@pytest.mark.skipif(not conformance_rate.runner_available(), reason="conformance.runner is not in this checkout")
+@pytest.mark.skipif(not conformance_rate.runner_available(), reason="conformance.engine.runner is not in this checkout")
 def test_conformance_rate_runner_quick():
     (rec,) = conformance_rate.run(quick=True, source="runner")
-    assert rec["source"] == "conformance.runner.run(suite='collectives', examples=1)"
+    assert rec["source"] == "conformance.engine.runner.run(suite='collectives', examples=1)"
     assert rec["examples"] >= rec["distinct_cases"] >= 1 and rec["examples_per_s"] > 0
     # examples of one case differ only in data: they reuse its compiled executable
     assert rec["xla_cache_hits"] >= 1
@@ -418,7 +418,7 @@ def test_throughput_names_the_xfails_entry_behind_a_disagreement(monkeypatch):
 
     import refsim
     import xla_backend
-    from conformance import compare, xfails
+    from conformance.verdict import compare, xfails
 
     if tuple(int(v) for v in jax.__version__.split(".")[:2]) >= (0, 11):
         pytest.skip("jax >= 0.11 rejects a ppermute whose axes are out of mesh order (no disagreement to explain)")

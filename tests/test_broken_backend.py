@@ -1,7 +1,7 @@
 """A deliberately broken XLA side is caught, shrunk, and its reproducer fails where XLA is broken.
 
 Two broken backends: `OneDeviceOff`, a test double that adds 1 to the psum result on one
-device (device id 5), and `xla_backend.faults.inject("psum_drop_member")`, a real
+device (device id 5), and `conformance.faults.inject("psum_drop_member")`, a real
 miscompile of JAX's psum lowering (the last member of each group is left out of the sum)
 that also breaks the standalone reproducer when it is run in a process with the fault
 installed (through a sitecustomize module on PYTHONPATH).
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import xla_backend
-from conformance import runner
+from conformance.engine import runner
 from conformance.debug import loader
 from conformance.suites import base
 from conformance.suites.collectives import strategy
@@ -107,7 +107,7 @@ def test_double_is_caught_shrunk_and_its_reproducer_pins_the_bad_device(tmp_path
 
 
 def test_miscompiled_psum_is_caught_and_its_reproducer_fails_under_the_fault(tmp_path):
-    from xla_backend import faults
+    from conformance import faults
 
     with faults.inject("psum_drop_member"):
         results = [runner.run_task(t, None, repro_dir=str(tmp_path), shrink_seconds=45) for t in _psum_tasks(seed=1)]
@@ -122,7 +122,7 @@ def test_miscompiled_psum_is_caught_and_its_reproducer_fails_under_the_fault(tmp
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent("""\
-        from xla_backend import faults
+        from conformance import faults
         _fault = faults.inject("psum_drop_member")
         _fault.__enter__()
     """))

@@ -69,10 +69,10 @@ def test_mutate_is_dispatched(monkeypatch):
     import types
 
     seen = []
-    monkeypatch.setitem(sys.modules, "conformance.mutate", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
+    monkeypatch.setitem(sys.modules, "conformance.engine.mutate", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 3))
     import conformance
 
-    monkeypatch.setattr(conformance, "mutate", sys.modules["conformance.mutate"], raising=False)
+    monkeypatch.setattr(conformance, "mutate", sys.modules["conformance.engine.mutate"], raising=False)
     assert cli.main(["mutate", "--faults", "x"]) == 3
     assert seen == [["--faults", "x"]]
 

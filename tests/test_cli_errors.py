@@ -12,11 +12,12 @@ import textwrap
 
 import pytest
 
-from conformance import cli, runner
+from conformance import cli
+from conformance.engine import runner
 from conformance.report import (HTML_NAME, JSONL_NAME, JUNIT_NAME, HtmlReporter, JsonlReporter, JUnitReporter,
                                 ProgressReporter, load_finished, print_table)
 from conformance.report.html import render_page
-from conformance.results import CaseResult, summarize
+from conformance.report.results import CaseResult, summarize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -162,7 +163,7 @@ def test_html_keeps_multi_line_messages_preformatted():
 
 
 def test_unsupported_message_is_said_once():
-    from conformance import xfails
+    from conformance.verdict import xfails
     from conformance.suites import base
 
     entry = xfails.parse('pbroadcast[* unsupported: no lowering ("MLIR translation rule for primitive '

@@ -1,4 +1,4 @@
-"""conformance.compare: hand-computed cases of the comparison policy (DESIGN.md)."""
+"""conformance.verdict.compare: hand-computed cases of the comparison policy (DESIGN.md)."""
 import dataclasses
 
 import ml_dtypes
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conformance.cases import Program
-from conformance.compare import EXACT, Exact, SumBound, compare, gamma, unit_roundoff
+from conformance.verdict.compare import EXACT, Exact, SumBound, compare, gamma, unit_roundoff
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.partition_spec import PartitionSpec as P
 
@@ -289,7 +289,7 @@ def test_ulp_policy_by_hand():
     assert compare(one([0.0]), one([-0.0]), ulp=0).ok
     assert compare(one([3], np.int32), one([3], np.int32), ulp=1).ok
     assert not compare(one([3], np.int32), one([4], np.int32), ulp=1).ok        # integers stay exact
-    from conformance.compare import Ulp
+    from conformance.verdict.compare import Ulp
 
     assert "within 1 ulp (erf: documented)" in compare(one([x]), one([three]),
                                                        tolerances=Ulp(1, "erf: documented")).report()

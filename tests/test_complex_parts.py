@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 import refsim
-from conformance.platform_models import flush_subnormals
+from conformance.verdict.platform_models import flush_subnormals
 from conformance.suites.base import special_fill
 from refsim.values import complex_from_parts
 

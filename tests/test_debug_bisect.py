@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conformance.debug import bisect, trace
-from conformance.debug.planted import regrouped_psum, reversed_ppermute, rewrite
+from conformance.faults.jaxpr import regrouped_psum, reversed_ppermute, rewrite
 from refsim import Mesh, NamedSharding, PartitionSpec as P
 
 IDS = np.array([[3, 1, 0, 2], [7, 6, 5, 4]])

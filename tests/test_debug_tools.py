@@ -180,7 +180,7 @@ def test_cli_match_and_planted_divergence(repro, tmp_path, capsys):
     assert cli.main([repro]) == 0
     assert "MATCH" in capsys.readouterr().out
     html, svg = tmp_path / "r.html", tmp_path / "r.svg"
-    code = cli.main([repro, "--runner", "conformance.debug.planted:reverse_first_ppermute",
+    code = cli.main([repro, "--runner", "conformance.faults.jaxpr:reverse_first_ppermute",
                      "--html", str(html), "--svg", str(svg), "--intermediates", str(tmp_path / "dump")])
     out = capsys.readouterr().out
     assert code == 1

@@ -145,7 +145,7 @@ def test_remap_case_puts_platform_ids_in_every_mesh():
     import numpy as np
 
     from conformance.cases import Program
-    from conformance.distributed import remap_case
+    from conformance.engine.distributed import remap_case
     from refsim import Mesh, NamedSharding, PartitionSpec as P
 
     ids = [0, 1, 2, 3, 2048, 2049, 2050, 2051]  # jax.devices() of 2 CPU processes x 4 devices

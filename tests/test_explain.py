@@ -1,7 +1,7 @@
-"""conformance.explain: each kind of miscompile is localised to the stage that introduced it.
+"""conformance.debug.explain: each kind of miscompile is localised to the stage that introduced it.
 
 Faults come from outside the code under test: JAX 0.10's own ppermute lowering bug, the
-lowering faults of xla_backend.faults, a module edited before XLA compiles it (planted), and
+lowering faults of conformance.faults, a module edited before XLA compiles it (planted), and
 XLA:CPU's all-reduce max; a correct program must show no divergence.
 """
 import numpy as np
@@ -11,9 +11,10 @@ import jax
 from jax import lax
 
 import xla_backend
-from conformance.explain import explain, planted
+from conformance.debug.explain import explain
+from conformance.faults import compiler as planted
 from refsim import compat as _compat
-from xla_backend import faults
+from conformance import faults
 
 P = jax.sharding.PartitionSpec
 X = (np.arange(16, dtype=np.float32).reshape(8, 2) + 1) * np.array([1, -3], np.float32)
@@ -154,7 +155,7 @@ CORPUS_SAMPLE = ["psum_scatter_untiled", "all_to_all", "ppermute_partial_zero_fi
 
 @pytest.mark.parametrize("name", CORPUS_SAMPLE)
 def test_corpus_programs_agree_at_every_stage_they_reach(name):
-    from conformance.explain.corpus_check import check_corpus
+    from conformance.debug.explain.corpus_check import check_corpus
 
     (row,) = check_corpus([name])
     assert row.diverged_in is None, row.status
@@ -164,7 +165,7 @@ def test_corpus_programs_agree_at_every_stage_they_reach(name):
 
 
 def test_failing_case_report_names_the_stage(tmp_path):
-    from conformance import runner
+    from conformance.engine import runner
     from conformance.cases import CollectiveCall
     from conformance.report.html import render_page
     from conformance.suites import base
@@ -223,7 +224,7 @@ def test_cli_explain_json_and_exit_codes(tmp_path, capsys):
 def test_drawn_programs_of_every_family_agree_or_hit_the_known_lowering_bug():
     """One hypothesis-drawn program per family of the programs suite: every stage agrees, except
     (jax 0.10) a ppermute over axes out of mesh order, which must be localised to the lowering."""
-    from conformance.explain.core import explain_case
+    from conformance.debug.explain.core import explain_case
     from conformance.strategies.programs import FAMILIES
     from conformance.suites import base, programs as suite
 
@@ -243,7 +244,7 @@ def test_drawn_programs_of_every_family_agree_or_hit_the_known_lowering_bug():
                                   "explicit_reshard_sum", "pmap_in_axes_1_out_axes_1"])
 def test_gspmd_lowering_custom_calls_interpret_too(name):
     """Without Shardy, manual regions are GSPMD's SPMDFullToShardShape / SPMDShardToFullShape calls."""
-    from conformance.explain.corpus_check import check_corpus
+    from conformance.debug.explain.corpus_check import check_corpus
 
     with _compat.gspmd_lowering():
         (row,) = check_corpus([name])

@@ -1,4 +1,4 @@
-"""xla_backend.faults: every fault changes XLA's result exactly as its bug model says,
+"""conformance.faults: every fault changes XLA's result exactly as its bug model says,
 leaves refsim's result alone, and is gone (rules and compiled executables) after the block.
 
 Expected faulty values come from NumPy models of each bug written here, per device.
@@ -13,7 +13,7 @@ import refsim
 import xla_backend
 from refsim import Mesh, NamedSharding, PartitionSpec as P
 from refsim import compat as _compat
-from xla_backend import faults
+from conformance.faults import lowering as faults
 
 N = 8
 X = (np.arange(N * 2, dtype=np.float32).reshape(N, 2) + 1) * np.array([1, -3], np.float32)  # distinct rows

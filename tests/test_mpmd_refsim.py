@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import refsim
-from conformance.mpmd_checks import THRESHOLD_KINDS, mpmd_cases, refsim_properties, run_refsim
+from conformance.suites.mpmd_checks import THRESHOLD_KINDS, mpmd_cases, refsim_properties, run_refsim
 from refsim import Mesh, NamedSharding, P
 from refsim.mpmd import (MpmdArray, MpmdMesh, MpmdSharding, group_by_size_threshold, interleaved_order,
                          logically_stacked, mpmd_to_spmd_plan, mpmd_to_spmd_reshard, spmd_to_mpmd_plan,
@@ -244,7 +244,7 @@ def test_round_trip_properties_hold_on_refsim(case):
 
 
 def test_case_strategy_reaches_every_option():
-    from conformance.mpmd_checks import draw_cases
+    from conformance.suites.mpmd_checks import draw_cases
 
     cases = draw_cases(60, 3)
     assert {c.threshold_kind for c in cases} == set(THRESHOLD_KINDS)

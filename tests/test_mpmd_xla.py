@@ -7,7 +7,7 @@ import pytest
 import jax
 from jax.sharding import NamedSharding as JNS, PartitionSpec as JP
 
-from conformance.mpmd_checks import check_mpmd, in_process_runner, multiprocess_runner
+from conformance.suites.mpmd_checks import check_mpmd, in_process_runner, multiprocess_runner
 from refsim import Mesh
 from xla_backend import mpmd as xm
 

@@ -8,7 +8,7 @@ import pytest
 
 import jax
 
-from conformance import mutate
+from conformance.engine import mutate
 from refsim import PartitionSpec as P
 
 # Each fault needs one strategy feature to be killed.
@@ -117,7 +117,7 @@ def _small_plan():
 def test_runner_engine_kills_new_fault_classes_in_workers_and_a_fault_no_case_reaches_survives(monkeypatch):
     # Three of the new classes (the model-masked NaN drop, and the two jit-path faults), and one fault
     # no planned case exercises; every fault costs a worker start, so CI runs only these.
-    from conformance import runner
+    from conformance.engine import runner
 
     plan = _small_plan()
     monkeypatch.setattr(runner, "plan_tasks", lambda *a, **k: plan)
@@ -134,8 +134,8 @@ def test_runner_engine_kills_new_fault_classes_in_workers_and_a_fault_no_case_re
 
 
 def test_runner_engine_needs_the_runner(monkeypatch):
-    monkeypatch.setitem(sys.modules, "conformance.runner", None)
-    with pytest.raises(ValueError, match="engine='runner' needs conformance.runner.plan_tasks"):
+    monkeypatch.setitem(sys.modules, "conformance.engine.runner", None)
+    with pytest.raises(ValueError, match="engine='runner' needs conformance.engine.runner.plan_tasks"):
         mutate.run(["axis_index_reversed"], engine="runner")
 
 

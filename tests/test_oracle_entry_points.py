@@ -16,7 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from conformance.oracle import intercept
 from conformance.oracle import session as sess
-from xla_backend import faults
+from conformance import faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUMMARY = re.compile(r"conformance oracle: (\d+) calls checked, (\d+) disagreed, (\d+) not checkable")
@@ -52,7 +52,7 @@ PLANTED = '''\
 import numpy as np, jax
 from jax.sharding import Mesh, PartitionSpec as P
 from jax.experimental.shard_map import shard_map
-from xla_backend import faults
+from conformance import faults
 
 mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("x", "y"))
 ring = shard_map(lambda a: jax.lax.ppermute(a, "y", [(i, (i + 1) % 4) for i in range(4)]), mesh,

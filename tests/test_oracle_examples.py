@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import conformance
-from conformance.oracle import planted
+from conformance.faults import numerics as planted
 from examples import moe, pipeline, transformer_fsdp, transformer_jit
-from xla_backend import faults
+from conformance import faults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,7 +66,7 @@ def test_pipeline_reproducer_runs_standalone_and_fails_in_a_process_with_the_fau
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text(textwrap.dedent("""\
-        from xla_backend import faults
+        from conformance import faults
         _fault = faults.inject("ppermute_pairs_reversed")   # kept referenced: a collected context exits
         _fault.__enter__()
     """))

@@ -16,7 +16,7 @@ SUITE = '''\
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from examples import pipeline
-from xla_backend import faults
+from conformance import faults
 
 mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
 

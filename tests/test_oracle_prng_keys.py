@@ -7,10 +7,11 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from conformance.compare import compare
+from conformance.verdict.compare import compare
 from conformance.oracle import intercept
 from conformance.oracle import session as sess
-from xla_backend import convert, faults
+from xla_backend import convert
+from conformance import faults
 
 
 def _checked(run):

@@ -13,7 +13,7 @@ import pytest
 
 import jax
 
-from conformance.corpus import PROGRAMS, Program
+from conformance.cases.corpus import PROGRAMS, Program
 
 SEEDS = (0, 1)
 
@@ -70,7 +70,7 @@ def _equal(a, b, tol, ulp=0):
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     if ulp:  # the program's bound from refsim's accuracy contract
-        from conformance.compare import ulp_distance
+        from conformance.verdict.compare import ulp_distance
 
         return bool(np.all(ulp_distance(a, b) <= ulp))
     if tol:

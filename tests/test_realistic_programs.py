@@ -1,5 +1,5 @@
 """Realistic distributed programs, each run by refsim and by XLA on the 8 CPU devices and compared
-device by device (`conformance.compare`): same device ids, indices, shapes, dtypes, and
+device by device (`conformance.verdict.compare`): same device ids, indices, shapes, dtypes, and
 bit-identical values — or, for programs using transcendentals, within the ulp bound refsim's
 accuracy contract states for them (`refsim.interpreter.accuracy.ulp_bound`).
 
@@ -20,7 +20,7 @@ from jax.sharding import PartitionSpec as JP
 
 import refsim
 import xla_backend
-from conformance.compare import compare
+from conformance.verdict.compare import compare
 from refsim import NamedSharding, P
 from refsim.interpreter.accuracy import ulp_bound
 

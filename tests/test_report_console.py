@@ -5,7 +5,7 @@ import pytest
 import rich.console
 
 from conformance.report.console import ProgressReporter, print_table, summary_line
-from conformance.results import CaseResult, summarize
+from conformance.report.results import CaseResult, summarize
 
 
 def _console(width=80):

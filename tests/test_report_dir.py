@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.report import HTML_NAME, JSONL_NAME, JUNIT_NAME, load_finished, open_report_dir
-from conformance.results import CaseResult, summarize
+from conformance.report.results import CaseResult, summarize
 
 PLAN = {"platform": "cpu", "devices": 8, "seed": 0, "suites": ["collectives"]}
 

@@ -6,9 +6,9 @@ import pytest
 
 import refsim
 from conformance.cases import Program
-from conformance.compare import ComparisonResult, Mismatch, compare
+from conformance.verdict.compare import ComparisonResult, Mismatch, compare
 from conformance.report.html import HtmlReporter, case_details, device_errors, layout_entry, render_page
-from conformance.results import CaseResult, summarize
+from conformance.report.results import CaseResult, summarize
 from refsim import Mesh, NamedSharding
 from refsim import PartitionSpec as P
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conformance.report.jsonl import JsonlReporter, load_finished, read_records
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 PLAN = {"platform": "cpu", "devices": 8, "seed": 3, "suites": ["collectives"], "examples": 10}
 

@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.report.junit import JUnitReporter, to_xml
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 PLAN = {"platform": "cpu", "devices": 8, "seed": 0, "suites": ["collectives", "layouts"]}
 

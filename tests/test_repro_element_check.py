@@ -1,5 +1,5 @@
-"""The element check inside both reproducer templates (`conformance.repro`, `conformance.oracle.reproduce`)
-holds a complex number part by part, as `conformance.compare` does: NaN in one part only and the
+"""The element check inside both reproducer templates (`conformance.cases.repro`, `conformance.oracle.reproduce`)
+holds a complex number part by part, as `conformance.verdict.compare` does: NaN in one part only and the
 sign of an imaginary zero are differences; a float zero's sign counts for bfloat16 too."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conformance import repro
+from conformance.cases import repro
 from conformance.oracle import reproduce
 
 

@@ -179,7 +179,7 @@ def test_float_division_is_correctly_rounded():
     got = _ref(lax.div, np.float32([7.0, 1.0, -7.0]), np.float32([3.0, 3.0, 3.0]))
     assert got.view(np.uint32).tolist() == [0x40155555, 0x3EAAAAAB, 0xC0155555]
     # XLA:CPU's reciprocal multiply (7 * fl(1/3)) may give the other neighbour: within 1 ulp
-    from conformance.compare import ulp_distance
+    from conformance.verdict.compare import ulp_distance
 
     xla = np.asarray(jax.jit(lambda v: v / np.float32(3))(np.float32([7.0, 1.0, -7.0])))
     assert (ulp_distance(xla, got) <= 1).all()

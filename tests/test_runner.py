@@ -10,7 +10,8 @@ import pytest
 
 import refsim
 import xla_backend
-from conformance import runner, xfails
+from conformance.engine import runner
+from conformance.verdict import xfails
 from conformance.cases import CollectiveCall
 from conformance.suites import base, selected
 from refsim import Mesh, PartitionSpec as P
@@ -294,7 +295,7 @@ def test_xla_cpu_pmax_ignoring_nan_is_found_without_an_entry_and_expected_with_i
 def test_xla_cpu_pargmax_with_nan_is_found_without_an_entry_and_explained_by_the_max_min_model():
     # JAX's pargmax is pmax, ==, select and pmin of the index: with pmax NaN no index matches, so
     # the documented composition gives 2**31-1; XLA:CPU's pmax ignores NaN and finds index 7 (of 7.0).
-    from conformance import platform_models
+    from conformance.verdict import platform_models
     from conformance.cases import Program
 
     x = np.arange(8, dtype=np.float32)

@@ -3,8 +3,9 @@ import os
 import subprocess
 import sys
 
-from conformance import runner, timing
-from conformance.results import CaseResult
+from conformance.engine import runner
+from conformance.report import timing
+from conformance.report.results import CaseResult
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +37,7 @@ _RUN_WITH_CACHE = """
 import sys, jax
 from xla_backend import platform
 platform.configure("cpu", 4)
-from conformance import runner
+from conformance.engine import runner
 events = []
 jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
 res = runner.run(suite="collectives", examples=1, devices=4, progress=False, shrink_seconds=0,

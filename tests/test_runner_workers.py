@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import xla_backend
-from conformance import runner
+from conformance.engine import runner
 
 
 def _claim(path: str) -> bool:
@@ -142,7 +142,7 @@ def test_case_timeout_needs_workers():
 # -- the default worker run draws the plan while the workers start and run it ----------------------
 def _spy_sends(monkeypatch) -> list:
     """The case ids the parent hands to workers, in the order it hands them out."""
-    from conformance import workers
+    from conformance.engine import workers
 
     sent, send = [], workers._Worker.send
 
@@ -176,7 +176,7 @@ def test_a_streamed_run_runs_the_plan_in_plan_order_with_the_draw_first_statuses
 
 
 def test_a_streamed_shard_keeps_the_plan_positions_of_select_shard(monkeypatch):
-    from conformance.plan import select_shard
+    from conformance.engine.plan import select_shard
 
     chunks = [_small_tasks()[:2], [], _small_tasks()[2:]]   # positions 0, 1 | - | 2
     monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter(chunks))
@@ -219,7 +219,7 @@ def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start
 
 
 def test_an_error_while_drawing_stops_the_workers_and_propagates(tmp_path, monkeypatch):
-    from conformance import workers
+    from conformance.engine import workers
 
     started: list = []
     init = workers._Worker.__init__

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance import cli, merge, runner
-from conformance.plan import parse_shard, select_shard, select_shard_chunks
+from conformance import cli
+from conformance.engine import merge, runner
+from conformance.engine.plan import parse_shard, select_shard, select_shard_chunks
 
 BASE = ["run", "--suite", "errors,layouts", "--examples", "1", "--no-progress"]
 PLAN = dict(suite="errors,layouts", examples=1, progress=False, processes=None, shrink_seconds=0)

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis.errors import InvalidArgument
 
-from conformance import runner
-from conformance.mpmd_checks import mpmd_cases
+from conformance.engine import runner
+from conformance.suites.mpmd_checks import mpmd_cases
 from conformance.suites import errors
 
 

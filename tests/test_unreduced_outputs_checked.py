@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, PartitionSpec as JP
 
-from conformance.compare import compare
+from conformance.verdict.compare import compare
 from conformance.oracle import intercept
 from conformance.oracle import session as sess
 from refsim.array import Array, Shard

@@ -3,7 +3,7 @@
 Every corpus program XLA:CPU can run goes through `refsim.<entry>` and
 `xla_backend.<entry>` on one refsim Mesh whose device ids are JAX device ids, in
 the default order and in permuted orders; results are compared by the comparison
-policy (conformance.compare): same device ids, indices, shard shapes and dtypes,
+policy (conformance.verdict.compare): same device ids, indices, shard shapes and dtypes,
 bit-exact data for exact-friendly inputs (or the program's stated `tol`).
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 import refsim
 import xla_backend
-from conformance import compare
-from conformance.corpus import PROGRAMS, _entry
+from conformance.verdict import compare
+from conformance.cases.corpus import PROGRAMS, _entry
 
 RUNNABLE = [p for p in PROGRAMS if p.xla_runs]
 # Each program in the default order and one permuted order (alternating reversed / seeded random),

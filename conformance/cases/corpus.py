@@ -7,14 +7,14 @@ builder from a seed. Inputs are exact-friendly (small integers, powers of two), 
 every reduction order gives the same bits and results compare bit for bit; a
 program using a transcendental function states its bound in `ulp` (composed from
 refsim's per-op accuracy contract, `refsim.interpreter.accuracy.ulp_bound`, and compared
-with `conformance.compare(..., ulp=...)`), or, where cancellation makes ulps meaningless,
+with `conformance.verdict.compare(..., ulp=...)`), or, where cancellation makes ulps meaningless,
 an absolute/relative `tol`.
 
 Where XLA:CPU cannot run a program (`xla_note` says why, e.g. jax 0.10 and 0.12 have
 no CPU lowering for `pbroadcast` and cannot execute `ragged-all-to-all`), `reference`
 computes the expected global outputs with plain NumPy instead.
 
->>> from conformance.corpus import PROGRAMS, by_name
+>>> from conformance.cases.corpus import PROGRAMS, by_name
 >>> prog = by_name("psum_x")
 >>> out = prog.run_refsim(seed=0)          # tuple of refsim.Array
 """

@@ -207,8 +207,8 @@ class Program:
         return api.device_put(placed, self.out_shardings)
 
     def tolerances(self) -> list:
-        """One comparison policy per output (see `conformance.compare`); exact by default."""
-        from conformance import compare
+        """One comparison policy per output (see `conformance.verdict.compare`); exact by default."""
+        from conformance.verdict import compare
 
         out = []
         for kind in self.outputs:
@@ -223,13 +223,13 @@ class Program:
 
     # -- reproducer -------------------------------------------------------------------------
     def repro(self, expected=None, tolerances=None) -> str:
-        """A standalone reproducer file, format v1 (`conformance.repro`): JAX and NumPy only.
+        """A standalone reproducer file, format v1 (`conformance.cases.repro`): JAX and NumPy only.
 
         It rebuilds the mesh by device id, runs the case under JAX's own entry point and
         checks every device's shard against `expected` (refsim's result, embedded; computed
         here when None) exactly or inside the embedded sum bound, exiting 1 on a mismatch.
         """
-        from conformance import repro
+        from conformance.cases import repro
 
         if expected is None:
             import refsim
@@ -253,7 +253,7 @@ class CollectiveCall(Program):
     params: Mapping = dataclasses.field(default_factory=dict)
 
     def tolerances(self) -> list:
-        from conformance import compare
+        from conformance.verdict import compare
 
         kind = self.outputs[0]
         if kind in ("sum", "mean"):
@@ -306,7 +306,7 @@ def local_blocks(case: Program, arg: int = 0) -> np.ndarray:
 
 def sum_bound_for(call: "CollectiveCall"):
     """The `SumBound` of a psum / pmean / psum_scatter call, from its inputs."""
-    from conformance.compare import SumBound
+    from conformance.verdict.compare import SumBound
 
     return SumBound.from_terms(reduction_terms(call), mean=call.name == "pmean")
 
@@ -336,7 +336,7 @@ def reduction_terms(call: "CollectiveCall", args: tuple | None = None) -> dict:
     return {int(i): terms[j] for j, i in enumerate(ids)}
 
 
-# -- reproducer helpers (conformance.repro writes the file) --------------------------------
+# -- reproducer helpers (conformance.cases.repro writes the file) --------------------------------
 def _index_source(index) -> str:
     parts = []
     for i in index:

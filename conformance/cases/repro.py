@@ -9,7 +9,7 @@ POLICIES (per output: "exact", "exact_unsigned_zero", "ulp" with its bound in UL
 "sum_bound" with BOUNDS holding per device the arrays of the sum check: the exact value,
 the allowed error, the exact elements and where NaN / infinities are allowed) and TOLERANCE.
 Run as a script it builds the mesh from `jax.devices()` by id, runs the program the way a JAX
-user would, checks every device's shard with the element check of `conformance.compare`
+user would, checks every device's shard with the element check of `conformance.verdict.compare`
 (`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
 differing elements. `conformance.debug.loader` reads the same attributes.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.cases import _array_literal, _index_source, spec_source
+from conformance.cases.program import _array_literal, _index_source, spec_source
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import pack_sum_check
 
@@ -118,7 +118,7 @@ if __name__ == "__main__":
 '''
 
 # The element check every reproducer embeds (both templates): `conformance.verdict.elements`
-# source, the code conformance.compare runs. Kept under this name for older imports.
+# source, the code conformance.verdict.compare runs. Kept under this name for older imports.
 _MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
 
 

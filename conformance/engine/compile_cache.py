@@ -8,7 +8,7 @@ compiling it. `python -m conformance run` turns it on by default in `default_dir
 (``--compile-cache DIR`` elsewhere, ``--compile-cache off`` or ``CONFORMANCE_COMPILE_CACHE=off``
 not at all); `runner.run` leaves JAX's configuration alone unless given ``compile_cache=``.
 
-Injected faults (`xla_backend.faults`) turn the cache off while they are active, so no
+Injected faults (`conformance.faults`) turn the cache off while they are active, so no
 wrong executable is ever written or read.
 """
 from __future__ import annotations

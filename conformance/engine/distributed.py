@@ -8,7 +8,7 @@ of its plan and every other process compares), and runs the XLA side of every ca
 `jax.devices()`, so a mesh may span processes and carries the ids the platform gives its
 devices (on CPU 0..3 and 2048..2051 for 2 processes x 4 devices). Each process sends its
 shards of every result to process 0 through the distributed runtime's key-value store;
-process 0 assembles whole results, compares them with refsim (`conformance.runner.run_task`)
+process 0 assembles whole results, compares them with refsim (`conformance.engine.runner.run_task`)
 and writes the report. The other processes log what they ran. A process that dies or hangs
 ends the run with a message naming it within the case timeout (`DistributedRunError`, and a
 watchdog in every process).
@@ -171,7 +171,7 @@ class Job:
     # -- the runner's executor ---------------------------------------------------------------
     def execute(self, todo: list, opts: dict):
         """Run `todo` [(task, xfails entry)] on every process; yield CaseResults on process 0 only."""
-        from conformance import runner
+        from conformance.engine import runner
         from conformance.suites import base
 
         ids = self._shared_todo([t.case_id for t, _ in todo])
@@ -229,7 +229,7 @@ class Job:
     def _shared_todo(self, case_ids: list) -> set:
         """Process 0's list of cases to run (it alone reads --resume's finished cases), checked against
         this process's own plan: DistributedRunError when the processes drew different plans."""
-        from conformance import plan as plan_mod
+        from conformance.engine import plan as plan_mod
 
         key = f"{_NS}/todo"
         mine = json.loads(json.dumps(self.identity, default=str))
@@ -304,7 +304,7 @@ class Job:
 
 
 def _single_process_check(task):
-    from conformance.results import CaseResult
+    from conformance.report.results import CaseResult
 
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                       status="unsupported", examples=0, message=(
@@ -313,7 +313,7 @@ def _single_process_check(task):
 
 
 def _spanning_pmap(task, variants):
-    from conformance.results import CaseResult
+    from conformance.report.results import CaseResult
 
     ids = sorted({int(i) for c in variants for i in np.asarray(c.mesh.device_ids).ravel()})
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
@@ -457,7 +457,7 @@ def multiprocess_xfails(platform: str):
     """The xfails of a multi-process run: ``xfails/<platform>-multiprocess.txt`` (differences that
     show only when collectives cross processes) ahead of ``xfails/<platform>.txt``; the first
     entry whose pattern matches a case applies, so the multi-process entries take precedence."""
-    from conformance import xfails as xf
+    from conformance.verdict import xfails as xf
 
     entries, sources = [], []
     for path in (xf.default_path(f"{platform}-multiprocess"), xf.default_path(platform)):
@@ -476,7 +476,7 @@ def run_command(args, console, report_result) -> int:
     they ran and exit 0 unless they fail themselves. A DistributedRunError ends this process at
     once with the message (exit status 1): waiting for a dead peer at shutdown would hang.
     """
-    from conformance import preflight, runner
+    from conformance.engine import preflight, runner
     from conformance.suites import selected
 
     suites = DISTRIBUTED_SUITES if args.suite == "all" else selected(args.suite)

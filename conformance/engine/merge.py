@@ -1,7 +1,7 @@
 """`python -m conformance merge DIR... --out DIR`: one report from the folders of a plan's shards.
 
 Each DIR is a ``--report`` folder (its results.jsonl is the record). The folders must come
-from one plan (`conformance.plan.identity`: suites, seed, examples, devices, platform,
+from one plan (`conformance.engine.plan.identity`: suites, seed, examples, devices, platform,
 versions) and hold distinct shards (or distinct cases); anything else is refused, naming
 the folder and what differs. The merged folder gets results.jsonl, junit.xml, report.html
 and repros/ as a single run writes them, the cases of shard 1 first (each folder's cases in
@@ -15,8 +15,8 @@ import os
 import shutil
 import sys
 
-from conformance import plan as plan_mod
-from conformance.results import CaseResult, summarize
+from conformance.engine import plan as plan_mod
+from conformance.report.results import CaseResult, summarize
 
 __all__ = ["Folder", "main", "merge", "read_folder"]
 

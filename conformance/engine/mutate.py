@@ -1,13 +1,13 @@
 """`python -m conformance mutate`: the conformance suite's power against injected miscompiles.
 
-For each fault of `xla_backend.faults` the suite runs with the fault active; the fault is
+For each fault of `conformance.faults` the suite runs with the fault active; the fault is
 *killed* when some case that agrees without it (pass, or the xfail its entry expects) fails,
 errors or times out with it. The table lists, per fault, killed or survived, the examples run
 until the kill, and the killing case; the score is killed / total. Two engines:
 
 - "runner" (the default): what `python -m conformance run` does. The cases of the default plan
-  (`conformance.runner.plan_tasks`, `--examples` draws per family, the same seed) run in
-  crash-isolated worker processes that inject the fault (`conformance.workers`), with the
+  (`conformance.engine.runner.plan_tasks`, `--examples` draws per family, the same seed) run in
+  crash-isolated worker processes that inject the fault (`conformance.engine.workers`), with the
   platform's xfails file, no shrinking and a per-case timeout; a fault that aborts the process
   (a fatal XLA CHECK) is one "error" case, not the end of the mutation run. Cases of the families
   that exercise the fault's primitives run first and the run stops at the first kill; a fault
@@ -95,7 +95,7 @@ def _unsupported(err: BaseException) -> bool:
 
 def verdict(run_refsim: Callable, run_xla: Callable, tolerances=None, case=None) -> tuple[str, str]:
     """("agree" | "mismatch" | "crash" | "invalid" | "unsupported", detail) for one case."""
-    from conformance import compare
+    from conformance.verdict import compare
 
     try:
         expected = run_refsim()
@@ -118,7 +118,7 @@ def fault_verdict(fault: str, run_refsim: Callable, run_xla: Callable, tolerance
                   ) -> tuple[str, str]:
     """`verdict` with `fault` active; a disagreement counts ("mismatch" / "crash") only if the
     case agrees without the fault, otherwise it is "baseline" (recorded in BASELINE)."""
-    from xla_backend import faults
+    from conformance import faults
 
     try:
         expected = run_refsim()                   # refsim never lowers, so once serves both runs
@@ -177,7 +177,7 @@ def _corpus_cases(devices: int) -> list:
     import math
 
     import xla_backend
-    from conformance.corpus import PROGRAMS, _entry
+    from conformance.cases.corpus import PROGRAMS, _entry
 
     cases = []
     for prog in PROGRAMS:
@@ -252,7 +252,7 @@ def _hunt_fixed(source: Source, fault: str):
 def hunt_direct(fault: str, sources: list[Source], examples: int, seed: int,
                 shrink_calls: int = SHRINK_CALLS) -> Outcome:
     """Search the sources (most relevant first) until one yields a disagreement the fault caused."""
-    from xla_backend import faults as faults_mod
+    from conformance import faults as faults_mod
 
     f = faults_mod.FAULTS[fault]
     touches = set(f.primitives) | _FAULT_TOUCHES.get(fault, set())
@@ -287,7 +287,7 @@ def _touches(task) -> frozenset | None:
 def order_tasks(tasks: list, fault: str) -> list:
     """The plan's tasks with those exercising `fault`'s primitives first (plan order otherwise):
     it only saves time, since a fault survives only after every task agreed."""
-    from xla_backend import faults as faults_mod
+    from conformance import faults as faults_mod
 
     f = faults_mod.FAULTS[fault]
     want = set(f.primitives) | _FAULT_TOUCHES.get(fault, set())
@@ -301,7 +301,7 @@ def hunt_runner(fault: str, tasks: list, xfails, *, platform: str, devices: int,
                 case_timeout: float = CASE_TIMEOUT, seed: int = 0) -> Outcome:
     """Run the plan's `tasks` in workers that inject `fault` until one fails, errors or times out
     where it passes without the fault (checked in this process)."""
-    from conformance import runner, workers
+    from conformance.engine import runner, workers
 
     t0 = time.perf_counter()
     todo = [(t, xfails.lookup(t.case_id)) for t in order_tasks(tasks, fault)]
@@ -337,7 +337,7 @@ def _runner_module():
     # import_module honours sys.modules (a test may hide the runner); `from conformance import
     # runner` would return the package attribute once anything imported it.
     try:
-        runner = importlib.import_module("conformance.runner")
+        runner = importlib.import_module("conformance.engine.runner")
     except ImportError:
         return None
     return runner if hasattr(runner, "plan_tasks") else None
@@ -349,14 +349,14 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
         shrink_calls: int = SHRINK_CALLS, progress: Callable[[Outcome], None] | None = None,
         processes: int | None = None, xfails=None, case_timeout: float = CASE_TIMEOUT,
         suite: str = "all") -> list[Outcome]:
-    """One `Outcome` per fault (all of `xla_backend.faults.names()` by default).
+    """One `Outcome` per fault (all of `conformance.faults.names()` by default).
 
     examples: draws per family (runner engine; default the run's `DEFAULT_EXAMPLES`) or per
     source (direct engine; default `DEFAULT_EXAMPLES` here). processes: worker processes
     (runner engine; default one per CPU core). xfails: a path or `XfailList` (default the
     platform's file), as `conformance run` applies it.
     """
-    from xla_backend import faults as faults_mod
+    from conformance import faults as faults_mod
     from xla_backend import platform as platform_mod
 
     names = list(faults_mod.names()) if faults in (None, "all") else list(faults)
@@ -366,11 +366,11 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
     plat = platform or platform_mod.current_platform()
     runner = _runner_module() if engine in ("auto", "runner") else None
     if engine == "runner" and runner is None:
-        raise ValueError("engine='runner' needs conformance.runner.plan_tasks; it is not importable here. "
+        raise ValueError("engine='runner' needs conformance.engine.runner.plan_tasks; it is not importable here. "
                          "Use engine='direct'.")
     outcomes = []
     if runner is not None:
-        from conformance import xfails as xfails_mod
+        from conformance.verdict import xfails as xfails_mod
 
         n_ex = runner.DEFAULT_EXAMPLES if examples is None else examples
         tasks = runner.plan_tasks(suite, examples=n_ex, seed=seed, devices=devices)
@@ -446,7 +446,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.examples is not None and a.examples < 1:
         p.error(f"--examples={a.examples}: must be >= 1")
-    from xla_backend import faults as faults_mod
+    from conformance import faults as faults_mod
     from xla_backend import platform as platform_mod
 
     # Always configure before JAX starts: without it XLA:CPU has one device and every

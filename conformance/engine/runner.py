@@ -2,7 +2,7 @@
 
 `run()` draws every suite's tasks (deterministic in `seed`), runs each case's examples on
 refsim and on the XLA side (`xla`, default `xla_backend`), compares them by the policy of
-`conformance.compare`, applies the platform's xfails file, and hands one `CaseResult` per
+`conformance.verdict.compare`, applies the platform's xfails file, and hands one `CaseResult` per
 case to every reporter as it finishes. A disagreeing case is shrunk with hypothesis within
 its family and dtype (smallest mesh, smallest shape) and written as a standalone
 reproducer (`conformance.cases.Program.repro`).
@@ -22,10 +22,10 @@ import tempfile
 import time
 import traceback
 
-from conformance import plan as plan_mod
-from conformance import timing
-from conformance import xfails as xfails_mod
-from conformance.results import CaseResult, summarize
+from conformance.engine import plan as plan_mod
+from conformance.report import timing
+from conformance.verdict import xfails as xfails_mod
+from conformance.report.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
@@ -42,7 +42,7 @@ DEFAULT_CASE_TIMEOUT = 300.0
 
 @dataclasses.dataclass
 class RunResult:
-    """Every case's result, and the summary (`conformance.results.summarize` plus xfail notes)."""
+    """Every case's result, and the summary (`conformance.report.results.summarize` plus xfail notes)."""
 
     results: list
     summary: dict
@@ -107,10 +107,10 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
         out.details["shrunk"] = note
-        # which compiler stage introduced the difference (conformance.explain); an engine that cannot
+        # which compiler stage introduced the difference (conformance.debug.explain); an engine that cannot
         # rerun a case here (the distributed run's: it needs every process) says so
         if repro is not None and getattr(xla, "can_explain", True):
-            from conformance.explain.summary import stage_of_reproducer
+            from conformance.debug.explain.summary import stage_of_reproducer
 
             out.details["stage"] = stage_of_reproducer(repro)
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
@@ -168,8 +168,8 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
     run, so that a refsim crash or another failure in a later example is not masked by it.
     """
     import refsim
-    from conformance import platform_models
-    from conformance.compare import compare
+    from conformance.verdict import platform_models
+    from conformance.verdict.compare import compare
     from conformance.report import case_details
 
     phases = {} if phases is None else phases
@@ -242,7 +242,7 @@ def shrink(task, failing_case, xla, *, devices: int = 8, seconds: float = SHRINK
     from hypothesis import HealthCheck, Phase, find, settings
 
     import refsim
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
 
     if task.shrink is None:
         return failing_case
@@ -351,17 +351,17 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     ``report_dir/results.jsonl``. processes: None runs the cases in this process (where
     `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
     that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
-    the next case (`conformance.workers`; `python -m conformance run` uses one per CPU core by
+    the next case (`conformance.engine.workers`; `python -m conformance run` uses one per CPU core by
     default); they start before the cases are drawn and run them as they are drawn, except with
     `resume` or `executor`, which draw the whole plan first. compile_cache: a folder for JAX's
-    persistent compilation cache (`conformance.compile_cache`), so a rerun skips XLA compiles;
+    persistent compilation cache (`conformance.engine.compile_cache`), so a rerun skips XLA compiles;
     None leaves JAX's setting alone.
     strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
     suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
-    shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.plan.select_shard`);
+    shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.engine.plan.select_shard`);
     a resumed folder must hold the same plan and shard. plan_extra: entries added to the plan the
     reporters record (hardware, the distributed job). executor: ``executor(todo, opts)`` yielding
-    CaseResults, instead of this process or workers (`conformance.distributed.Job.execute`).
+    CaseResults, instead of this process or workers (`conformance.engine.distributed.Job.execute`).
     case_timeout: seconds a case may run (in a worker; needs `processes`) before it is killed
     with its worker and recorded as "timeout" (`python -m conformance run --case-timeout`,
     default `DEFAULT_CASE_TIMEOUT`); None: no limit.
@@ -387,7 +387,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
                              "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
     xplat.configure(platform, devices)
     if compile_cache is not None:
-        from conformance import compile_cache as cc
+        from conformance.engine import compile_cache as cc
 
         compile_cache = cc.enable(compile_cache)
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
@@ -489,7 +489,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
 
 
 def _xfail_summary(summary: dict, xf, results: list, strict: bool, *, complete: bool) -> None:
-    """Add the xfails audit (`conformance.xfails.audit`) to `summary`; with `strict`, stale and
+    """Add the xfails audit (`conformance.verdict.xfails.audit`) to `summary`; with `strict`, stale and
     too-broad entries fail the run (unused entries only count in a run of every suite)."""
     audit = xfails_mod.audit(xf, results)
     summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
@@ -515,13 +515,13 @@ def _check_picklable(xla) -> None:
 
 def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None):
     """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
-    workers that survive a crashing or hanging case (`conformance.workers`), which also take
+    workers that survive a crashing or hanging case (`conformance.engine.workers`), which also take
     the lists of tasks `more` yields while it is drawn."""
     if processes is None:
         for task, entry in todo:
             yield run_task(task, xla, entry, **opts)
         return
-    from conformance import workers
+    from conformance.engine import workers
 
     yield from workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices,
                                       xla=xla, opts=opts, case_timeout=case_timeout, more=more)

@@ -11,7 +11,7 @@ A task that runs longer than `case_timeout` seconds (counted from when its worke
 a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous never returns
 to Python, so the parent kills that worker, records the task as status "timeout" with its
 layout and a reproducer, and a fresh worker takes the next task. `fault` names an
-`xla_backend.faults` fault every worker runs its tasks under (the mutation run).
+`conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
 JAX while the parent draws), and between chunks the parent only polls the workers, so a
@@ -27,7 +27,7 @@ import time
 import traceback
 from multiprocessing import connection
 
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 __all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
 
@@ -171,7 +171,7 @@ class _Worker:
     def startup_failure(self) -> str:
         tail = self._stderr_tail(0)
         return (f"a conformance worker process failed to start (exit code {self.proc.exitcode}); no case was "
-                f"charged with it. Its stderr:\n{tail}\nA script that calls conformance.runner.run with "
+                f"charged with it. Its stderr:\n{tail}\nA script that calls conformance.engine.runner.run with "
                 "processes > 1 must guard its top level with `if __name__ == \"__main__\":` (workers are "
                 "spawned and import the main module).")
 
@@ -204,7 +204,7 @@ class _Worker:
         variants = getattr(task, "variants", None)
         if variants:
             try:
-                from conformance import runner
+                from conformance.engine import runner
                 from conformance.report import case_details
 
                 details.update(case_details(variants[0]))
@@ -263,14 +263,14 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     os.close(fd)
     import contextlib
 
-    from conformance import runner
+    from conformance.engine import runner
     from xla_backend import platform as xplat
 
     xplat.configure(platform, devices)
     xplat.share_accelerator()
     with contextlib.ExitStack() as stack:
         if fault is not None:
-            from xla_backend import faults
+            from conformance import faults
 
             stack.enter_context(faults.inject(fault))
         _serve(conn, runner, xla)

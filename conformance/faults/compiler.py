@@ -1,6 +1,6 @@
 """Faults planted between lowering and execution, to check that `explain` says "compiler".
 
-Each is an `edit_module(text) -> text` for `conformance.explain(..., edit_module=...)`: it
+Each is an `edit_module(text) -> text` for `conformance.debug.explain(..., edit_module=...)`: it
 rewrites the StableHLO module JAX lowered before XLA compiles it, so XLA builds and runs a
 different program from the one the lowered stage interprets, as a wrong XLA pass would.
 """

@@ -83,7 +83,7 @@ def _group_size(ctx, axes, axis_index_groups=None) -> int:
 
 def apply(ctx, fn, value, aval_in, aval_out):
     """Lower `fn` (jax.numpy on one array of `aval_in`) at this point of the module: the
-    building block of a replaced lowering rule (here and in `conformance.oracle.planted`)."""
+    building block of a replaced lowering rule (here and in `conformance.faults.numerics`)."""
     # A fresh token slot: the replaced rule may already have set the outer ctx's tokens.
     sub = ctx.replace(primitive=None, avals_in=[aval_in], avals_out=[aval_out], tokens_out=None)
     out, = _compat.lower_fun(fn, multiple_results=False)(sub, value)

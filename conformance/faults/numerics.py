@@ -1,6 +1,6 @@
 """Planted disagreements for programs without explicit collectives (a `jax.jit` program that
-XLA's SPMD partitioner partitions), used with `xla_backend.faults.inject` like its registered
-collective faults. Not registered in `xla_backend.faults.FAULTS`: the mutation suite measures
+XLA's SPMD partitioner partitions), used with `conformance.faults.inject` like its registered
+collective faults. Not registered in `conformance.faults.FAULTS`: the mutation suite measures
 the built-in suites against those, and these target whole-program numerics instead.
 
 >>> with faults.inject(planted.DOT_GENERAL_BF16):        # doctest: +SKIP
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 
 from refsim import compat as _compat
-from xla_backend import faults
+from conformance.faults import lowering as faults
 
 
 def _bf16_operands(orig):

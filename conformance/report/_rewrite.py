@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 
 class RewritingReporter:

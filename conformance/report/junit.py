@@ -16,7 +16,7 @@ import socket
 import xml.etree.ElementTree as ET
 
 from conformance.report._rewrite import RewritingReporter
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
 
@@ -47,7 +47,7 @@ def _case_element(r: CaseResult) -> ET.Element:
     if r.repro_path:
         body += f"\n\nreproducer: {r.repro_path}"
     if r.details.get("stage"):
-        from conformance.explain.summary import stage_line
+        from conformance.debug.explain.summary import stage_line
 
         body += f"\n{stage_line(r.details['stage'])}"
     if r.status == "fail":

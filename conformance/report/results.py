@@ -34,7 +34,7 @@ class CaseResult:
     message: str = ""
     repro_path: str | None = None
     details: dict = dataclasses.field(default_factory=dict)
-    phases: dict = dataclasses.field(default_factory=dict)  # seconds per `conformance.timing` phase
+    phases: dict = dataclasses.field(default_factory=dict)  # seconds per `conformance.report.timing` phase
 
     def __post_init__(self):
         if self.status not in STATUSES:

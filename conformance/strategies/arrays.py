@@ -57,7 +57,7 @@ def special_values(dtype, kinds=SPECIALS) -> np.ndarray:
     >>> special_values("float16", kinds=("inf", "-0"))
     array([ inf, -inf,  -0.], dtype=float16)
     """
-    from conformance.compare import _finfo
+    from conformance.verdict.compare import _finfo
 
     dt = _np_dtype(dtype)
     v.check_options("kinds", kinds, SPECIALS)

@@ -137,7 +137,7 @@ def rounding_fill(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
     if not _is_float(dt):
         return exact_friendly(rng, like)
 
-    from conformance.compare import _finfo
+    from conformance.verdict.compare import _finfo
 
     real_dt = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
     hi = min(8, int(np.log2(float(_finfo(real_dt).max))) - 1)   # float8's range is small

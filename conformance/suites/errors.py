@@ -83,9 +83,9 @@ def _invalid(devices: int, kind: str):
 
 def check_invalid(cases: list, xla) -> Outcome:
     """Both sides raise, with the same exception class, for every case. A failure's signature
-    (`conformance.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
+    (`conformance.verdict.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
     import refsim
-    from conformance.xfails import exception_failure
+    from conformance.verdict.xfails import exception_failure
 
     for case in cases:
         raised = {}

@@ -60,7 +60,7 @@ def _data(shape):
 def check_named(draws: list, xla) -> Outcome:
     """Every NamedSharding view of each (mesh, spec, shape) against JAX's for the same devices."""
     import refsim
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from refsim import compat as _compat
     from refsim.layouts.hlo_sharding import HloSharding, hlo_to_named
     from refsim.layouts.named_sharding import NamedSharding
@@ -126,7 +126,7 @@ def check_pmap(draws: list, xla) -> Outcome:
 def check_single(ids: list, xla) -> Outcome:
     """SingleDeviceSharding: the whole array on one device, placed by id."""
     import refsim
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from xla_backend import convert
 
     x = _data((3, 2))

@@ -8,7 +8,7 @@ devices under `python -m xla_backend launch`), and returns one `MpmdCaseResult` 
 A case passes when refsim satisfies the stated properties (the round trip is the
 identity; group arrays sit on `mpmd_mesh.unstack[k]` with the MPMD axis dropped from the
 spec; results sit on the target sharding) and XLA agrees device by device, bit-exact.
-Rerun one case: ``python -m conformance.mpmd_checks --case '<case json>'``.
+Rerun one case: ``python -m conformance.suites.mpmd_checks --case '<case json>'``.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from conformance.compare import compare
+from conformance.verdict.compare import compare
 from conformance.strategies.specs import partition_specs
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
@@ -299,7 +299,7 @@ def multiprocess_runner(processes: int = 2, devices_per_process: int = 4, timeou
             spec = os.path.join(tmp, "cases.json")
             with open(spec, "w") as f:
                 json.dump([c.to_json() for c in cases], f)
-            run_local([sys.executable, "-m", "conformance.mpmd_checks", "--worker", spec, tmp],
+            run_local([sys.executable, "-m", "conformance.suites.mpmd_checks", "--worker", spec, tmp],
                       processes=processes, devices_per_process=devices_per_process, timeout_s=timeout_s)
             parts = []
             for p in range(processes):
@@ -412,7 +412,7 @@ def check_mpmd(*, examples: int = 20, seed: int = 0, backend_runner: Callable | 
         except Exception as e:
             msg = f"refsim raised {type(e).__name__}: {e}"
         if msg:
-            msg = f"{case.describe()}\n{msg}\nrerun: python -m conformance.mpmd_checks --case '{case.to_json()}'"
+            msg = f"{case.describe()}\n{msg}\nrerun: python -m conformance.suites.mpmd_checks --case '{case.to_json()}'"
         results.append(MpmdCaseResult(case.case_id, not msg, msg, case))
     return results
 
@@ -420,7 +420,7 @@ def check_mpmd(*, examples: int = 20, seed: int = 0, backend_runner: Callable | 
 def main(argv=None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m conformance.mpmd_checks")
+    ap = argparse.ArgumentParser(prog="python -m conformance.suites.mpmd_checks")
     ap.add_argument("--worker", nargs=2, metavar=("CASES_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     ap.add_argument("--case", help="one case as JSON (from a failure report)")
     ap.add_argument("--examples", type=int, default=20)

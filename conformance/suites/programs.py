@@ -4,7 +4,7 @@ Strategy families (`conformance.strategies.programs.FAMILIES`) compose collectiv
 elementwise / structural ops, scan / while / cond / switch, grad, vmap, nested shard_map,
 jit with shardings, sharding constraints and resharding between device orders; each is
 drawn `examples` times, and each draw runs with exact-friendly data and with NaN, ±inf and -0
-mixed in (`conformance.suites.base.PROGRAM_DATA`). Every corpus program (`conformance.corpus.PROGRAMS`) runs with
+mixed in (`conformance.suites.base.PROGRAM_DATA`). Every corpus program (`conformance.cases.corpus.PROGRAMS`) runs with
 two input seeds; one XLA:CPU cannot run is checked against its NumPy `reference` and
 reported unsupported on this platform.
 """
@@ -40,7 +40,7 @@ def strategy(family: str, dtype: str | None, devices: int):
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per program family as it is drawn, then the corpus's."""
-    from conformance.corpus import PROGRAMS
+    from conformance.cases.corpus import PROGRAMS
     from conformance.strategies.programs import FAMILIES
 
     for fam in FAMILIES:
@@ -87,7 +87,7 @@ def check_corpus(name: str, xla) -> Outcome:
     import jax
 
     import refsim
-    from conformance.corpus import _entry, by_name
+    from conformance.cases.corpus import _entry, by_name
 
     prog = by_name(name)
     mesh = prog.refsim_mesh()

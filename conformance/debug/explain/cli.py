@@ -3,7 +3,7 @@
 Evaluates the reproducer's program at every stage (jaxpr by refsim, lowered StableHLO and
 compiled per-device HLO by refsim.stablehlo, executed on the platform) and prints where
 they first diverge, the op, its source line and the per-device errors; `--json` prints one
-JSON object instead. `--corpus` runs every program of `conformance.corpus` and prints how
+JSON object instead. `--corpus` runs every program of `conformance.cases.corpus` and prints how
 many interpret and agree at each stage, naming the ops refsim.stablehlo lacks.
 Exit status: 0 when every stage agrees, 1 on a divergence, 2 when the input cannot be used.
 """
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         print(f"error: {args.target} is a device_put case (one data movement, no program to lower); use "
               "python -m conformance bisect on it.", file=sys.stderr)
         return 2
-    from conformance.explain import explain
+    from conformance.debug.explain import explain
 
     kw = case.bisect_kwargs()
     fn = kw.pop("_fn", case.program)
@@ -64,8 +64,8 @@ def main(argv=None) -> int:
 
 
 def _corpus(args) -> int:
-    from conformance.explain.corpus_check import check_corpus, summary
-    from conformance.explain.stages import STAGES
+    from conformance.debug.explain.corpus_check import check_corpus, summary
+    from conformance.debug.explain.stages import STAGES
 
     rows = check_corpus()
     if args.json:

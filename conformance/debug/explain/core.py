@@ -1,4 +1,4 @@
-"""`conformance.explain`: which compiler stage first changed a program's result, and at which op.
+"""`conformance.debug.explain`: which compiler stage first changed a program's result, and at which op.
 
 The program is evaluated at four stages (see `stages`): jaxpr (refsim), lowered StableHLO
 and compiled per-device HLO (both interpreted by `refsim.stablehlo`), and executed on the
@@ -18,8 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.debug import diff
-from conformance.explain import program as _program
-from conformance.explain import stages as S
+from conformance.debug.explain import program as _program
+from conformance.debug.explain import stages as S
 
 
 @dataclasses.dataclass

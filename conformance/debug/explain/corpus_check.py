@@ -1,6 +1,6 @@
 """Every corpus program through every stage: which interpret, which agree, which ops are missing.
 
-`check_corpus()` returns one row per program of `conformance.corpus`; `python -m
+`check_corpus()` returns one row per program of `conformance.cases.corpus`; `python -m
 conformance explain --corpus` prints them. A program whose module uses an op refsim.stablehlo
 has no rule for is reported with the op's name, never silently skipped.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from conformance.explain.core import explain_staged
-from conformance.explain.stages import STAGES
+from conformance.debug.explain.core import explain_staged
+from conformance.debug.explain.stages import STAGES
 
 
 @dataclasses.dataclass
@@ -32,7 +32,7 @@ def _status(exp, st) -> str:
 
 
 def check_program(prog) -> Row:
-    from conformance.explain.program import from_corpus
+    from conformance.debug.explain.program import from_corpus
 
     try:
         staged = from_corpus(prog)
@@ -49,7 +49,7 @@ def check_program(prog) -> Row:
 
 
 def check_corpus(names=None) -> list[Row]:
-    from conformance import corpus
+    from conformance.cases import corpus
 
     progs = corpus.PROGRAMS if not names else [corpus.by_name(n) for n in names]
     return [check_program(p) for p in progs]

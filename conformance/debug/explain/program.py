@@ -3,7 +3,7 @@
 `build` wraps a function the way the conformance runner does (`jax.jit(jax.shard_map(...))`
 pinned to the out_specs, `jax.jit` with shardings under the mesh, or `jax.pmap`), places the
 arguments, and lowers it once, all through `xla_backend.staging`, the step xla_backend's own
-entry points use. The stages of `conformance.explain` all start from this one
+entry points use. The stages of `conformance.debug.explain` all start from this one
 `Staged` object, so the module refsim interprets is the one XLA compiles and runs.
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _leaves(out) -> list:
 
 
 def from_corpus(prog, lowering_platforms=None) -> Staged:
-    """`build` for a `conformance.corpus.Program` with the inputs of seed 0."""
+    """`build` for a `conformance.cases.corpus.Program` with the inputs of seed 0."""
     import xla_backend
 
     args = prog.inputs(0)

@@ -9,7 +9,7 @@ executed  the compiled executable runs on the platform.
 Every stage's outputs are put in one form: per output, an array (N, *shard shape) whose
 entry p is the shard of the device running partition p, so adjacent stages compare shard
 by shard. Each stage also records a trace (op key -> first value it produced) that
-`conformance.explain` uses to name the first op that diverged.
+`conformance.debug.explain` uses to name the first op that diverged.
 """
 from __future__ import annotations
 

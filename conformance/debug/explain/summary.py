@@ -17,7 +17,7 @@ def stage_of_reproducer(path: str) -> dict:
     """`summarize(explain(...))` of the case a reproducer file holds; {"error": ...} if it cannot run."""
     try:
         from conformance.debug import loader
-        from conformance.explain.core import explain
+        from conformance.debug.explain.core import explain
 
         case = loader.load(path)
         if case.kind == "device_put":

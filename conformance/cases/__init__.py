@@ -1,0 +1,17 @@
+"""What a conformance case is: its program, the hand-written corpus, and its reproducer.
+
+* `program`  the case types `Program` and `CollectiveCall` (data, not closures: the function is
+             source text, so refsim, XLA and the reproducer run the same code) and mesh naming;
+* `corpus`   hand-written programs (control flow, autodiff, training steps, pmap, PRNG, ...);
+* `repro`    the standalone reproducer file of a failing case (format v1, JAX and NumPy only).
+
+The names of `program` are importable from here (`conformance.cases.Program`).
+"""
+from conformance.cases.program import (
+    DEVICE_ORDERS, ENTRIES, CollectiveCall, Program, compile_source, device_order, group_members, local_blocks,
+    mesh_id, mesh_source, reduction_terms, spec_source, sum_bound_for,
+)
+
+__all__ = ["CollectiveCall", "DEVICE_ORDERS", "ENTRIES", "Program", "compile_source", "device_order",
+           "group_members", "local_blocks", "mesh_id", "mesh_source", "reduction_terms", "spec_source",
+           "sum_bound_for"]
