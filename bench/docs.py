@@ -42,7 +42,7 @@ projects): run these commands from the repository root, or from anywhere with
 Method: things compared are timed in equal, interleaved passes (a, b, a, b, ...), so a burst of
 load from other processes hits both alike; each figure is the median of its passes, with the
 range of the passes in brackets. Ratios are ratios of medians. Each scaling and overhead cell is
-its own process, so its peak memory is its own. `tests/test_bench_smoke.py` runs every part in a
+its own process, so its peak memory is its own. `tests/bench/test_bench_smoke.py` runs every part in a
 tiny configuration so the code cannot rot; it asserts no timings."""
 
 NOTES = {

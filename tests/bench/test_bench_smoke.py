@@ -378,7 +378,7 @@ def test_layout_details_page_shows_a_generated_trace_reuse_block():
 
     from bench import trace_reuse
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     page = open(os.path.join(root, "docs", "layout-details.md")).read()
     block = page[page.index(trace_reuse.BEGIN):page.index(trace_reuse.END)]
     assert re.search(r"`python -m bench\.trace_reuse --orders \d+ --repeat \d+` .* at commit `[0-9a-f]{7,}`, "
@@ -406,7 +406,7 @@ def test_performance_page_is_the_render_of_its_committed_figures():
     --out docs/performance.md` after changing bench/docs.py)."""
     import os
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     page = open(os.path.join(root, "docs", "performance.md")).read()
     assert page == bench_docs.render(bench_docs.load(os.path.join(root, "docs", "performance-figures.jsonl")))
 

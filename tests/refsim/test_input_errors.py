@@ -3,7 +3,7 @@
 Where JAX has the same call, the test makes it too and checks that refsim raises the class JAX
 raises (or a subclass); where JAX accepts the call, refsim's documented rule is checked
 (docs/errors.md). Values JAX accepts and refsim used to get silently wrong are compared with
-JAX's result. CLI and report findings are in tests/test_cli_errors.py.
+JAX's result. CLI and report findings are in tests/conformance/cli/test_cli_errors.py.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def test_unreduced_and_reduced_types():
         # a matmul left unreduced over the contracted axis y, then summed by a reshard
         partial = jnp.einsum("bd,df->bf", a, b, out_sharding=JP("x", None, unreduced={"y"}))
         # (the unreduced value itself stays inside: xla_backend cannot yet copy unreduced shards
-        # off devices; tests/test_interpreter_jax_suite_defects.py compares those with jax directly)
+        # off devices; tests/refsim/interpreter/test_interpreter_jax_suite_defects.py compares those with jax directly)
         return loss(v), jax.grad(loss)(v), jax.sharding.reshard(partial, JP("x", None))
 
     sh = (NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P("y", None)))

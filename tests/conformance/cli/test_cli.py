@@ -9,7 +9,7 @@ import pytest
 
 from conformance import cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 
 
 @pytest.mark.parametrize("argv,message", [

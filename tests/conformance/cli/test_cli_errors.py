@@ -19,7 +19,7 @@ from conformance.report import (HTML_NAME, JSONL_NAME, JUNIT_NAME, HtmlReporter,
 from conformance.report.html import render_page
 from conformance.report.results import CaseResult, summarize
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 
 
 def _one_line_exit_2(argv, capsys, needle):

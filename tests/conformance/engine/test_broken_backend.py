@@ -25,7 +25,7 @@ from conformance.suites.collectives import strategy
 from refsim.array import Array, Shard
 
 BAD_DEVICE = 5
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 
 
 class OneDeviceOff:

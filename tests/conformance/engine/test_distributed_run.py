@@ -46,7 +46,7 @@ def launcher_pids(stderr: str) -> list[int]:
 
 
 def assert_gone(pids):
-    from tests.test_launch import alive
+    from tests.xla_backend.test_xla_backend_launch import alive
 
     deadline = time.monotonic() + 10
     while any(alive(p) for p in pids) and time.monotonic() < deadline:

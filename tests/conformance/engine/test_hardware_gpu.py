@@ -1,6 +1,6 @@
 """The suite on a real GPU (marked `gpu`): skipped, with the reason, where there is none.
 
-Run on a GPU machine with `python -m pytest -m gpu tests/test_hardware_gpu.py`. Each test starts
+Run on a GPU machine with `python -m pytest -m gpu tests/conformance/engine/test_hardware_gpu.py`. Each test starts
 fresh processes: the test process itself runs JAX on CPU (tests/conftest.py).
 """
 import json

@@ -7,7 +7,7 @@ from conformance.engine import runner
 from conformance.report import timing
 from conformance.report.results import CaseResult
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 
 
 def test_a_program_case_reports_its_phases():

@@ -16,7 +16,7 @@ from conformance.faults import numerics as planted
 from examples import moe, pipeline, transformer_fsdp, transformer_jit
 from conformance import faults
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 
 # (example module, the fault planted in XLA's side of it)
 EXAMPLES = [

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
 SUMMARY = re.compile(r"conformance oracle: (\d+) calls checked, (\d+) disagreed, (\d+) not checkable")
 
 SUITE = '''\

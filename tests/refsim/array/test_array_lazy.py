@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 import refsim
 from refsim import Array, Mesh, NamedSharding, P, ReplicationError
 from refsim.layouts import stacking
-from tests.test_array import layouts
+from tests.refsim.array.test_array import layouts
 
 
 @given(layouts(), st.booleans())

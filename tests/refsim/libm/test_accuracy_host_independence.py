@@ -6,7 +6,7 @@ variant below evaluates one fixed batch -- every op of the accuracy contract, in
 float64 and bfloat16, over its domain plus hard inputs (signed zeros, infinities, NaN,
 subnormals, domain edges, overflow thresholds, huge trigonometric arguments, values next to
 1) -- through `refsim.jit` in a fresh process, and the results must be byte-identical.
-Run as a script (`python tests/test_accuracy_host_independence.py OUT.npz`) it writes the
+Run as a script (`python tests/refsim/libm/test_accuracy_host_independence.py OUT.npz`) it writes the
 batch's results: the child side of the test.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 DTYPES = ("float32", "float64", "bfloat16")
 
 

@@ -236,7 +236,7 @@ def test_logically_stacked_by_hand():
         logically_stacked(parts[::-1], MESH, "pp")
 
 
-# -- round trips over drawn cases (refsim alone; tests/test_mpmd_xla.py compares with XLA) --------
+# -- round trips over drawn cases (refsim alone; tests/xla_backend/test_xla_backend_mpmd.py compares with XLA) --------
 @given(mpmd_cases())
 def test_round_trip_properties_hold_on_refsim(case):
     ids = list(range(8))
