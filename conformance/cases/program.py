@@ -15,9 +15,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+import refsim
+from conformance.cases import repro
+from conformance.verdict import compare
+from conformance.verdict.reductions import sum_bound_for
 from refsim.layouts.mesh import Mesh
-from refsim.layouts.named_sharding import NamedSharding
-from refsim.layouts.partition_spec import PartitionSpec
 
 ENTRIES = ("shard_map", "pmap", "jit", "device_put")
 DEVICE_ORDERS = ("default", "reversed", "transposed", "random")
@@ -51,47 +53,13 @@ def mesh_id(mesh: Mesh) -> str:
     return f"{shape}:{order}"
 
 
-def mesh_source(mesh: Mesh, var: str = "mesh") -> str:
-    """Python source building the JAX mesh of `mesh` from `jax.devices()` by device id."""
-    ids = np.asarray(mesh.device_ids)
-    return (
-        f"{var} = Mesh(np.array([_dev[i] for i in {ids.ravel().tolist()!r}], dtype=object)"
-        f".reshape({tuple(ids.shape)!r}), {tuple(mesh.axis_names)!r})"
-    )
-
-
-def spec_source(spec) -> str:
-    """`P(...)` source for a refsim PartitionSpec (UNCONSTRAINED as `P.UNCONSTRAINED`)."""
-    if spec is None:
-        return "None"
-    parts = ["P.UNCONSTRAINED" if type(p).__name__ == "_Unconstrained" else repr(p) for p in spec]
-    return "P(" + ", ".join(parts) + ")"
-
-
-def _array_literal(a: np.ndarray) -> str:
-    """Source rebuilding `a` bit for bit (floats as exact Python floats; nan/inf by name)."""
-    a = np.asarray(a)
-    name = a.dtype.name
-    if a.dtype.kind == "c":
-        # as (real, imaginary) pairs viewed as complex: a Python complex literal cannot hold a
-        # non-finite imaginary part (`1+inf_j`) or the sign of an imaginary zero (`1-0j` is 1+0j)
-        parts = np.ascontiguousarray(a).view(f"f{a.dtype.itemsize // 2}")
-        body = repr(parts.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
-        return f"np.array({body}, dtype=np.{parts.dtype.name}).view(np.{name}).reshape({tuple(a.shape)!r})"
-    if name == "bfloat16" or name.startswith("float8_"):
-        vals, dt = a.astype(np.float32), f"jnp.{name}"
-    else:
-        vals, dt = a, ("np.bool_" if name == "bool" else f"np.{name}")   # np.bool is NumPy >= 2 only
-    body = repr(vals.ravel().tolist()).replace("nan", "nan_").replace("inf", "inf_")
-    return f"np.array({body}, dtype={dt}).reshape({tuple(a.shape)!r})"
-
-
 _NAMESPACE_CACHE: dict = {}
 
 
 def compile_source(source: str) -> Callable:
     """Execute `source` with jax, jnp, np and P in scope and return its ``f``."""
     if source not in _NAMESPACE_CACHE:
+        # JAX loads on a case's first run, not on import: the CLI imports cases before it configures the platform
         import jax
         import jax.numpy as jnp
         from jax.sharding import PartitionSpec as JP
@@ -208,8 +176,6 @@ class Program:
 
     def tolerances(self) -> list:
         """One comparison policy per output (see `conformance.verdict.compare`); exact by default."""
-        from conformance.verdict import compare
-
         out = []
         for kind in self.outputs:
             if kind in ("exact", "sum", "mean"):
@@ -229,11 +195,7 @@ class Program:
         checks every device's shard against `expected` (refsim's result, embedded; computed
         here when None) exactly or inside the embedded sum bound, exiting 1 on a mismatch.
         """
-        from conformance.cases import repro
-
         if expected is None:
-            import refsim
-
             expected = self.run(refsim)
         return repro.source(self, expected, tolerances)
 
@@ -253,95 +215,9 @@ class CollectiveCall(Program):
     params: Mapping = dataclasses.field(default_factory=dict)
 
     def tolerances(self) -> list:
-        from conformance.verdict import compare
-
         kind = self.outputs[0]
         if kind in ("sum", "mean"):
             return [sum_bound_for(self)]
         if kind == "exact_unsigned_zero":
             return [compare.Exact(signed_zero=False)]
         return [compare.EXACT]
-
-
-# -- an independent model of who sums what (for the sum bound) ------------------------------
-def group_members(mesh: Mesh, axes, axis_index_groups=None) -> tuple[np.ndarray, np.ndarray]:
-    """(members, rank): for each device (flat row-major mesh position), the flat positions of
-    the devices it reduces with, in group order, and its own rank in that group.
-
-    The devices along `axes` are numbered by their coordinates over `axes` in the order
-    given (major to minor), as `jax._src.interpreters.pxla._axis_groups` numbers replicas;
-    `axis_index_groups` then splits those numbers into groups (StableHLO replica_groups).
-    """
-    axes = (axes,) if isinstance(axes, str) else tuple(axes)
-    sizes = mesh.axis_sizes
-    k = [mesh.axis_index(a) for a in axes]
-    iota = np.arange(mesh.size).reshape(sizes)
-    moved = np.moveaxis(iota, k, list(range(len(k)))).reshape(int(np.prod([sizes[i] for i in k])), -1)
-    g_count = moved.shape[0]
-    groups = [list(range(g_count))] if axis_index_groups is None else [list(g) for g in axis_index_groups]
-    table = np.asarray(groups, dtype=np.int64)                # (num_groups, n) linear indices
-    group_of = np.empty(g_count, np.int64)
-    rank_of = np.empty(g_count, np.int64)
-    for gi, g in enumerate(groups):
-        group_of[g] = gi
-        rank_of[g] = np.arange(len(g))
-    member_lin = table[group_of]                                # (G, n)
-    members_lr = moved[member_lin, :]                           # (G, n, R)
-    members = np.empty((mesh.size, table.shape[1]), np.int64)
-    rank = np.empty(mesh.size, np.int64)
-    members[moved] = np.moveaxis(members_lr, 1, 2)              # moved: (G, R) -> (G, R, n)
-    rank[moved] = rank_of[:, None]
-    return members, rank
-
-
-def local_blocks(case: Program, arg: int = 0) -> np.ndarray:
-    """Each device's input block, stacked in flat row-major mesh position order."""
-    x = np.asarray(case.args[arg])
-    if case.entry == "pmap":
-        return x
-    s = NamedSharding(case.mesh, case.in_specs[arg])
-    idx = s.devices_indices_map(x.shape)
-    return np.stack([x[idx[int(d)]] for d in np.asarray(case.mesh.device_ids).ravel()])
-
-
-def sum_bound_for(call: "CollectiveCall"):
-    """The `SumBound` of a psum / pmean / psum_scatter call, from its inputs."""
-    from conformance.verdict.compare import SumBound
-
-    return SumBound.from_terms(reduction_terms(call), mean=call.name == "pmean")
-
-
-def reduction_terms(call: "CollectiveCall", args: tuple | None = None) -> dict:
-    """{device id: (n, *shard_shape)}: the n values each device's output element reduces, for a
-    psum / pmean / pmax / pmin / psum_scatter call (with `args` instead of the call's own)."""
-    if args is not None:
-        call = dataclasses.replace(call, args=tuple(args))
-    p = call.params
-    members, rank = group_members(call.mesh, p["axis_name"], p.get("axis_index_groups"))
-    blocks = local_blocks(call)
-    n = members.shape[1]
-    terms = blocks[members]                                     # (devices, n, *local)
-    if call.name == "psum_scatter":
-        d = p.get("scatter_dimension", 0) % (blocks.ndim - 1)
-        if p.get("tiled", False):
-            m = blocks.shape[1 + d] // n
-            pieces = terms.reshape(terms.shape[:2 + d] + (n, m) + terms.shape[3 + d:])
-            terms = np.take_along_axis(pieces, rank.reshape((-1,) + (1,) * (pieces.ndim - 1)), axis=2 + d).squeeze(2 + d)
-        else:
-            terms = np.take_along_axis(terms, rank.reshape((-1,) + (1,) * (terms.ndim - 1)), axis=2 + d).squeeze(2 + d)
-    if call.entry == "pmap":
-        # A pmap output's shard keeps the mapped axis with size 1, as jax.pmap's shards do.
-        terms = terms[:, :, None]
-    ids = np.asarray(call.mesh.device_ids).ravel()
-    return {int(i): terms[j] for j, i in enumerate(ids)}
-
-
-# -- reproducer helpers (conformance.cases.repro writes the file) --------------------------------
-def _index_source(index) -> str:
-    parts = []
-    for i in index:
-        if isinstance(i, slice):
-            parts.append(f"slice({i.start!r}, {i.stop!r}, {i.step!r})")
-        else:
-            parts.append(repr(int(i)))
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"

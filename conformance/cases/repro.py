@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.cases.program import _array_literal, _index_source, spec_source
+from conformance.cases.source import _array_literal, _index_source, spec_source
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import pack_sum_check
 

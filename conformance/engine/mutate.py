@@ -308,7 +308,8 @@ def hunt_runner(fault: str, tasks: list, xfails, *, platform: str, devices: int,
     by_id = {t.case_id: (t, e) for t, e in todo}
     opts = dict(repro_dir=None, devices=devices, shrink_seconds=0, seed=seed)
     examples = cases = 0
-    gen = workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices, opts=opts,
+    gen = workers.run_in_workers(todo, run_task=runner.run_task, write_repro=runner.write_repro,
+                                 processes=processes, platform=platform, devices=devices, opts=opts,
                                  case_timeout=case_timeout, fault=fault)
     try:
         for res in gen:

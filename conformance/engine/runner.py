@@ -23,6 +23,7 @@ import time
 import traceback
 
 from conformance.engine import plan as plan_mod
+from conformance.engine import workers
 from conformance.report import timing
 from conformance.verdict import xfails as xfails_mod
 from conformance.report.results import CaseResult, summarize
@@ -521,7 +522,6 @@ def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, m
         for task, entry in todo:
             yield run_task(task, xla, entry, **opts)
         return
-    from conformance.engine import workers
-
-    yield from workers.run_in_workers(todo, processes=processes, platform=platform, devices=devices,
-                                      xla=xla, opts=opts, case_timeout=case_timeout, more=more)
+    yield from workers.run_in_workers(todo, run_task=run_task, write_repro=write_repro, processes=processes,
+                                      platform=platform, devices=devices, xla=xla, opts=opts,
+                                      case_timeout=case_timeout, more=more)

@@ -16,18 +16,27 @@ layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `more` streams a plan that is still being drawn: the workers are started first (they import
 JAX while the parent draws), and between chunks the parent only polls the workers, so a
 worker that finishes gets the next task as soon as it is drawn.
+
+What a worker runs is given, not imported: `run_task` (the runner's, `run_task(task, xla, entry,
+**opts) -> CaseResult`, sent to each worker by reference) and `write_repro` (the parent writes a
+timed-out task's reproducer with it), so this module sits below the runner that uses it.
 """
 from __future__ import annotations
 
 import os
 import signal
 import collections
+import contextlib
+import multiprocessing
 import tempfile
 import time
 import traceback
 from multiprocessing import connection
 
+from conformance import faults
+from conformance.report import case_details
 from conformance.report.results import CaseResult
+from xla_backend import platform as xplat
 
 __all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
 
@@ -36,8 +45,8 @@ _READY = "ready"      # a worker's first message: it imported and configured the
 _PENDING = object()   # receive(): nothing finished yet
 
 
-def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=None, opts: dict,
-                   case_timeout: float | None = None, fault: str | None = None, more=None):
+def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
+                   opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None):
     """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
     workers; a task whose worker dies yields an "error" result naming the signal or exit code,
     one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
@@ -47,10 +56,10 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
     `next`) overlaps with running the tasks already taken. An exception from it stops the
     workers and propagates.
 
-    `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object.
+    `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object;
+    `run_task` too (a module-level function pickles by name), `write_repro(task, case, repro_dir)`
+    runs here.
     """
-    import multiprocessing
-
     ctx = multiprocessing.get_context("spawn")
     pending = collections.deque(todo)  # popleft() takes tasks in plan order
     logs = tempfile.mkdtemp(prefix="conformance-workers-")
@@ -60,7 +69,7 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
         while pending or more is not None or any(w.job is not None for w in workers):
             while (pending or more is not None) and len(workers) < processes:
                 workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
-                                       fault))
+                                       fault, run_task))
                 started += 1
             for w in workers:
                 if w.job is None and pending:
@@ -71,7 +80,7 @@ def run_in_workers(todo, *, processes: int, platform: str, devices: int, xla=Non
             ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout))
             for w in busy:
                 if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
-                    result = w.timeout_result(case_timeout, opts)
+                    result = w.timeout_result(case_timeout, opts, write_repro)
                     w.kill()
                     workers.remove(w)
                     yield result
@@ -117,10 +126,10 @@ def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
 class _Worker:
     """One spawned worker process, its pipe, its stderr log and the task it is running."""
 
-    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla, fault: str | None = None):
+    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla, fault: str | None, run_task):
         self.conn, child = ctx.Pipe()
         self.log_path = log_path
-        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla, fault),
+        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla, fault, run_task),
                                 daemon=True)
         self.proc.start()
         child.close()
@@ -194,7 +203,7 @@ class _Worker:
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details={"worker_exit": how, "exitcode": code, "stderr_tail": tail})
 
-    def timeout_result(self, case_timeout: float, opts: dict) -> CaseResult:
+    def timeout_result(self, case_timeout: float, opts: dict, write_repro) -> CaseResult:
         """The "timeout" record of the task in flight: its layout, the worker's last stderr lines
         and a reproducer of its first example (all examples share the structure that hung)."""
         task, _entry = self.job
@@ -204,11 +213,8 @@ class _Worker:
         variants = getattr(task, "variants", None)
         if variants:
             try:
-                from conformance.engine import runner
-                from conformance.report import case_details
-
                 details.update(case_details(variants[0]))
-                repro = runner.write_repro(task, variants[0], opts.get("repro_dir"))
+                repro = write_repro(task, variants[0], opts.get("repro_dir"))
             except Exception as e:  # noqa: BLE001 - the timeout is reported even without a reproducer
                 details["repro_error"] = f"{type(e).__name__}: {e}"
         where = f"\n{details['description']}" if "description" in details else ""
@@ -255,28 +261,21 @@ class _Worker:
         self.conn.close()
 
 
-def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: str | None = None) -> None:
+def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: str | None, run_task) -> None:
     """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
-    run (task, entry, opts) messages until None, under `fault` if one is named."""
+    run (task, entry, opts) messages with `run_task` until None, under `fault` if one is named."""
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
-    import contextlib
-
-    from conformance.engine import runner
-    from xla_backend import platform as xplat
-
     xplat.configure(platform, devices)
     xplat.share_accelerator()
     with contextlib.ExitStack() as stack:
         if fault is not None:
-            from conformance import faults
-
             stack.enter_context(faults.inject(fault))
-        _serve(conn, runner, xla)
+        _serve(conn, run_task, xla)
 
 
-def _serve(conn, runner, xla) -> None:
+def _serve(conn, run_task, xla) -> None:
     conn.send(_READY)
     while True:
         msg = conn.recv()
@@ -284,7 +283,7 @@ def _serve(conn, runner, xla) -> None:
             return
         task, entry, opts = msg
         try:
-            result = runner.run_task(task, xla, entry, **opts)
+            result = run_task(task, xla, entry, **opts)
         except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
             result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                                 status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from conformance.cases.program import _index_source, spec_source
+from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check

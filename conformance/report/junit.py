@@ -10,12 +10,11 @@ every `every` cases and at the end, so a crash always leaves a valid document.
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import socket
 import xml.etree.ElementTree as ET
 
-from conformance.report._rewrite import RewritingReporter
+from conformance.report._rewrite import RewritingReporter, atomic_write
 from conformance.report.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
@@ -119,27 +118,6 @@ def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: st
             ts.append(_case_element(r))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a document."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)  # never leave a .tmp file behind
-        raise
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 class JUnitReporter(RewritingReporter):

@@ -16,6 +16,7 @@ import numpy as np
 
 from conformance.verdict.compare import Exact, as_outputs, compare
 from conformance.verdict.elements import is_float
+from conformance.verdict.reductions import reduction_terms
 from refsim.values import complex_from_parts
 
 __all__ = ["MODELS", "check", "flush_subnormals"]
@@ -89,8 +90,6 @@ def _model_max_min(case, actual):
     inputs are flushed as in `xla-cpu-arith`. Plain JAX on jax 0.10.2 CPU, 8 devices:
     ``pmax([nan, 1, ..., 7]) == 7``, ``pmax`` over a size-1 axis of NaN gives -inf,
     ``pmin([nan, nan]) == inf``, while ``jnp.maximum(nan, 1)`` is NaN."""
-    from conformance.cases import reduction_terms
-
     name = getattr(case, "name", "")
     if getattr(case, "family", "") == "pargmax_pargmin":
         return _model_parg(case, actual)
