@@ -10,7 +10,7 @@ def main() -> int:
     from xla_backend import platform
 
     platform.configure("cpu", 8)
-
+    # everything else after the platform is chosen: JAX reads it once, when it loads
     import jax
     import numpy as np
     from rich.console import Console

@@ -26,6 +26,9 @@ import warnings
 
 import pytest
 
+# The suite (hypothesis, the [test] extra) and the oracle are imported inside the hooks that use
+# them: this module loads in every pytest run of an environment that has the project installed.
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("conformance", "refsim-vs-XLA conformance suites")

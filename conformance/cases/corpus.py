@@ -29,6 +29,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+import refsim
+from refsim.interpreter.accuracy import ulp_bound
+from xla_backend import staging
+
 P = jax.sharding.PartitionSpec
 
 
@@ -71,14 +75,10 @@ class Program:
         return not self.xla_note
 
     def refsim_mesh(self):
-        import refsim
-
         return refsim.Mesh(self.mesh_shape, self.axis_names, axis_types=self.axis_types)
 
     def refsim_callable(self):
         """The program under refsim's entry point for its kind."""
-        import refsim
-
         return _entry(self, refsim, self.refsim_mesh())
 
     def shardings(self, mesh) -> tuple:
@@ -94,8 +94,6 @@ class Program:
     def layout(self, mesh):
         """The `xla_backend.staging.Layout` this program runs under on `mesh`; its
         `entry_kwargs()` are the arguments of refsim's and xla_backend's entry point."""
-        from xla_backend import staging
-
         if self.kind == "shard_map":
             return staging.Layout.shard_map(mesh, self.in_specs, self.out_specs, check_vma=self.check_vma,
                                             axis_names=self.manual_axes)
@@ -118,8 +116,6 @@ def _entry(prog: Program, api, mesh):
 
 
 def api_named(api, mesh, spec):
-    import refsim
-
     if spec is None:
         return None
     return refsim.NamedSharding(mesh, refsim.PartitionSpec.from_jax(spec))
@@ -432,8 +428,6 @@ def _ring_attention(q, k, v):
 def _softmax_ulp() -> int:
     """exp's bound, a positive sum of 32 terms (at most 31 ulp however XLA orders it), one
     division, then tanh's bound: the comparison bound of `softmax_tanh_psum`."""
-    from refsim.interpreter.accuracy import ulp_bound
-
     return ulp_bound("exp") + 31 + 1 + ulp_bound("tanh")
 
 

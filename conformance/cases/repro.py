@@ -20,6 +20,8 @@ import numpy as np
 from conformance.cases.source import _array_literal, _index_source, spec_source
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import pack_sum_check
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
 
 _HEAD = '''\
 # conformance reproducer v1: {case_id}
@@ -141,9 +143,6 @@ def _packed_source(packed: dict) -> str:
 
 def source(case, expected, tolerances=None) -> str:
     """The v1 reproducer of `case` (a `conformance.cases.Program`) with refsim's `expected` result."""
-    from refsim.layouts.named_sharding import NamedSharding
-    from refsim.layouts.partition_spec import PartitionSpec
-
     m = case.mesh
     out = [_HEAD.format(case_id=case.case_id, ndev=int(np.max(m.device_ids)) + 1)]
     out.append(f"MESH_SHAPE = {tuple(int(s) for s in m.axis_sizes)!r}")

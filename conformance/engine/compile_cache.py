@@ -48,7 +48,7 @@ def enable(path: str) -> str:
                 "jax_persistent_cache_min_entry_size_bytes": -1}
     for name, value in settings.items():
         os.environ[name.upper()] = str(value)  # spawned workers read these when they import jax
-    import jax
+    import jax  # not at the top: the CLI imports this module before the platform is configured
 
     for name, value in settings.items():
         jax.config.update(name, value)

@@ -33,6 +33,20 @@ import traceback
 
 import numpy as np
 
+from conformance.engine import plan as plan_mod
+from conformance.engine import preflight, runner
+from conformance.report.results import CaseResult
+from conformance.suites import base, selected
+from conformance.verdict import xfails as xf
+from refsim import compat
+from refsim.array import Array
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+import xla_backend
+from xla_backend import distributed as xdist
+from xla_backend import platform as xplat
+from xla_backend.distributed import LocalResult
+
 __all__ = ["DEFAULT_CASE_TIMEOUT_S", "DISTRIBUTED_SUITES", "DistributedRunError", "Job", "join", "remap_case"]
 
 DEFAULT_CASE_TIMEOUT_S = 600.0
@@ -65,8 +79,6 @@ def remap_case(case, ids: list):
     the task keeps the plan's case id, so reports of every run of the plan line up."""
     if list(ids) == list(range(len(ids))):
         return case
-    from refsim.layouts.mesh import Mesh
-    from refsim.layouts.named_sharding import NamedSharding
 
     table = np.asarray(ids, dtype=np.int64)
     memo: dict = {}
@@ -92,9 +104,6 @@ def remap_case(case, ids: list):
 def join(*, platform: str, init_timeout_s: float = 300.0, case_timeout_s: float = DEFAULT_CASE_TIMEOUT_S,
          log_dir: str | None = None) -> "Job":
     """Join the distributed runtime (`xla_backend.distributed.initialize`) and return this process's Job."""
-    from xla_backend import distributed as xdist
-    from xla_backend import platform as xplat
-
     xplat.configure(platform, None)  # local devices: XLA_BACKEND_DEVICES (set by the launcher) or 8 on CPU
     try:
         xdist.initialize(timeout_s=int(init_timeout_s))
@@ -103,9 +112,7 @@ def join(*, platform: str, init_timeout_s: float = 300.0, case_timeout_s: float 
             f"--distributed needs a jax.distributed job, and none was found ({e}): start the processes with "
             "`python -m xla_backend launch --processes N -- python -m conformance run --distributed ...`, or one "
             "per host under Slurm, Open MPI or on a TPU VM, where JAX finds the job itself.") from None
-    import jax
-
-    from refsim import compat
+    import jax  # here: the platform is configured above, and the CLI imports this module before that
 
     return Job(jax.process_index(), jax.process_count(), compat.distributed_client(),
                [int(d.id) for d in jax.devices()], {int(d.id): int(d.process_index) for d in jax.devices()},
@@ -171,9 +178,6 @@ class Job:
     # -- the runner's executor ---------------------------------------------------------------
     def execute(self, todo: list, opts: dict):
         """Run `todo` [(task, xfails entry)] on every process; yield CaseResults on process 0 only."""
-        from conformance.engine import runner
-        from conformance.suites import base
-
         ids = self._shared_todo([t.case_id for t, _ in todo])
         todo = [(t, e) for t, e in todo if t.case_id in ids]
         n_devices = opts.get("devices", len(self.device_ids))
@@ -229,8 +233,6 @@ class Job:
     def _shared_todo(self, case_ids: list) -> set:
         """Process 0's list of cases to run (it alone reads --resume's finished cases), checked against
         this process's own plan: DistributedRunError when the processes drew different plans."""
-        from conformance.engine import plan as plan_mod
-
         key = f"{_NS}/todo"
         mine = json.loads(json.dumps(self.identity, default=str))
         if self.is_coordinator:
@@ -254,11 +256,7 @@ class Job:
 
     def _run_xla(self, case):
         """This process's part of one case on XLA: ("ok", tree of _Leaf) / ("absent",) / ("raised", ...)."""
-        import jax
-
-        import xla_backend
-        from refsim.array import Array
-        from xla_backend.distributed import LocalResult
+        import jax  # not at the top: the CLI imports this module before the platform is configured
 
         try:
             if case.entry == "pmap":
@@ -293,8 +291,6 @@ class Job:
 
     def finish(self) -> None:
         """Wait for every process (so none exits while another still needs it), then leave the runtime."""
-        from xla_backend import distributed as xdist
-
         try:
             self.client.wait_at_barrier(f"{_NS}/finish", int(self.case_timeout_s * 1000))
         finally:
@@ -304,8 +300,6 @@ class Job:
 
 
 def _single_process_check(task):
-    from conformance.report.results import CaseResult
-
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                       status="unsupported", examples=0, message=(
                           "not run: a check case (not a program whose shards can be gathered) runs in a single "
@@ -313,8 +307,6 @@ def _single_process_check(task):
 
 
 def _spanning_pmap(task, variants):
-    from conformance.report.results import CaseResult
-
     ids = sorted({int(i) for c in variants for i in np.asarray(c.mesh.device_ids).ravel()})
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                       status="unsupported", examples=0, message=(
@@ -353,9 +345,7 @@ def _assemble(parts: list, job: Job):
 
 
 def _assemble_parts(parts: list, job: Job):
-    import jax
-
-    from refsim.array import Array
+    import jax  # not at the top: the CLI imports this module before the platform is configured
 
     raised = [(p, part) for p, part in enumerate(parts) if part[0] == "raised"]
     if raised:
@@ -457,8 +447,6 @@ def multiprocess_xfails(platform: str):
     """The xfails of a multi-process run: ``xfails/<platform>-multiprocess.txt`` (differences that
     show only when collectives cross processes) ahead of ``xfails/<platform>.txt``; the first
     entry whose pattern matches a case applies, so the multi-process entries take precedence."""
-    from conformance.verdict import xfails as xf
-
     entries, sources = [], []
     for path in (xf.default_path(f"{platform}-multiprocess"), xf.default_path(platform)):
         if os.path.exists(path):
@@ -476,9 +464,6 @@ def run_command(args, console, report_result) -> int:
     they ran and exit 0 unless they fail themselves. A DistributedRunError ends this process at
     once with the message (exit status 1): waiting for a dead peer at shutdown would hang.
     """
-    from conformance.engine import preflight, runner
-    from conformance.suites import selected
-
     suites = DISTRIBUTED_SUITES if args.suite == "all" else selected(args.suite)
     other = [s for s in suites if s not in DISTRIBUTED_SUITES]
     if other:

@@ -25,11 +25,25 @@ import argparse
 import dataclasses
 import importlib
 import json
+import math
 import os
 import random
 import sys
 import time
 from typing import Any, Callable
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+from conformance import faults as faults_mod
+from conformance import strategies
+from conformance.engine import runner, workers
+from conformance.verdict import compare
+from conformance.verdict import xfails as xfails_mod
+import refsim
+import xla_backend
+from xla_backend import platform as platform_mod
 
 DEFAULT_EXAMPLES = 100          # per source (direct engine); the runner engine uses the run's default
 SHRINK_CALLS = 60               # runs spent shrinking a killing case, at most (direct engine)
@@ -95,8 +109,6 @@ def _unsupported(err: BaseException) -> bool:
 
 def verdict(run_refsim: Callable, run_xla: Callable, tolerances=None, case=None) -> tuple[str, str]:
     """("agree" | "mismatch" | "crash" | "invalid" | "unsupported", detail) for one case."""
-    from conformance.verdict import compare
-
     try:
         expected = run_refsim()
     except Exception as e:                       # refsim rejects it: not a valid case
@@ -118,13 +130,11 @@ def fault_verdict(fault: str, run_refsim: Callable, run_xla: Callable, tolerance
                   ) -> tuple[str, str]:
     """`verdict` with `fault` active; a disagreement counts ("mismatch" / "crash") only if the
     case agrees without the fault, otherwise it is "baseline" (recorded in BASELINE)."""
-    from conformance import faults
-
     try:
         expected = run_refsim()                   # refsim never lowers, so once serves both runs
     except Exception as e:
         return "invalid", f"refsim: {type(e).__name__}: {e}"
-    with faults.inject(fault):
+    with faults_mod.inject(fault):
         kind, detail = verdict(lambda: expected, run_xla, tolerances, case)
     if kind in ("mismatch", "crash"):
         base, base_detail = verdict(lambda: expected, run_xla, tolerances, case)
@@ -139,9 +149,6 @@ BASELINE: dict = {}
 
 
 def _case_verdict(fault: str, case) -> tuple[str, str]:
-    import refsim
-    import xla_backend
-
     try:
         tolerances = case.tolerances()
     except Exception as e:                       # the case cannot be judged, so it cannot kill
@@ -152,10 +159,6 @@ def _case_verdict(fault: str, case) -> tuple[str, str]:
 # -- sources ------------------------------------------------------------------------------------
 def default_sources(devices: int = 8) -> list[Source]:
     """Every collective of `collective_calls`, every family of `programs`, and the corpus."""
-    import importlib
-
-    from conformance import strategies
-
     # the module, not the `programs` strategy the package re-exports under the same name
     programs_mod = importlib.import_module("conformance.strategies.programs")
 
@@ -174,10 +177,7 @@ def default_sources(devices: int = 8) -> list[Source]:
 
 
 def _corpus_cases(devices: int) -> list:
-    import math
-
-    import xla_backend
-    from conformance.cases.corpus import PROGRAMS, _entry
+    from conformance.cases.corpus import PROGRAMS, _entry  # the corpus loads JAX: after the platform is configured
 
     cases = []
     for prog in PROGRAMS:
@@ -204,9 +204,6 @@ def _ordered(sources: list[Source], touches: set) -> list[Source]:
 # -- the direct engine ----------------------------------------------------------------------------
 def _hunt_strategy(source: Source, fault: str, examples: int, seed: int, shrink_calls: int = SHRINK_CALLS):
     """(killing case or None, examples until the first kill, verdict detail)."""
-    from hypothesis import HealthCheck, Phase, find, settings
-    from hypothesis.errors import NoSuchExample, Unsatisfiable
-
     state = {"calls": 0, "first": None}
     seen: dict = {}                                # case key -> (disagrees, detail)
 
@@ -234,8 +231,6 @@ def _hunt_strategy(source: Source, fault: str, examples: int, seed: int, shrink_
 
 
 def _case_key(case) -> tuple:
-    import numpy as np
-
     data = tuple((a.dtype.str, a.shape, a.tobytes()) for a in map(np.asarray, case.args))
     return (case.case_id, case.source, repr(case.in_specs), repr(case.out_specs),
             repr(case.in_shardings), repr(case.out_shardings), repr(case.axis_names), data)
@@ -252,8 +247,6 @@ def _hunt_fixed(source: Source, fault: str):
 def hunt_direct(fault: str, sources: list[Source], examples: int, seed: int,
                 shrink_calls: int = SHRINK_CALLS) -> Outcome:
     """Search the sources (most relevant first) until one yields a disagreement the fault caused."""
-    from conformance import faults as faults_mod
-
     f = faults_mod.FAULTS[fault]
     touches = set(f.primitives) | _FAULT_TOUCHES.get(fault, set())
     t0 = time.perf_counter()
@@ -287,8 +280,6 @@ def _touches(task) -> frozenset | None:
 def order_tasks(tasks: list, fault: str) -> list:
     """The plan's tasks with those exercising `fault`'s primitives first (plan order otherwise):
     it only saves time, since a fault survives only after every task agreed."""
-    from conformance import faults as faults_mod
-
     f = faults_mod.FAULTS[fault]
     want = set(f.primitives) | _FAULT_TOUCHES.get(fault, set())
     hit = [t for t in tasks if (_touches(t) or set()) & want]
@@ -301,8 +292,6 @@ def hunt_runner(fault: str, tasks: list, xfails, *, platform: str, devices: int,
                 case_timeout: float = CASE_TIMEOUT, seed: int = 0) -> Outcome:
     """Run the plan's `tasks` in workers that inject `fault` until one fails, errors or times out
     where it passes without the fault (checked in this process)."""
-    from conformance.engine import runner, workers
-
     t0 = time.perf_counter()
     todo = [(t, xfails.lookup(t.case_id)) for t in order_tasks(tasks, fault)]
     by_id = {t.case_id: (t, e) for t, e in todo}
@@ -357,9 +346,6 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
     (runner engine; default one per CPU core). xfails: a path or `XfailList` (default the
     platform's file), as `conformance run` applies it.
     """
-    from conformance import faults as faults_mod
-    from xla_backend import platform as platform_mod
-
     names = list(faults_mod.names()) if faults in (None, "all") else list(faults)
     for n in names:
         if n not in faults_mod.FAULTS:
@@ -371,8 +357,6 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
                          "Use engine='direct'.")
     outcomes = []
     if runner is not None:
-        from conformance.verdict import xfails as xfails_mod
-
         n_ex = runner.DEFAULT_EXAMPLES if examples is None else examples
         tasks = runner.plan_tasks(suite, examples=n_ex, seed=seed, devices=devices)
         xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=plat)
@@ -447,8 +431,6 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.examples is not None and a.examples < 1:
         p.error(f"--examples={a.examples}: must be >= 1")
-    from conformance import faults as faults_mod
-    from xla_backend import platform as platform_mod
 
     # Always configure before JAX starts: without it XLA:CPU has one device and every
     # multi-device case fails on the XLA side (and so could never count as a kill).

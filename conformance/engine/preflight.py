@@ -12,6 +12,9 @@ import os
 import subprocess
 import sys
 
+from xla_backend import platform as xplat
+from xla_backend import provenance
+
 __all__ = ["PreflightError", "check", "plan_entries"]
 
 # jax.Device.platform for each name --platform accepts (CUDA and ROCm devices say "gpu").
@@ -49,15 +52,10 @@ def check(platform: str, devices: int | None, *, in_process: bool, timeout_s: fl
 
 
 def _backends_started() -> bool:
-    from xla_backend import platform as xplat
-
     return xplat.backends_initialised()
 
 
 def _check_here(platform: str, devices: int | None) -> dict:
-    from xla_backend import platform as xplat
-    from xla_backend import provenance
-
     try:
         xplat.configure(platform, devices if platform == "cpu" else None)
         devs = xplat.require(devices)

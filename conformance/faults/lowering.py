@@ -18,9 +18,14 @@ import dataclasses
 import math
 from typing import Callable, Iterable
 
+import ml_dtypes
 import numpy as np
 
 from refsim import compat as _compat
+from xla_backend import cache
+
+# JAX is imported inside the functions below: worker processes import this module before they
+# configure the platform, and JAX reads the platform once, when it loads.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,9 +365,7 @@ def _ragged_offsets(orig, env):
 # -- numerics, device ids and the jit (GSPMD) path -------------------------------------------------
 def _lowest(kind: str, dtype):
     """The value a NaN-dropping max (min) all-reduce substitutes: the lowest (highest) finite value."""
-    import ml_dtypes  # its finfo knows numpy's floats and bfloat16 / float8 alike
-
-    fi = ml_dtypes.finfo(dtype)
+    fi = ml_dtypes.finfo(dtype)  # its finfo knows numpy's floats and bfloat16 / float8 alike
     return float(fi.min) if kind == "pmax" else float(fi.max)
 
 
@@ -592,8 +595,6 @@ def _resolve(faults) -> list[Fault]:
 
 def _clear_compiled():
     import jax
-
-    from xla_backend import cache
 
     jax.clear_caches()
     cache.clear_cache()

@@ -12,6 +12,7 @@ Rerun one case: ``python -m conformance.suites.mpmd_checks --case '<case json>'`
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -23,13 +24,25 @@ import tempfile
 from typing import Callable
 
 import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hseed
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
-from conformance.verdict.compare import compare
 from conformance.strategies.specs import partition_specs
+from conformance.verdict.compare import compare
+import refsim
+from refsim import mpmd
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+from refsim.mpmd import MpmdMesh, filter_axes, plan
+from xla_backend import distributed
+from xla_backend import mpmd as xm
+from xla_backend import platform
+from xla_backend.convert import put_global, to_jax_sharding, to_refsim
+from xla_backend.distributed import gather as gather_all
+from xla_backend.launch import run_local
 
 DTYPES = ("float32", "int32", "float16", "bool", "uint8", "int8", "complex64")
 OTHER_AXES = ("x", "y")
@@ -133,8 +146,6 @@ def _factors(mesh: Mesh, spec: PartitionSpec, ndim: int, drop=()) -> list:
 
 
 def _sizes_in_order(mesh, leaves, mpmd_dim):
-    from refsim.mpmd import plan
-
     bytes_ = []
     for l in leaves:
         sh = NamedSharding(mesh, _spec(l.src)).shard_shape(l.shape)
@@ -152,8 +163,6 @@ def mpmd_cases(draw, *, max_devices: int = 8, mpmd_sizes=(2, 3, 4), multiprocess
     at least two groups, so at least 2 devices are needed)."""
     fitting = tuple(s for s in mpmd_sizes if s <= max_devices)
     if not multiprocess and not fitting:
-        from hypothesis.errors import InvalidArgument
-
         raise InvalidArgument(f"max_devices={max_devices}: no MPMD axis size in mpmd_sizes={tuple(mpmd_sizes)} fits; "
                               "an MPMD mesh splits its devices into at least 2 groups, so pass max_devices >= 2 "
                               "and mpmd_sizes with a size <= max_devices.")
@@ -206,9 +215,6 @@ def mpmd_cases(draw, *, max_devices: int = 8, mpmd_sizes=(2, 3, 4), multiprocess
 
 def draw_cases(examples: int, seed: int, **kw) -> list:
     """`examples` distinct cases drawn deterministically from `seed`."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-
     found: dict = {}
 
     @hseed(seed)
@@ -224,16 +230,13 @@ def draw_cases(examples: int, seed: int, **kw) -> list:
 
 # -- running ---------------------------------------------------------------------------------------------
 def _flat(tree, leaf_type):
-    import jax
+    import jax  # not at the top: suites load before the platform is configured
 
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, leaf_type))
 
 
 def run_refsim(case: MpmdCase, device_ids) -> dict:
     """refsim's outcome: per leaf its groups' arrays, mpmd_idxs, and the final SPMD arrays."""
-    import refsim
-    from refsim import mpmd
-
     mesh = case.mesh(device_ids)
     mm = mpmd.MpmdMesh(mesh, case.mpmd_axis)
     vals = case.values()
@@ -250,9 +253,6 @@ def run_refsim(case: MpmdCase, device_ids) -> dict:
 
 def run_xla(case: MpmdCase, device_ids, *, gather: bool = False) -> dict:
     """xla_backend's outcome of `case` (this process's groups; final arrays gathered when `gather`)."""
-    from xla_backend import mpmd as xm
-    from xla_backend.convert import put_global, to_jax_sharding, to_refsim
-
     mesh = case.mesh(device_ids)
     mm = xm.MpmdMesh(mesh, case.mpmd_axis)
     vals = case.values()
@@ -263,12 +263,10 @@ def run_xla(case: MpmdCase, device_ids, *, gather: bool = False) -> dict:
     groups = [{k: to_refsim(a.group_array(k)) for k in a.addressable_mpmd_idxs} for a in out]
     idxs = [a.mpmd_idxs for a in out]
     dst = [to_jax_sharding(NamedSharding(mesh, _spec(l.dst))) for l in case.leaves]
-    import jax
+    import jax  # not at the top: suites load before the platform is configured
 
     back = jax.tree_util.tree_leaves(xm.mpmd_to_spmd_reshard(mm, case.tree_of(out), case.tree_of(dst), case.threshold))
     if gather:
-        from xla_backend.distributed import gather as gather_all
-
         final = [gather_all(b) for b in back]
     else:
         final = [to_refsim(b) for b in back]
@@ -278,7 +276,7 @@ def run_xla(case: MpmdCase, device_ids, *, gather: bool = False) -> dict:
 
 def in_process_runner(cases) -> tuple[list, dict]:
     """Run cases on xla_backend in this process: (device ids, {case_id: outcome or error text})."""
-    import jax
+    import jax  # not at the top: suites load before the platform is configured
 
     ids = sorted(d.id for d in jax.devices())
     outcomes = {}
@@ -293,8 +291,6 @@ def in_process_runner(cases) -> tuple[list, dict]:
 def multiprocess_runner(processes: int = 2, devices_per_process: int = 4, timeout_s: float = 300) -> Callable:
     """A runner that runs all cases in one `processes` x `devices_per_process` launch (jax.distributed)."""
     def run(cases):
-        from xla_backend.launch import run_local
-
         with tempfile.TemporaryDirectory() as tmp:
             spec = os.path.join(tmp, "cases.json")
             with open(spec, "w") as f:
@@ -324,10 +320,8 @@ def multiprocess_runner(processes: int = 2, devices_per_process: int = 4, timeou
 
 
 def _worker(spec_path: str, out_dir: str) -> None:
-    from xla_backend import distributed
-
     pid, _ = distributed.initialize()
-    import jax
+    import jax  # not at the top: suites load before the platform is configured
 
     ids = [d.id for d in sorted(jax.devices(), key=lambda d: (d.process_index, d.id))]
     with open(spec_path) as f:
@@ -345,8 +339,6 @@ def _worker(spec_path: str, out_dir: str) -> None:
 # -- checking ---------------------------------------------------------------------------------------------
 def refsim_properties(case: MpmdCase, device_ids, ref: dict) -> list:
     """Stated properties of refsim's outcome; a list of violations (empty when all hold)."""
-    from refsim.mpmd import MpmdMesh, filter_axes
-
     bad = []
     mesh = case.mesh(device_ids)
     mm = MpmdMesh(mesh, case.mpmd_axis)
@@ -418,8 +410,6 @@ def check_mpmd(*, examples: int = 20, seed: int = 0, backend_runner: Callable | 
 
 
 def main(argv=None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="python -m conformance.suites.mpmd_checks")
     ap.add_argument("--worker", nargs=2, metavar=("CASES_JSON", "OUT_DIR"), help=argparse.SUPPRESS)
     ap.add_argument("--case", help="one case as JSON (from a failure report)")
@@ -430,7 +420,6 @@ def main(argv=None) -> int:
     if args.worker:
         _worker(*args.worker)
         return 0
-    from xla_backend import platform
 
     if not args.multiprocess:
         platform.configure("cpu", 8)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import ml_dtypes
 import numpy as np
 
 from conformance.verdict.elements import is_float as _is_float
@@ -88,9 +89,7 @@ def _finfo(dtype):
         dtype = np.dtype(f"f{dtype.itemsize // 2}")
     if dtype.kind == "f" and dtype.type.__module__ == "numpy":
         return np.finfo(dtype)
-    import ml_dtypes  # bfloat16, float8_*: numpy's finfo does not know them
-
-    return ml_dtypes.finfo(dtype)
+    return ml_dtypes.finfo(dtype)  # bfloat16, float8_*: numpy's finfo does not know them
 
 
 def _real_dtype(dtype) -> np.dtype:
