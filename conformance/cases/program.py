@@ -4,7 +4,7 @@ A case is data, not a closure: its function is Python source (`source`, defining
 ``f`` with only ``jax``, ``jnp``, ``np`` and ``P`` = `jax.sharding.PartitionSpec`),
 so the function that runs on refsim, the one that runs on XLA and the one in the
 standalone reproducer are the same text. `run(api)` calls an engine module with
-the entry points of DESIGN.md (`refsim` or `xla_backend`): ``shard_map``,
+the entry points the two share (`refsim` or `xla_backend`, docs/interpreter.md): ``shard_map``,
 ``pmap``, ``jit``, ``device_put``.
 """
 from __future__ import annotations

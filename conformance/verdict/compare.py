@@ -1,4 +1,4 @@
-"""The comparison policy of DESIGN.md: refsim's result against XLA's, output by output, device by device.
+"""The comparison policy (docs/comparison.md): refsim's result against XLA's, output by output, device by device.
 
 * Layout: both sides hold the same device ids, and each device the same index, shape and dtype.
 * `Exact` (data movement, integers, bool, min/max): bit-exact, except that NaN equals NaN
@@ -498,7 +498,7 @@ def as_outputs(x) -> list:
 
 
 def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = None) -> ComparisonResult:
-    """Compare refsim's result (`expected`) with XLA's (`actual`) by the policy of DESIGN.md.
+    """Compare refsim's result (`expected`) with XLA's (`actual`) by the policy of docs/comparison.md.
 
     tolerances: one policy (`Exact`, `SumBound`, `Ulp`) for every output, or one per output; by
     default ``case.tolerances()`` when a case is given, else `EXACT`. ulp: shorthand for

@@ -1,4 +1,4 @@
-"""conformance.verdict.compare: hand-computed cases of the comparison policy (DESIGN.md)."""
+"""conformance.verdict.compare: hand-computed cases of the comparison policy (docs/comparison.md)."""
 import dataclasses
 
 import ml_dtypes

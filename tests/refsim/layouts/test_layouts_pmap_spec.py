@@ -1,6 +1,6 @@
 """The pmap layout family: ShardingSpec / spec_to_indices / PmapSharding / SingleDeviceSharding.
 
-Expected values are hand-computed from DESIGN.md's statement of the semantics, a
+Expected values are hand-computed from the statement of the semantics in docs/arrays.md, a
 naive implementation written here (enumerate shards, broadcast the replicas,
 transpose the mesh), or JAX's own placement of jax.pmap results.
 """
