@@ -1,6 +1,6 @@
 """Which compiler stage miscompiled a program: `explain(fn, *args, ...)`.
 
-See `conformance.debug.explain.core` for the stages and `python -m conformance explain REPRO.py`
+See `conformance.explain.core` for the stages and `python -m conformance explain REPRO.py`
 for the command line.
 """
 from conformance.debug.explain.core import Explanation, explain, explain_staged
