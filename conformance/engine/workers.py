@@ -10,7 +10,7 @@ file, which keeps XLA's warnings off the progress bar and lets the parent read a
 A task that runs longer than `case_timeout` seconds (counted from when its worker is ready, so
 a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous never returns
 to Python, so the parent kills that worker, records the task as status "timeout" with its
-layout and a reproducer, and a fresh worker takes the next task. `fault` names an
+layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
