@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance import compare
+from conformance.verdict import compare
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
@@ -378,7 +378,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     temporary folder) when they disagree, and `NotCheckable` (`.reason`) when refsim cannot
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
     `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
-    output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare` policies.
+    output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare` policies.
     Other keyword arguments are passed to `fn`.
     """
     import contextlib

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 __all__ = ["JsonlReporter", "load_finished", "read_records"]
 

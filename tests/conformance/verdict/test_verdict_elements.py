@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import conformance.verdict
-from conformance import repro
+from conformance.cases import repro
 from conformance.oracle import reproduce
 from conformance.verdict import ELEMENT_CHECK, elements
 from conformance.verdict.compare import SumBound, compare
@@ -48,7 +48,7 @@ def embedded():
 
 
 def through_source(packed):
-    """A packed sum check written as conformance.repro writes BOUNDS, read back as a reproducer reads it."""
+    """A packed sum check written as conformance.cases.repro writes BOUNDS, read back as a reproducer reads it."""
     return eval(repro._packed_source(packed), {"np": np, "nan_": NAN, "inf_": INF})
 
 
@@ -78,16 +78,16 @@ def test_the_element_module_imports_numpy_and_the_standard_library_only():
 
 
 def test_old_module_paths_are_the_verdict_modules():
-    import conformance.compare
-    import conformance.platform_models
-    import conformance.xfails
+    import conformance.verdict.compare
+    import conformance.verdict.platform_models
+    import conformance.verdict.xfails
     from conformance.verdict import compare as c, platform_models as pm, xfails as xf
 
     assert conformance.compare is c and conformance.xfails is xf and conformance.platform_models is pm
-    from conformance.compare import (EXACT, ComparisonResult, Exact, Mismatch, SumBound, Ulp,  # noqa: F401
+    from conformance.verdict.compare import (EXACT, ComparisonResult, Exact, Mismatch, SumBound, Ulp,  # noqa: F401
                                      as_outputs, element_classes, gamma, ulp_distance, unit_roundoff)
-    from conformance.platform_models import MODELS, check, flush_subnormals  # noqa: F401
-    from conformance.xfails import (CLASSES, Entry, XfailList, comparison_failure, default_path,  # noqa: F401
+    from conformance.verdict.platform_models import MODELS, check, flush_subnormals  # noqa: F401
+    from conformance.verdict.xfails import (CLASSES, Entry, XfailList, comparison_failure, default_path,  # noqa: F401
                                     exception_failure, load, parse)
     # xfails/<platform>.txt is still found at the project root
     assert pathlib.Path(default_path("cpu")) == ROOT / "xfails" / "cpu.txt"
