@@ -20,7 +20,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import cli, merge, runner
+from conformance import cli
+from conformance.engine import merge, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SMALL = dict(suite="layouts", examples=1, progress=False, processes=None, shrink_seconds=0)

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from conformance import cli, runner, validation
+from conformance import cli, validation
+from conformance.engine import runner
 
 BAD_FLOATS = ["nan", "inf", "-inf", "-1"]
 BAD_INTS = ["nan", "inf", "-1", "0", "1.5"]

@@ -78,16 +78,16 @@ def test_the_element_module_imports_numpy_and_the_standard_library_only():
 
 
 def test_old_module_paths_are_the_verdict_modules():
-    import conformance.verdict.compare
-    import conformance.verdict.platform_models
-    import conformance.verdict.xfails
+    import conformance.compare
+    import conformance.platform_models
+    import conformance.xfails
     from conformance.verdict import compare as c, platform_models as pm, xfails as xf
 
     assert conformance.compare is c and conformance.xfails is xf and conformance.platform_models is pm
-    from conformance.verdict.compare import (EXACT, ComparisonResult, Exact, Mismatch, SumBound, Ulp,  # noqa: F401
+    from conformance.compare import (EXACT, ComparisonResult, Exact, Mismatch, SumBound, Ulp,  # noqa: F401
                                      as_outputs, element_classes, gamma, ulp_distance, unit_roundoff)
-    from conformance.verdict.platform_models import MODELS, check, flush_subnormals  # noqa: F401
-    from conformance.verdict.xfails import (CLASSES, Entry, XfailList, comparison_failure, default_path,  # noqa: F401
+    from conformance.platform_models import MODELS, check, flush_subnormals  # noqa: F401
+    from conformance.xfails import (CLASSES, Entry, XfailList, comparison_failure, default_path,  # noqa: F401
                                     exception_failure, load, parse)
     # xfails/<platform>.txt is still found at the project root
     assert pathlib.Path(default_path("cpu")) == ROOT / "xfails" / "cpu.txt"
