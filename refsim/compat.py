@@ -6,6 +6,7 @@ holds that line), so any module of refsim, xla_backend, conformance or bench may
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 
@@ -444,6 +445,32 @@ def stablehlo_verifies(data) -> bool:
         return True
     except Exception:  # noqa: BLE001 - MLIRError: e.g. the converter's output fails its own verifier
         return False
+
+
+@contextlib.contextmanager
+def tag_compile_errors():
+    """Inside: an exception raised while XLA compiles (`jax._src.compiler.backend_compile_and_load`,
+    the one call every jit / pmap compile goes through in jax 0.10 ... 0.12) carries
+    ``xla_stage = "compiler"``, so a caller can tell a compile failure from a failure at run time."""
+    from jax._src import compiler
+
+    original = compiler.backend_compile_and_load
+
+    def compile_and_load(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception as e:
+            try:
+                e.xla_stage = "compiler"
+            except AttributeError:  # an exception type without a __dict__: left untagged
+                pass
+            raise
+
+    compiler.backend_compile_and_load = compile_and_load
+    try:
+        yield
+    finally:
+        compiler.backend_compile_and_load = original
 
 
 def compile_edited_module(lowered, edit):

@@ -26,10 +26,16 @@ from conformance.explain import stages as S
 class Explanation:
     """The stages of one program and where they first disagree.
 
-    diverged_in: "lowering", "compiler", "backend" or None. op / op_text / source: the first
+    diverged_in: "lowering", "compiler" or "backend" (the boundary before the first stage that
+    differs from the stage before it, or that crashed), "undetermined" (a difference was seen,
+    or nothing could be compared, but a stage in between could not be evaluated: `candidates`
+    lists the boundaries it may lie at, `not_evaluated` says why), or None (no difference
+    seen; `complete` says whether every stage was compared). crash: XLA's message when a stage
+    crashed (a compile failure is a `compiler` crash). op / op_text / source: the first
     diverging op (StableHLO / HLO op name, its text, the user's file:line) when it could be
     named. output: index of the first differing output. devices: {device id: max ULP error}
-    of the diverging value. stages: the `stages.Stage` of each stage, in order.
+    of the diverging value. compared: the two stages whose values `elements` shows, in order.
+    stages: the `stages.Stage` of each stage, in order.
     """
 
     diverged_in: str | None
@@ -43,15 +49,25 @@ class Explanation:
     mesh: Any = None
     notes: list = dataclasses.field(default_factory=list)
     elements: list = dataclasses.field(default_factory=list)  # (device, index, before, after), a few
+    candidates: list = dataclasses.field(default_factory=list)
+    not_evaluated: dict = dataclasses.field(default_factory=dict)  # stage -> why it was not evaluated
+    crash: str | None = None
+    compared: tuple = ()
+    complete: bool = True
 
     def to_json(self) -> dict:
-        """One JSON-able dict: diverged_in, op, op_text, source, output, devices, stages."""
+        """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
+        devices, elements, stages, notes."""
         return {
-            "diverged_in": self.diverged_in, "op": self.op, "op_text": self.op_text, "source": self.source,
+            "diverged_in": self.diverged_in, "candidates": list(self.candidates), "crash": self.crash,
+            "complete": self.complete, "not_evaluated": dict(self.not_evaluated),
+            "op": self.op, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
+            "compared": list(self.compared),
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
                          for d, i, b, a in self.elements],
-            "stages": [{"name": s.name, "agrees_with_previous": self.agrees.get(s.name),
+            "stages": [{"name": s.name, "status": s.status, "reason": s.reason,
+                        "agrees_with_previous": self.agrees.get(s.name),
                         "seconds": round(s.seconds, 4), "error": s.error,
                         "missing_ops": s.missing_ops} for s in self.stages],
             "notes": list(self.notes),
@@ -68,14 +84,35 @@ class Explanation:
             return ""
         return picture.render(self.mesh, self.devices, format=format, title=f"max ULP at {self.op or 'output'}")
 
+    def headline(self) -> str:
+        """One line: the verdict, as the report's first line."""
+        why = "; ".join(f"{k} not evaluated ({v})" for k, v in self.not_evaluated.items())
+        if self.diverged_in == "undetermined":
+            if self.candidates:
+                c = self.candidates
+                between = c[0] if len(c) == 1 else ", ".join(c[:-1]) + " and " + c[-1]
+                return f"diverged in: undetermined between {between} ({why})"
+            return f"diverged in: undetermined ({why or 'no stage could be compared'})"
+        if self.diverged_in and self.crash:
+            return f"diverged in: {self.diverged_in} (crash: {self.crash})"
+        if self.diverged_in:
+            return f"diverged in: {self.diverged_in}"
+        if self.complete:
+            return "all stages agree"
+        return f"no divergence found, but not every stage was compared: {why}"
+
     def report(self) -> str:
         lines = []
         for s in self.stages:
             agree = self.agrees.get(s.name)
-            mark = "-" if s.name == "jaxpr" else {True: "agrees", False: "DIFFERS", None: "n/a"}[agree]
-            lines.append(f"  {s.name:<9} {s.seconds * 1e3:8.1f} ms  {mark}" + (f"  ({s.error})" if s.error else ""))
-        head = (f"diverged in: {self.diverged_in}" if self.diverged_in else "all stages agree")
-        out = [head, "stages:", *lines]
+            if s.name == "jaxpr" and s.status == "evaluated":
+                mark = "-"
+            elif s.status != "evaluated":
+                mark = f"{s.status} ({s.reason})"
+            else:
+                mark = {True: "agrees", False: "DIFFERS", None: "not compared"}[agree]
+            lines.append(f"  {s.name:<9} {s.seconds * 1e3:8.1f} ms  {mark}")
+        out = [self.headline(), "stages:", *lines]
         if self.diverged_in:
             if self.op:
                 out.append(f"first diverging op: {self.op}" + (f" at {self.source}" if self.source else ""))
@@ -85,10 +122,9 @@ class Explanation:
             if self.devices:
                 bad = sorted(d for d, v in self.devices.items() if v > 0)
                 out.append(f"devices that differ: {bad}")
-                names = {"lowering": ("jaxpr", "lowered"), "compiler": ("lowered", "compiled"),
-                         "backend": ("compiled", "executed")}[self.diverged_in]
+                before, after = self.compared or ("before", "after")
                 for d, i, b, a in self.elements:
-                    out.append(f"  device {d} element {list(i)}: {names[0]} {b!r}, {names[1]} {a!r}")
+                    out.append(f"  device {d} element {list(i)}: {before} {b!r}, {after} {a!r}")
 
                 pic = self.picture()
                 if pic:
@@ -234,29 +270,44 @@ def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_mo
 def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
     from refsim import compat as _compat
 
-    compiled, compile_error = None, None
+    compiled, failure = None, None
     try:
         with staged.context():
             compiled = (_compat.compile_edited_module(staged.lowered, edit_module) if edit_module is not None
                         else staged.compiled())
-    except Exception as e:  # noqa: BLE001 - e.g. an op XLA:CPU cannot run; the earlier stages still can
-        compile_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    except Exception as e:  # noqa: BLE001 - classified: XLA crashed, or cannot compile this here
+        failure = S.classify_compile_error(e, staged.platforms)
     device_ids = _compat.partition_device_ids(compiled) if compiled is not None else list(staged.device_ids)
     stages = [S.run_jaxpr(staged, device_ids, region),
               S.run_lowered(staged, S.out_shardings(staged, compiled), device_ids)]
     if compiled is not None:
         stages += [S.run_compiled(staged, compiled, device_ids), S.run_executed(staged, compiled, device_ids)]
     else:
-        stages += [S.not_compiled("compiled", compile_error), S.not_compiled("executed", compile_error)]
+        stages += S.not_compiled(failure)
+    return localise(stages, device_ids, max_ulp, mesh=mesh)
+
+
+def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Explanation:
+    """The verdict over evaluated `stages` (jaxpr, lowered, compiled, executed, in order).
+
+    Adjacent *evaluated* stages are compared. The first pair that differs names the boundary
+    between them when they are neighbours; when a stage between them could not be evaluated,
+    the difference lies at one of several boundaries and the verdict is "undetermined"
+    between them. A crashed stage (XLA failed to compile or run) is the fault of the boundary
+    before it. Without a difference, "all stages agree" only when every stage was compared.
+    """
     agrees: dict = {}
     exp = Explanation(None, stages, agrees, mesh=mesh)
+    exp.not_evaluated = {s.name: s.reason for s in stages if s.status != "evaluated"}
     prev = None
-    skipped: list = []
     for st in stages:
-        if st.outputs is None:
+        if st.status != "evaluated":
             agrees[st.name] = None
-            if st.name != "executed":
-                skipped.append(st.name)
+            if st.status == "crashed" and exp.diverged_in is None:
+                exp.diverged_in, exp.crash = S.BOUNDARY[st.name], st.reason
+                exp.not_evaluated.pop(st.name, None)
+                if st.note:
+                    exp.notes.append(st.note)
             continue
         if prev is None:
             prev = st
@@ -264,14 +315,25 @@ def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
         ok, out_idx, devs, elements = _compare(prev, st, device_ids, max_ulp)
         agrees[st.name] = ok
         if not ok and exp.diverged_in is None:
-            exp.diverged_in = S.BOUNDARY[st.name]
+            between = [s for s in stages[stages.index(prev) + 1:stages.index(st)]]
             exp.output, exp.devices, exp.elements = out_idx, devs, elements
-            if skipped:
-                exp.notes.append(f"stage(s) {skipped} could not run, so the divergence lies between {prev.name} "
-                                 f"and {st.name}.")
-            _name_op(exp, prev, st, device_ids, max_ulp)
+            exp.compared = (prev.name, st.name)
+            if between:
+                exp.diverged_in = "undetermined"
+                exp.candidates = [S.BOUNDARY[s.name] for s in between + [st]]
+                exp.notes.append(f"{st.name} differs from {prev.name}; the stage(s) between them "
+                                 f"({', '.join(s.name for s in between)}) could not be evaluated, so the "
+                                 f"difference was introduced at one of: {', '.join(exp.candidates)}.")
+            else:
+                exp.diverged_in = S.BOUNDARY[st.name]
+                _name_op(exp, prev, st, device_ids, max_ulp)
         prev = st
-        skipped = []
+    evaluated = [s for s in stages if s.status == "evaluated"]
+    exp.complete = len(evaluated) == len(stages)
+    if exp.diverged_in is None and len(evaluated) < 2:
+        exp.diverged_in = "undetermined"
+    if exp.diverged_in == "undetermined":
+        exp.op, exp.op_text, exp.source = None, "", ""
     for st in stages:
         if st.missing_ops:
             exp.notes.append(f"{st.name}: refsim.stablehlo has no rule for {sorted(st.missing_ops)}")

@@ -3,10 +3,19 @@
 Each is an `edit_module(text) -> text` for `conformance.explain(..., edit_module=...)`: it
 rewrites the StableHLO module JAX lowered before XLA compiles it, so XLA builds and runs a
 different program from the one the lowered stage interprets, as a wrong XLA pass would.
+
+`PERMUTE_TO_MISSING_DEVICE` is an `xla_backend.faults.Fault` (``with faults.inject(...)``)
+whose ppermute lowering emits a pair naming a device that does not exist: XLA's verifier
+rejects the module, so every tool that compiles it sees a compile crash (`conformance.check`
+raises `XlaError` with stage "compiler").
 """
 from __future__ import annotations
 
 import re
+
+import numpy as np
+
+from xla_backend.faults import Fault
 
 _PAIRS = re.compile(r"source_target_pairs = dense<(\[\[.*?\]\])>")
 
@@ -38,3 +47,34 @@ def all_reduce_sum_as_max(text: str) -> str:
         raise ValueError("all_reduce_sum_as_max: the module has no summing all_reduce; plant it in a program "
                          "that calls lax.psum.")
     return out
+
+
+_FIRST_PAIR = re.compile(r"source_target_pairs = dense<\[\[(-?\d+), (-?\d+)\]")
+
+
+def permute_to_missing_device(text: str) -> str:
+    """The first `collective_permute` sends its first pair to a device that does not exist: the
+    module XLA gets is invalid, and its verifier rejects it (a compile crash)."""
+    out, n = _FIRST_PAIR.subn(lambda m: f"source_target_pairs = dense<[[{m.group(1)}, 4096]", text, count=1)
+    if not n:
+        raise ValueError("permute_to_missing_device: the module has no collective_permute to edit; plant it in a "
+                         "program that calls lax.ppermute.")
+    return out
+
+
+def _permute_to_missing_device(orig, env):
+    def rule(ctx, *args, **params):
+        from refsim import compat
+
+        res = orig(ctx, *args, **params)
+        op = res[0].owner
+        op.attributes["source_target_pairs"] = compat.mlir_ir().DenseIntElementsAttr.get(
+            np.array([[0, 4096]], np.int64))
+        return res
+
+    return rule
+
+
+PERMUTE_TO_MISSING_DEVICE = Fault("ppermute_to_missing_device",
+                                  "ppermute's collective_permute sends to device 4096 (XLA's verifier rejects it)",
+                                  ("ppermute",), _permute_to_missing_device)

@@ -31,7 +31,12 @@ BOUNDARY = {"lowered": "lowering", "compiled": "compiler", "executed": "backend"
 class Stage:
     """One stage's result: `outputs` (per output, (N, *shard) in partition order), `seconds`,
     `error` (text, when the stage could not run), `trace` ({key: (op or eqn description,
-    (N, *shape) value)}), `program` (the interpreted module's plan, lowered / compiled)."""
+    (N, *shape) value)}), `program` (the interpreted module's plan, lowered / compiled).
+
+    `status`: "evaluated", "not evaluated" (refsim has no rule for an op of the module, the
+    module was lowered for another platform, the platform cannot compile it, or an earlier
+    step failed) or "crashed" (XLA failed compiling or running it); `reason` says why.
+    """
 
     name: str
     outputs: list | None = None
@@ -40,6 +45,9 @@ class Stage:
     missing_ops: dict | None = None
     trace: dict = dataclasses.field(default_factory=dict)
     program: Any = None
+    status: str = "evaluated"
+    reason: str | None = None
+    note: str | None = None
 
 
 def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
@@ -51,16 +59,31 @@ def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
                      for p, dev in enumerate(device_ids)])
 
 
-def _timed(stage: Stage, fn: Callable[[], Any]):
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def unsupported_on_platform(text: str) -> bool:
+    """True when XLA says the platform does not implement an op (not a crash)."""
+    return "UNIMPLEMENTED" in text or "not supported by XLA" in text
+
+
+def _timed(stage: Stage, fn: Callable[[], Any], *, xla: bool = False):
     t0 = time.perf_counter()
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a stage that cannot run is reported, not raised
         from refsim.stablehlo import UnsupportedOp
 
+        stage.error = f"{type(e).__name__}: {e}"
         if isinstance(e, UnsupportedOp):
             stage.missing_ops = dict(getattr(e, "missing", {e.op: ""}))
-        stage.error = f"{type(e).__name__}: {e}"
+            stage.status, stage.reason = "not evaluated", "missing rule: " + ", ".join(sorted(stage.missing_ops))
+        elif xla and not unsupported_on_platform(str(e)):
+            stage.status, stage.reason = "crashed", "XLA failed to run it: " + _first_line(e)
+        else:
+            stage.status, stage.reason = "not evaluated", _first_line(e)
         return None
     finally:
         stage.seconds = time.perf_counter() - t0
@@ -238,8 +261,43 @@ def out_shardings(staged, compiled) -> list:
     return _compat.lowered_out_shardings(staged.lowered)
 
 
-def not_compiled(name: str, error: str) -> Stage:
-    return Stage(name, error=f"not compiled: {error}")
+_XLA_WHERE = re.compile(r"((?:xla|third_party)/[\w/.\-]+\.(?:cc|h):\d+)")
+_PASS = re.compile(r"during context \[([^\]]+)\]|(?:in|after) pass[ :]+['\"]?([\w\-]+)")
+
+
+def classify_compile_error(e: BaseException, platforms=None) -> dict:
+    """What a failed compile means: {"status", "reason"} for the compiled stage.
+
+    "not evaluated" when the module was lowered for another platform or XLA says this
+    platform does not implement an op (UNIMPLEMENTED); otherwise "crashed": XLA rejected or
+    failed on a module JAX lowered (a verifier message, a failing pass, a RET_CHECK), which is
+    the compiler's fault. The reason keeps XLA's first line and the pass or source file it names.
+    """
+    text = str(e)
+    if platforms is not None:
+        return {"status": "not evaluated", "reason": f"lowered for {list(platforms)}, not this platform"}
+    if unsupported_on_platform(text):
+        return {"status": "not evaluated", "reason": "the platform cannot compile it: " + _first_line(e)}
+    m = _PASS.search(text)
+    where = [w for w in ((m.group(1) or m.group(2)) if m else None,
+                         (_XLA_WHERE.search(text) or [None, None])[1] if _XLA_WHERE.search(text) else None) if w]
+    line = _first_line(e)
+    reason = "XLA failed to compile it" + (f" ({', '.join(where)})" if where else "") + ": " + (
+        line if len(line) <= 300 else line[:300] + " ...")
+    out = {"status": "crashed", "reason": reason, "error": f"{type(e).__name__}: {text}"}
+    if "pipeline-start" in text:
+        out["note"] = ("XLA's verifier rejected the module before any pass ran: the module XLA was given is "
+                       "invalid (look at JAX's lowering, or at what edited the module).")
+    return out
+
+
+def not_compiled(failure: dict) -> list:
+    """The compiled and executed stages of a program XLA did not compile (`classify_compile_error`)."""
+    compiled = Stage("compiled", error=failure.get("error", failure["reason"]), status=failure["status"],
+                     reason=failure["reason"], note=failure.get("note"))
+    executed = Stage("executed", error=f"not compiled: {failure['reason']}", status="not evaluated",
+                     reason="not compiled")
+    return [compiled, executed]
 
 
 def run_lowered(staged, shardings, device_ids) -> Stage:
@@ -303,6 +361,6 @@ def run_executed(staged, compiled, device_ids) -> Stage:
             res.append(np.stack([by_id[d] for d in device_ids]))
         return res
 
-    st.outputs = _timed(st, go)
+    st.outputs = _timed(st, go, xla=True)
     return st
 
