@@ -156,18 +156,29 @@ class BisectResult:
     __str__ = report
 
 
-def bisect(fn, *args, mesh, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
+def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
            out_shardings=None, runner: Runner | None = None, max_ulp: float = 0) -> BisectResult:
     """Run `fn` on refsim and on XLA; when they differ, find the first diverging equation.
 
     With `in_specs`/`out_specs` the program is `jax.shard_map(fn, mesh=mesh, ...)` and the
-    search runs over its body, per device; otherwise it is `jax.jit(fn, in_shardings=...,
-    out_shardings=...)` over global values. `runner(region, args)` compiles and runs a
-    prefix (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
+    search runs over its body, per device; with `in_shardings`/`out_shardings` (or a mesh
+    alone) it is `jax.jit(fn, ...)` over global values. Without layout keywords `fn` runs as
+    given, as `conformance.check` takes it: already under `jax.jit` / `jax.shard_map`
+    (`region.trace_called`), its jax.Array arguments where they are placed. `mesh` is a
+    jax.sharding.Mesh or a refsim Mesh. `runner(region, args)` compiles and runs a prefix
+    (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
     Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
     """
     if max_ulp < 0:
         raise ValueError(f"max_ulp={max_ulp!r} must be >= 0 (0: bit-exact, NaN equals NaN).")
+    if mesh is None and in_specs is None and out_specs is None and in_shardings is None and out_shardings is None:
+        from conformance.debug.region import trace_called
+
+        region, flat = trace_called(fn, args)
+        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
+    if mesh is None:
+        raise ValueError("bisect: in_specs/out_specs/in_shardings/out_shardings need mesh= (a jax.sharding.Mesh "
+                         "or refsim.Mesh); or pass a function already under jax.jit / jax.shard_map and no layout.")
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
     return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)

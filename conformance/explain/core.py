@@ -278,8 +278,8 @@ def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
     except Exception as e:  # noqa: BLE001 - classified: XLA crashed, or cannot compile this here
         failure = S.classify_compile_error(e, staged.platforms)
     device_ids = _compat.partition_device_ids(compiled) if compiled is not None else list(staged.device_ids)
-    stages = [S.run_jaxpr(staged, device_ids, region),
-              S.run_lowered(staged, S.out_shardings(staged, compiled), device_ids)]
+    shardings = S.out_shardings(staged, compiled)
+    stages = [S.run_jaxpr(staged, device_ids, region, shardings), S.run_lowered(staged, shardings, device_ids)]
     if compiled is not None:
         stages += [S.run_compiled(staged, compiled, device_ids), S.run_executed(staged, compiled, device_ids)]
     else:
@@ -365,30 +365,49 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
             max_ulp: float = 0, rtol: float = 0, lowering_platforms=None) -> Explanation:
     """Evaluate `fn(*args)` at every stage and report where the results first diverge.
 
-    Layout keywords as `conformance.debug.bisect`: `in_specs`/`out_specs` (a shard_map body,
-    with `mesh` a refsim Mesh over JAX devices, e.g. `xla_backend.mesh`), `in_shardings` /
-    `out_shardings` (a jit program), or `pmap_kwargs` (a pmap body). `edit_module(text) -> text`
-    rewrites the lowered module before XLA compiles it (a planted compiler-stage fault: the
-    lowered stage still interprets JAX's module). An element agrees within `max_ulp` ULPs or a
-    relative error `rtol` (both 0 by default: bit-exact, NaN equal to NaN). `lowering_platforms`
-    (e.g. ("cuda",)) lowers for another platform: then only jaxpr and lowered are compared.
+    It takes what `conformance.check` takes. Without layout keywords `fn` runs as given: under
+    its own `jax.jit` / `jax.shard_map` / `jax.pmap` (a plain function is put under `jax.jit`),
+    its jax.Array arguments where they are placed. Layout keywords wrap a plain function:
+    `in_specs`/`out_specs` (a shard_map body over `mesh`, a jax.sharding.Mesh or a refsim
+    Mesh, e.g. `xla_backend.mesh`), `in_shardings` / `out_shardings` (a jit program), or
+    `pmap_kwargs` (a pmap body). `edit_module(text) -> text` rewrites the lowered module before
+    XLA compiles it (a planted compiler-stage fault: the lowered stage still interprets JAX's
+    module). An element agrees within `max_ulp` ULPs or a relative error `rtol` (both 0 by
+    default: bit-exact, NaN equal to NaN). `lowering_platforms` (e.g. ("cuda",)) lowers for
+    another platform: then only jaxpr and lowered are compared.
     """
     from conformance.debug import region as R
 
+    called = all(v is None for v in (mesh, in_specs, out_specs, in_shardings, out_shardings, pmap_kwargs))
+    if mesh is not None:
+        mesh = _program.refsim_mesh(mesh)
     kw = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma, axis_names=axis_names,
               in_shardings=in_shardings, out_shardings=out_shardings, pmap_kwargs=pmap_kwargs)
     note = None
+
+    def build(platforms):
+        if called:
+            return _program.build_called(fn, args, lowering_platforms=platforms)
+        return _program.build(fn, args, lowering_platforms=platforms, **kw)
+
     try:
-        staged = _program.build(fn, args, lowering_platforms=lowering_platforms, **kw)
+        staged = build(lowering_platforms)
     except NotImplementedError as e:
         # no lowering rule on this platform (pbroadcast on CPU): GPU's lowering still shows the
         # lowered stage; the compiled and executed stages then cannot run here
         if lowering_platforms or "not found for platform" not in str(e):
             raise
-        staged = _program.build(fn, args, lowering_platforms=("cuda",), **kw)
+        staged = build(("cuda",))
         note = f"no lowering on this platform ({str(e).splitlines()[0]}); lowered for cuda instead."
     reg = None
-    if pmap_kwargs is None and axis_names is None:
+    if called:
+        try:
+            region, flat = R.trace_called(fn, args)
+            reg = (region, flat)
+            mesh = region.mesh if region.kind == "shard_map" else None
+        except (ValueError, TypeError):
+            reg = None
+    elif pmap_kwargs is None and axis_names is None:
         try:
             reg = R.trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                           in_shardings=in_shardings, out_shardings=out_shardings)
@@ -407,14 +426,4 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
 
 def explain_case(case, **kw) -> Explanation:
     """`explain` for a conformance case (`conformance.cases.Program`: shard_map, jit or pmap entry)."""
-    if case.entry == "shard_map":
-        return explain(case.fn, *case.args, mesh=case.mesh, in_specs=case.in_specs, out_specs=case.out_specs,
-                       axis_names=case.axis_names, **kw)
-    if case.entry == "jit":
-        return explain(case.fn, *case.args, mesh=case.mesh, in_shardings=case.in_shardings,
-                       out_shardings=case.out_shardings, **kw)
-    if case.entry == "pmap":
-        ids = [int(i) for i in np.asarray(case.mesh.device_ids).ravel()]
-        return explain(case.fn, *case.args, pmap_kwargs=dict(axis_name=case.mesh.axis_names[0], devices=ids), **kw)
-    raise ValueError(f"case {case.case_id} has entry {case.entry!r}: a device_put has no program to lower; "
-                     "use conformance.debug (bisect) for it.")
+    return explain(case.fn, *case.args, **_program.case_kwargs(case), **kw)

@@ -52,7 +52,9 @@ class Stage:
 
 def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
     """(N, *shard) from a global value (leading dim N or 1: one global view per device): entry p
-    is the block of `value` that JAX sharding `sharding` gives device `device_ids[p]`."""
+    is the block of `value` that JAX sharding `sharding` gives device `device_ids[p]` (None: all of it)."""
+    if sharding is None:
+        return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0]) for p in range(len(device_ids))])
     idx = sharding.devices_indices_map(tuple(value.shape[1:]))
     by_id = {d.id: i for d, i in idx.items()}
     return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0][by_id[dev]])
@@ -147,10 +149,11 @@ class _OpTrace:
             prev = None
             for op in b.ops:
                 key = loc_key(op.loc)
-                if key is not None and op.index in self.runs:
+                if key is not None:
                     if key != prev:
                         counts[key] = counts.get(key, 0) + 1
-                    out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
+                    if op.index in self.runs:
+                        out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
                 prev = key
                 for r in op.regions:
                     block(r)
@@ -176,16 +179,50 @@ def _order(x) -> int:
 
 # -- the stages --------------------------------------------------------------------------------
 
-def run_jaxpr(staged, device_ids, region=None) -> Stage:
+def _norm(index, shape) -> tuple:
+    return tuple(i.indices(n)[:2] if isinstance(i, slice) else (int(i), int(i) + 1) for i, n in zip(index, shape))
+
+
+def per_partition(arr, sharding, device_ids) -> np.ndarray:
+    """(N, *shard) of a refsim.Array: entry p is the block JAX sharding `sharding` gives device
+    `device_ids[p]`, taken from that device's own shard where refsim laid it out the same way (so
+    replicas that disagree stay visible), else cut from the global value."""
+    by_id = {int(s.device_id): s for s in arr.shards}
+    if sharding is None:
+        return np.stack([np.asarray(by_id[d].data) for d in device_ids])
+    shape = tuple(arr.shape)
+    want = {d.id: i for d, i in sharding.devices_indices_map(shape).items()}
+    rows, whole = [], None
+    for d in device_ids:
+        s = by_id.get(d)
+        if s is not None and _norm(s.index, shape) == _norm(want[d], shape):
+            rows.append(np.asarray(s.data))
+            continue
+        if whole is None:
+            whole = np.asarray(arr)
+        rows.append(np.asarray(whole[want[d]]))
+    return np.stack(rows)
+
+
+def _refsim_sharding(s):
+    """A refsim sharding for a JAX output sharding (None where refsim has no equivalent)."""
+    if s is None:
+        return None
+    from xla_backend import convert
+
+    try:
+        return convert.from_jax_sharding(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_jaxpr(staged, device_ids, region=None, shardings=None) -> Stage:
     st = Stage("jaxpr")
 
     def go():
-        outs = staged.refsim()
-        res = []
-        for a in outs:
-            by_id = {int(s.device_id): np.asarray(s.data) for s in a.shards}
-            res.append(np.stack([by_id[d] for d in device_ids]))
-        return res
+        outs = staged.refsim([_refsim_sharding(s) for s in shardings] if shardings is not None else None)
+        shs = list(shardings) if shardings is not None and len(shardings) == len(outs) else [None] * len(outs)
+        return [per_partition(a, s, device_ids) for a, s in zip(outs, shs)]
 
     st.outputs = _timed(st, go)
     if region is not None and st.error is None:
@@ -258,7 +295,8 @@ def out_shardings(staged, compiled) -> list:
     if compiled is not None:
         return jax.tree_util.tree_leaves(compiled.output_shardings,
                                          is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
-    return _compat.lowered_out_shardings(staged.lowered)
+    # an output JAX left to XLA (UnspecifiedValue) is compared as the global value on every device
+    return [s if isinstance(s, jax.sharding.Sharding) else None for s in _compat.lowered_out_shardings(staged.lowered)]
 
 
 _XLA_WHERE = re.compile(r"((?:xla|third_party)/[\w/.\-]+\.(?:cc|h):\d+)")

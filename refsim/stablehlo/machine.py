@@ -77,6 +77,17 @@ class Machine:
     def region(self, op: P.Op, i: int, args: Sequence[np.ndarray], env: dict) -> list:
         return self.run_block(op.regions[i], args, env)
 
+    def scalar_region(self, op: P.Op, i: int, args: Sequence[np.ndarray], env: dict) -> list:
+        """Region `i` of `op`, whose arguments are scalars (a reduction body, a comparator, an
+        update computation), applied elementwise to arrays of any shape: the arguments are
+        broadcast together and flattened onto the leading axis, so every rule in the body (a
+        bitcast or reshape of a scalar included) sees one scalar per row; one call for all."""
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
+        shape = arrays[0].shape if arrays else ()
+        flat = [a.reshape((-1,)) for a in arrays]
+        outs = self.run_block(op.regions[i], flat, env)
+        return [np.broadcast_to(np.asarray(o), (int(np.prod(shape, dtype=np.int64)),)).reshape(shape) for o in outs]
+
     @staticmethod
     def rule_for(op: P.Op):
         key = op_key(op)
