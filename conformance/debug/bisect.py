@@ -176,9 +176,6 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
 
         region, flat = trace_called(fn, args)
         return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
-    if mesh is None:
-        raise ValueError("bisect: in_specs/out_specs/in_shardings/out_shardings need mesh= (a jax.sharding.Mesh "
-                         "or refsim.Mesh); or pass a function already under jax.jit / jax.shard_map and no layout.")
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
     return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)

@@ -4,7 +4,9 @@ Evaluates the reproducer's program at every stage (jaxpr by refsim, lowered Stab
 compiled per-device HLO by refsim.stablehlo, executed on the platform) and prints where
 they first diverge, the op, its source line and the per-device errors; `--json` prints one
 JSON object instead. `--corpus` runs every program of `conformance.corpus` and prints how
-many interpret and agree at each stage, naming the ops refsim.stablehlo lacks.
+many interpret and agree at each stage, naming the ops refsim.stablehlo lacks; `--coverage`
+counts the ops of every module of the corpus, the examples/ models, the op catalogue and drawn
+programs that refsim.stablehlo runs.
 Exit status: 0 when every stage agrees, 1 on a divergence, 2 when the input cannot be used.
 """
 from __future__ import annotations
@@ -21,6 +23,11 @@ def build_parser(prog: str = "python -m conformance explain") -> argparse.Argume
     p.add_argument("--json", action="store_true", help="print one JSON object (diverged_in, op, source, stages, ...)")
     p.add_argument("--max-ulp", type=float, default=0, help="values within this many ULP count as equal (default 0)")
     p.add_argument("--corpus", action="store_true", help="check every corpus program at every stage instead")
+    p.add_argument("--coverage", action="store_true",
+                   help="count the ops of every lowered and compiled module of the corpus, the examples, the op "
+                        "catalogue and drawn programs that refsim.stablehlo runs (exit 1 when one is missing)")
+    p.add_argument("--drawn", type=int, default=1, metavar="N",
+                   help="with --coverage: programs drawn per family of the programs generator (default 1)")
     return p
 
 
@@ -29,6 +36,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.corpus:
         return _corpus(args)
+    if args.coverage:
+        from conformance.explain.coverage import collect, coverage
+
+        cov = coverage(collect(drawn=args.drawn))
+        print(json.dumps(cov.as_dict()) if args.json else cov.render())
+        return 1 if cov.missing else 0
     if not args.target:
         print("error: give a reproducer FILE.py[:NAME], or --corpus", file=sys.stderr)
         return 2
