@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     print(result.report())
     if args.intermediates and case.kind == "device_put":
         print("no intermediates: a device_put case is one data movement with no equations")
+    elif args.intermediates and case.kind == "called":
+        print("no intermediates: dump them with refsim.jit(program, intermediates=DIR) on the program's function")
     elif args.intermediates:
         _dump_intermediates(case, args.intermediates)
         print(f"refsim intermediates written to {args.intermediates}")
