@@ -8,7 +8,9 @@ the cut is the program's arguments (the same data on both sides); after the last
 the outputs. Binary search finds adjacent cuts k-1 (all equal) and k (some value differs):
 equation k read equal inputs and produced a different value, so it is a diverging
 equation, in about log2(n) + 1 compiles. When no divergence is masked later in the
-program it is the first one.
+program it is the first one. A prefix XLA fails on (a compile error, or a fatal CHECK that ends
+the worker process the default runner compiles in) counts as differing, so the search ends at
+the first equation whose inclusion makes XLA fail (`Divergence.crash`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from conformance.debug import diff, naming
-from conformance.debug.region import Region, Runner, as_global, is_probeable, refsim_values, trace, xla_runner
+from conformance.debug.region import (Region, Runner, XlaCrash, as_global, is_probeable, isolated_runner,
+                                     refsim_values, trace)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Divergence:
     source: str
     inputs: tuple
     outputs: tuple
+    crash: str | None = None
 
     @property
     def primitive(self) -> str:
@@ -91,11 +95,13 @@ class Divergence:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One compiled prefix: the cut after equation `k` (-1: the arguments) and what it found."""
+    """One compiled prefix: the cut after equation `k` (-1: the arguments) and what it found
+    (`crash`: XLA's failure on that prefix, which counts as differing)."""
 
     k: int
     values: int
     differs: bool
+    crash: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,9 +133,12 @@ class BisectResult:
             return (f"MATCH: refsim and XLA agree on all {len(self.outputs)} output(s) of the "
                     f"{self.region.kind} program ({self.n_eqns} equations, mesh {dict(mesh.shape)}).")
         d = self.divergence
+        head = (f"CRASH: XLA fails on the program once it includes equation #{d.index} (counting from 0) of "
+                f"{self.n_eqns} (found with {self.compiles} compiled prefixes): {d.crash}" if d.crash else
+                f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
+                f"(found with {self.compiles} compiled prefixes; tolerance {self.max_ulp:g} ULP)")
         lines = [
-            f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
-            f"(found with {self.compiles} compiled prefixes; tolerance {self.max_ulp:g} ULP)",
+            head,
             f"  primitive: {d.primitive}",
             f"  source:    {d.source or '(unknown)'}",
             "  equation:  " + d.text.replace("\n", "\n             "),
@@ -150,7 +159,8 @@ class BisectResult:
         lines.append("  devices: " + ", ".join(f"{dev}:{'ok' if ok else 'DIFF'}"
                                                for dev, ok in sorted(d.devices.items())))
         lines.append("  search: " + ", ".join(
-            f"{'args' if s.k < 0 else f'#{s.k}'} {'differs' if s.differs else 'equal'}" for s in self.steps))
+            f"{'args' if s.k < 0 else f'#{s.k}'} {'crashes' if s.crash else 'differs' if s.differs else 'equal'}"
+            for s in self.steps))
         return "\n".join(lines)
 
     __str__ = report
@@ -166,7 +176,9 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
     given, as `conformance.check` takes it: already under `jax.jit` / `jax.shard_map`
     (`region.trace_called`), its jax.Array arguments where they are placed. `mesh` is a
     jax.sharding.Mesh or a refsim Mesh. `runner(region, args)` compiles and runs a prefix
-    (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
+    (default `isolated_runner`: real XLA on the mesh's devices, in a worker process, so a fatal
+    XLA CHECK is reported as the prefix XLA cannot take; `xla_runner` runs in this process);
+    tests pass a broken one.
     Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
     """
     if max_ulp < 0:
@@ -184,7 +196,7 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
                   max_ulp: float = 0) -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
-    runner = runner or xla_runner
+    runner = runner or isolated_runner
     jaxpr = region.jaxpr
     eqns = list(jaxpr.eqns)
     n = len(eqns)
@@ -194,12 +206,20 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
     steps: list[Step] = []
     cache: dict[int, list[ValueReport]] = {}
 
+    crashes: dict[int, str] = {}
+
     def check(k: int) -> bool:
         if k not in cache:
             vars_ = live[k]
             reports: list[ValueReport] = []
             if vars_:
-                arrays = runner(region.prefix(k + 1, vars_), args)
+                try:
+                    arrays = runner(region.prefix(k + 1, vars_), args)
+                except XlaCrash as e:
+                    crashes[k] = str(e)
+                    cache[k] = []
+                    steps.append(Step(k, len(vars_), True, str(e)))
+                    return True
                 if len(arrays) != len(vars_):
                     raise ValueError(f"runner returned {len(arrays)} values for {len(vars_)} probed variables; "
                                      "a runner must return one refsim.Array per outvar of the region it is given.")
@@ -209,7 +229,7 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
                     reports.append(ValueReport(names[v], names.aval(v), devs))
             cache[k] = reports
             steps.append(Step(k, len(vars_), any(not r.matched for r in reports)))
-        return any(not r.matched for r in cache[k])
+        return k in crashes or any(not r.matched for r in cache[k])
 
     final = n - 1
     outputs_differ = check(final)
@@ -224,6 +244,8 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
         else:
             lo = mid
     div = _divergence(region, names, hi, cache[hi], cache.get(hi - 1), args)
+    if hi in crashes:
+        div = dataclasses.replace(div, crash=crashes[hi])
     return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp)
 
 

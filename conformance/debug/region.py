@@ -6,7 +6,9 @@ it (the first k equations, returning chosen variables) is again a Region, which 
 runner compiles and runs. `xla_runner` is the default runner: it re-binds the region's
 equations, unchanged, inside `jax.jit(jax.shard_map(...))` or `jax.jit(...)` on the
 mesh's real devices (through `xla_backend`), so the prefix is compiled as the program
-itself is.
+itself is. `isolated_runner` (bisect's default) builds the same program and has XLA compile and
+run it in a worker process (`xla_backend.isolated`): a fatal XLA CHECK ends the worker, and the
+runner raises `XlaCrash` naming the step, which bisect reports as the prefix XLA cannot take.
 """
 from __future__ import annotations
 
@@ -259,6 +261,77 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
         run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts),
                               out_shardings=tuple(rep for _ in jaxpr.outvars))
         return list(run(*args))
+
+
+class XlaCrash(RuntimeError):
+    """XLA failed on a prefix in `isolated_runner`'s worker: `phase` ("compile" or "execute"),
+    `crashed` (the worker died: a fatal CHECK), `message` (XLA's error or fatal line)."""
+
+    def __init__(self, phase: str, message: str, crashed: bool):
+        super().__init__(f"XLA {'crashed' if crashed else 'failed'} in the {phase}: {message}")
+        self.phase, self.message, self.crashed = phase, message, crashed
+
+
+class _Returned:
+    """A value a runner returns: `shards` (refsim.Shard per device) and `sharding.mesh`."""
+
+    def __init__(self, shards, mesh):
+        import types
+
+        self.shards = shards
+        self.sharding = types.SimpleNamespace(mesh=mesh)
+
+
+def _staged_region(region: Region, args):
+    """The program `xla_runner` runs for `region`, placed and lowered (not compiled)."""
+    import jax
+
+    from xla_backend import staging
+
+    jaxpr, consts = region.jaxpr, list(region.consts)
+    if region.kind == "shard_map":
+        nm = region.mesh.ndim
+
+        def body(*a):
+            outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
+            return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
+
+        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
+        layout = staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
+                                          check_vma=region.check_vma)
+        staged = staging.stage(body, layout, tuple(args))
+    else:
+        def prog(*a):
+            return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
+
+        staged = staging.stage(prog, staging.Layout.jit(tuple(region.in_layouts), None), tuple(args))
+    return staged, staged.lower()
+
+
+def isolated_runner(region: Region, args: Sequence[np.ndarray]) -> list:
+    """`xla_runner`'s program, compiled and run by XLA in a worker process; raises `XlaCrash` when XLA
+    fails (or dies) compiling or running it."""
+    import jax
+
+    from refsim.array import Shard
+    from xla_backend import isolated
+
+    staged, lowered = _staged_region(region, args)
+    with staged.context():
+        record = isolated.capture(lowered)
+    flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(tuple(args))]
+    kept = _compat.lowered_kept_args(lowered, len(flat))
+    out_shapes = [tuple(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info)]
+    ans = isolated.run(record, [flat[i] for i in kept], out_shapes)
+    if ans.get("phase") != "done":
+        text = ans.get("error", "")
+        raise XlaCrash(ans.get("phase", "compile"), text, bool(ans.get("crashed")))
+    ids = ans["device_ids"]
+    out = []
+    for value, indices in zip(ans["outputs"], ans["out_indices"]):
+        out.append(_Returned([Shard(int(d), tuple(idx), value[p]) for p, (d, idx) in enumerate(zip(ids, indices))],
+                             region.mesh))
+    return out
 
 
 def is_probeable(var) -> bool:

@@ -258,33 +258,27 @@ def _output_op(program, index: int):
 
 
 def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_module: Callable | None = None,
-                   max_ulp: float = 0, rtol: float = 0) -> Explanation:
-    """Run every stage of an already lowered program and find where they first disagree."""
+                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True) -> Explanation:
+    """Run every stage of an already lowered program and find where they first disagree.
+
+    isolate=True compiles and runs XLA in a worker process (`xla_side.isolated`): a fatal XLA
+    CHECK ends the worker and is reported as a crash of the step that was running."""
     _TOL["rtol"] = rtol
     try:
-        return _explain_staged(staged, region, mesh, edit_module, max_ulp)
+        return _explain_staged(staged, region, mesh, edit_module, max_ulp, isolate)
     finally:
         _TOL["rtol"] = 0.0
 
 
-def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
-    from refsim import compat as _compat
+def _explain_staged(staged, region, mesh, edit_module, max_ulp, isolate=True) -> Explanation:
+    from conformance.explain import xla_side
 
-    compiled, failure = None, None
-    try:
-        with staged.context():
-            compiled = (_compat.compile_edited_module(staged.lowered, edit_module) if edit_module is not None
-                        else staged.compiled())
-    except Exception as e:  # noqa: BLE001 - classified: XLA crashed, or cannot compile this here
-        failure = S.classify_compile_error(e, staged.platforms)
-    device_ids = _compat.partition_device_ids(compiled) if compiled is not None else list(staged.device_ids)
-    shardings = S.out_shardings(staged, compiled)
-    stages = [S.run_jaxpr(staged, device_ids, region, shardings), S.run_lowered(staged, shardings, device_ids)]
-    if compiled is not None:
-        stages += [S.run_compiled(staged, compiled, device_ids), S.run_executed(staged, compiled, device_ids)]
-    else:
-        stages += S.not_compiled(failure)
-    return localise(stages, device_ids, max_ulp, mesh=mesh)
+    xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
+    ids = xla.device_ids
+    stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),
+              S.run_lowered(staged, xla.out_placements, ids),
+              S.run_compiled(staged, xla, ids), S.run_executed(xla)]
+    return localise(stages, ids, max_ulp, mesh=mesh)
 
 
 def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Explanation:
@@ -362,7 +356,7 @@ def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
 
 def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
             in_shardings=None, out_shardings=None, pmap_kwargs=None, edit_module: Callable | None = None,
-            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None) -> Explanation:
+            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None, isolate: bool = True) -> Explanation:
     """Evaluate `fn(*args)` at every stage and report where the results first diverge.
 
     It takes what `conformance.check` takes. Without layout keywords `fn` runs as given: under
@@ -374,7 +368,9 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     XLA compiles it (a planted compiler-stage fault: the lowered stage still interprets JAX's
     module). An element agrees within `max_ulp` ULPs or a relative error `rtol` (both 0 by
     default: bit-exact, NaN equal to NaN). `lowering_platforms` (e.g. ("cuda",)) lowers for
-    another platform: then only jaxpr and lowered are compared.
+    another platform: then only jaxpr and lowered are compared. XLA compiles and runs the
+    program in a worker process (`isolate=True`), so a fatal XLA CHECK is reported as a crash of
+    the stage that was running instead of ending this process.
     """
     from conformance.debug import region as R
 
@@ -418,7 +414,8 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
 
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
-    exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol)
+    exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol,
+                         isolate=isolate)
     if note:
         exp.notes.insert(0, note)
     return exp

@@ -4,6 +4,10 @@ Each is an `edit_module(text) -> text` for `conformance.explain(..., edit_module
 rewrites the StableHLO module JAX lowered before XLA compiles it, so XLA builds and runs a
 different program from the one the lowered stage interprets, as a wrong XLA pass would.
 
+`XLA_CHECK_IN_COMPILE` and `XLA_CHECK_IN_EXECUTE` are faults of XLA's process itself: the
+worker that compiles and runs programs for explain and bisect (`xla_backend.isolated`) aborts
+in that step as a failed XLA CHECK does.
+
 `PERMUTE_TO_MISSING_DEVICE` is an `xla_backend.faults.Fault` (``with faults.inject(...)``)
 whose ppermute lowering emits a pair naming a device that does not exist: XLA's verifier
 rejects the module, so every tool that compiles it sees a compile crash (`conformance.check`
@@ -14,6 +18,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+import contextlib
 
 from xla_backend.faults import Fault
 
@@ -78,3 +84,31 @@ def _permute_to_missing_device(orig, env):
 PERMUTE_TO_MISSING_DEVICE = Fault("ppermute_to_missing_device",
                                   "ppermute's collective_permute sends to device 4096 (XLA's verifier rejects it)",
                                   ("ppermute",), _permute_to_missing_device)
+
+
+def _planted_check(phase):
+    @contextlib.contextmanager
+    def patch():
+        from xla_backend import isolated
+
+        before = isolated.PLANTED_CHECK
+        isolated.PLANTED_CHECK = phase
+        try:
+            yield
+        finally:
+            isolated.PLANTED_CHECK = before
+
+    return patch
+
+
+XLA_CHECK_IN_COMPILE = Fault("xla_check_in_compile", "XLA's compile ends its process with a failed CHECK",
+                             patch=_planted_check("compile"))
+XLA_CHECK_IN_EXECUTE = Fault("xla_check_in_execute", "running the executable ends its process with a failed CHECK",
+                             patch=_planted_check("execute"))
+
+
+def xla_check_on(op: str, phase: str = "compile") -> Fault:
+    """XLA's `phase` ends its process with a failed CHECK, for modules that contain `op` (e.g.
+    "stablehlo.collective_permute"): bisect must name the equation that brings the op in."""
+    return Fault(f"xla_check_on_{op}", f"XLA's {phase} fails a CHECK on modules with {op}",
+                 patch=_planted_check((phase, op)))

@@ -50,13 +50,20 @@ class Stage:
     note: str | None = None
 
 
+def _index_map(placement, shape) -> dict:
+    """{device id: index} of a placement (`xla_side.Placement`) or a JAX sharding."""
+    if hasattr(placement, "indices_by_id"):
+        return placement.indices_by_id(tuple(shape))
+    return {d.id: i for d, i in placement.devices_indices_map(tuple(shape)).items()}
+
+
 def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
     """(N, *shard) from a global value (leading dim N or 1: one global view per device): entry p
-    is the block of `value` that JAX sharding `sharding` gives device `device_ids[p]` (None: all of it)."""
+    is the block of `value` that `sharding` (a JAX sharding or an `xla_side.Placement`) gives
+    device `device_ids[p]` (None: all of it)."""
     if sharding is None:
         return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0]) for p in range(len(device_ids))])
-    idx = sharding.devices_indices_map(tuple(value.shape[1:]))
-    by_id = {d.id: i for d, i in idx.items()}
+    by_id = _index_map(sharding, value.shape[1:])
     return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0][by_id[dev]])
                      for p, dev in enumerate(device_ids)])
 
@@ -191,7 +198,7 @@ def per_partition(arr, sharding, device_ids) -> np.ndarray:
     if sharding is None:
         return np.stack([np.asarray(by_id[d].data) for d in device_ids])
     shape = tuple(arr.shape)
-    want = {d.id: i for d, i in sharding.devices_indices_map(shape).items()}
+    want = _index_map(sharding, shape)
     rows, whole = [], None
     for d in device_ids:
         s = by_id.get(d)
@@ -206,7 +213,8 @@ def per_partition(arr, sharding, device_ids) -> np.ndarray:
 
 def _refsim_sharding(s):
     """A refsim sharding for a JAX output sharding (None where refsim has no equivalent)."""
-    if s is None:
+    s = getattr(s, "sharding", s)
+    if s is None or hasattr(s, "indices_by_id"):
         return None
     from xla_backend import convert
 
@@ -366,16 +374,24 @@ def flat_in_shardings(compiled) -> list:
     return jax.tree_util.tree_leaves(ins, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
 
 
-def run_compiled(staged, compiled, device_ids) -> Stage:
+def run_compiled(staged, xla, device_ids) -> Stage:
+    """refsim.stablehlo on XLA's compiled per-device module (`xla`: an `xla_side.XlaRun`)."""
     import refsim.stablehlo as sh
 
     st = Stage("compiled")
+    if xla.compiled is not None:
+        f = xla.compiled
+        st.status, st.reason, st.note = f["status"], f["reason"], f.get("note")
+        st.error = f.get("error", f["reason"])
+        return st
 
     def go():
-        st.program = sh.load(sh.hlo_module_to_stablehlo(compiled))
+        if isinstance(xla.module, Exception):
+            raise xla.module
+        st.program = sh.load(xla.module)
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
         args = [staged.global_args[i] for i in kept]
-        shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, flat_in_shardings(compiled))]
+        shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, xla.in_placements)]
         tr = _OpTrace()
         outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=tr.probe)
         st.trace = tr.keyed(st.program)
@@ -385,20 +401,14 @@ def run_compiled(staged, compiled, device_ids) -> Stage:
     return st
 
 
-def run_executed(staged, compiled, device_ids) -> Stage:
-    import jax
-
+def run_executed(xla) -> Stage:
+    """The outputs of the compiled executable, run on the platform (in `xla`'s process)."""
     st = Stage("executed")
-
-    def go():
-        with staged.context():
-            outs = compiled(*staged.jargs)  # a Compiled drops the arguments the module does not take
-        res = []
-        for a in jax.tree_util.tree_leaves(outs):
-            by_id = {s.device.id: np.asarray(s.data) for s in a.addressable_shards}
-            res.append(np.stack([by_id[d] for d in device_ids]))
-        return res
-
-    st.outputs = _timed(st, go, xla=True)
+    if xla.compiled is not None:
+        st.status, st.reason, st.error = "not evaluated", "not compiled", "not compiled: " + xla.compiled["reason"]
+    elif xla.executed is not None:
+        st.status, st.reason = xla.executed["status"], xla.executed["reason"]
+        st.error = xla.executed.get("error", st.reason)
+    else:
+        st.outputs = list(xla.outputs)
     return st
-
