@@ -115,6 +115,7 @@ class BisectResult:
     steps: tuple
     outputs: tuple
     max_ulp: float = 0
+    tolerance: str = "exact"  # the rule values were held to, in words
 
     @property
     def ok(self) -> bool:
@@ -136,7 +137,7 @@ class BisectResult:
         head = (f"CRASH: XLA fails on the program once it includes equation #{d.index} (counting from 0) of "
                 f"{self.n_eqns} (found with {self.compiles} compiled prefixes): {d.crash}" if d.crash else
                 f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
-                f"(found with {self.compiles} compiled prefixes; tolerance {self.max_ulp:g} ULP)")
+                f"(found with {self.compiles} compiled prefixes; tolerance: {self.tolerance})")
         lines = [
             head,
             f"  primitive: {d.primitive}",
@@ -167,7 +168,8 @@ class BisectResult:
 
 
 def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
-           out_shardings=None, runner: Runner | None = None, max_ulp: float = 0) -> BisectResult:
+           out_shardings=None, runner: Runner | None = None, max_ulp: float = 0,
+           tolerance: str = "auto") -> BisectResult:
     """Run `fn` on refsim and on XLA; when they differ, find the first diverging equation.
 
     With `in_specs`/`out_specs` the program is `jax.shard_map(fn, mesh=mesh, ...)` and the
@@ -179,22 +181,58 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
     (default `isolated_runner`: real XLA on the mesh's devices, in a worker process, so a fatal
     XLA CHECK is reported as the prefix XLA cannot take; `xla_runner` runs in this process);
     tests pass a broken one.
-    Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
+    Values are compared by `tolerance` (`conformance.explain.tolerance`): "auto" (default) holds a
+    value computed only by exact primitives (data movement, selection, max / min, conversions, ...)
+    bit for bit and any other floating value to |xla - refsim| <= 256 units of roundoff of its
+    largest magnitude (16 for narrow floats); "exact" holds every value bit for bit. `max_ulp` > 0
+    instead accepts elements within that many ULP (ints / bools: unequal is a difference).
     """
     if max_ulp < 0:
         raise ValueError(f"max_ulp={max_ulp!r} must be >= 0 (0: bit-exact, NaN equals NaN).")
+    if tolerance not in ("auto", "exact"):
+        raise ValueError(f"tolerance={tolerance!r}; use 'auto' (exact where exact, else scaled to each value) or "
+                         "'exact' (bit for bit).")
     if mesh is None and in_specs is None and out_specs is None and in_shardings is None and out_shardings is None:
         from conformance.debug.region import trace_called
 
         region, flat = trace_called(fn, args)
-        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
+        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
-    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
+    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
+
+
+def _rounded_vars(jaxpr) -> set:
+    """The variables of `jaxpr` whose value may have been rounded: an output of an equation whose
+    primitive (or a primitive of its sub-jaxprs) is not exact (`conformance.oracle.policy`), or
+    that reads a rounded variable."""
+    from conformance.oracle.policy import rounds
+    from conformance.oracle.program import primitive_names
+
+    out: set = set()
+    for e in jaxpr.eqns:
+        prims = {e.primitive.name}
+        for v in e.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    prims |= set(primitive_names(inner))
+        if rounds(prims) or any(not _is_literal(v) and v in out for v in e.invars):
+            out.update(v for v in e.outvars if type(v).__name__ != "DropVar")
+    return out
+
+
+def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
+    """The allowed |xla - refsim| of one value: None (ULP / exact comparison) unless it rounds."""
+    from conformance.explain import tolerance as T
+
+    if max_ulp or tolerance == "exact" or not rounded or not T._floating(np.asarray(value).dtype):
+        return None
+    return T.allowed(np.asarray(value))
 
 
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
-                  max_ulp: float = 0) -> BisectResult:
+                  max_ulp: float = 0, tolerance: str = "auto") -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
     runner = runner or isolated_runner
     jaxpr = region.jaxpr
@@ -203,6 +241,9 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
     names = naming.Names(jaxpr)
     ref = refsim_values(region, args)
     live = _live_sets(jaxpr)
+    rounded = _rounded_vars(jaxpr) if tolerance == "auto" and not max_ulp else set()
+    words = (f"{max_ulp:g} ULP" if max_ulp else "bit-exact" if tolerance == "exact" or not rounded else
+             "exact values bit-exact, rounded floats within 256 (float32) / 16 (narrow) roundoffs of max|value|")
     steps: list[Step] = []
     cache: dict[int, list[ValueReport]] = {}
 
@@ -225,7 +266,9 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
                                      "a runner must return one refsim.Array per outvar of the region it is given.")
                 for v, arr in zip(vars_, arrays):
                     local = tuple(v.aval.shape) if region.kind == "shard_map" else None
-                    devs = diff.compare_shards(as_global(region, ref[v], v.aval), arr, max_ulp, local)
+                    glob = as_global(region, ref[v], v.aval)
+                    devs = diff.compare_shards(glob, arr, max_ulp, local,
+                                               bound=_bound(glob, v in rounded, tolerance, max_ulp))
                     reports.append(ValueReport(names[v], names.aval(v), devs))
             cache[k] = reports
             steps.append(Step(k, len(vars_), any(not r.matched for r in reports)))
@@ -235,7 +278,7 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
     outputs_differ = check(final)
     out_reports = tuple(r for r in cache[final] if _is_outvar(r.name, jaxpr, names))
     if not outputs_differ:
-        return BisectResult(region, names, n, None, tuple(steps), out_reports, max_ulp)
+        return BisectResult(region, names, n, None, tuple(steps), out_reports, max_ulp, words)
     lo, hi = -1, final
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -246,7 +289,7 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
     div = _divergence(region, names, hi, cache[hi], cache.get(hi - 1), args)
     if hi in crashes:
         div = dataclasses.replace(div, crash=crashes[hi])
-    return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp)
+    return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp, words)
 
 
 def _is_outvar(name: str, jaxpr, names) -> bool:

@@ -74,7 +74,7 @@ class Reproducer:
                                                           self.out_axes, self.device_ids)
         return dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, _fn=fn)
 
-    def bisect(self, *, runner=None, max_ulp: float = 0):
+    def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto"):
         """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
         is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
         from conformance.debug.bisect import bisect
@@ -87,7 +87,7 @@ class Reproducer:
 
         kw = self.bisect_kwargs()
         fn = kw.pop("_fn", self.program)
-        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, **kw)
+        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, tolerance=tolerance, **kw)
 
 
 def split_target(target: str) -> tuple[str, str | None]:

@@ -21,7 +21,11 @@ def build_parser(prog: str = "python -m conformance explain") -> argparse.Argume
                                                        "where a program's result first changes.")
     p.add_argument("target", nargs="?", help="reproducer file, optionally with a case name: FILE.py or FILE.py:NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object (diverged_in, op, source, stages, ...)")
-    p.add_argument("--max-ulp", type=float, default=0, help="values within this many ULP count as equal (default 0)")
+    p.add_argument("--max-ulp", type=float, default=0,
+                   help="values within this many ULP count as equal (instead of --tolerance)")
+    p.add_argument("--tolerance", choices=("auto", "exact"), default="auto",
+                   help="auto (default): exact where the program is exact, else within 256 (float32) / 16 (narrow "
+                        "floats) units of roundoff of each value's largest magnitude; exact: bit for bit")
     p.add_argument("--corpus", action="store_true", help="check every corpus program at every stage instead")
     p.add_argument("--coverage", action="store_true",
                    help="count the ops of every lowered and compiled module of the corpus, the examples, the op "
@@ -64,7 +68,7 @@ def main(argv=None) -> int:
     kw = case.bisect_kwargs()
     fn = kw.pop("_fn", case.program)
     try:
-        exp = explain(fn, *case.inputs, max_ulp=args.max_ulp, **kw)
+        exp = explain(fn, *case.inputs, max_ulp=args.max_ulp, tolerance=args.tolerance, **kw)
     except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:  # JAX refused to lower it
         print(f"error: cannot lower {args.target}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from conformance.debug import diff
 from conformance.explain import program as _program
 from conformance.explain import stages as S
+from conformance.explain import values as V
 
 
 @dataclasses.dataclass
@@ -54,6 +54,7 @@ class Explanation:
     crash: str | None = None
     compared: tuple = ()
     complete: bool = True
+    tolerance: str = ""  # the rule values were held to
 
     def to_json(self) -> dict:
         """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
@@ -63,7 +64,7 @@ class Explanation:
             "complete": self.complete, "not_evaluated": dict(self.not_evaluated),
             "op": self.op, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
-            "compared": list(self.compared),
+            "compared": list(self.compared), "tolerance": self.tolerance,
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
                          for d, i, b, a in self.elements],
             "stages": [{"name": s.name, "status": s.status, "reason": s.reason,
@@ -137,140 +138,12 @@ def _num(v):
     return None if v is None else (float(v) if np.isfinite(v) else str(v))
 
 
-# relative tolerance of the comparison in progress (set by explain_staged); an element agrees
-# within max_ulp ULPs or within rtol (both 0: bit-exact, NaN equal to NaN)
-_TOL = {"max_ulp": 0.0, "rtol": 0.0}
-
-
-def _first_elements(a, b, bad, device_ids, limit: int = 3) -> list:
-    """(device id, local index, value before, value after) of the first differing element of the
-    first `limit` differing devices."""
-    out = []
-    for p in np.flatnonzero(bad.any(axis=1))[:limit]:
-        k = int(np.flatnonzero(bad[p])[0])
-        idx = np.unravel_index(k, a.shape[1:]) if a.ndim > 1 else ()
-        out.append((int(device_ids[p]), tuple(int(i) for i in idx), a[p][idx].item(), b[p][idx].item()))
-    return out
-
-
-def _per_device(a: np.ndarray, b: np.ndarray, device_ids, max_ulp: float) -> tuple[bool, dict, list]:
-    """(all devices within tolerance, {device id: max ULP error of its shard}, first differing
-    elements)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False, {int(d): float("inf") for d in device_ids}, []
-    ulp = diff.ulp_error(a, b).reshape(a.shape[0], -1)
-    bad = ulp > max_ulp
-    if _TOL["rtol"] and a.dtype.kind in "fc":
-        with np.errstate(all="ignore"):
-            # as np.allclose(rtol=atol=rtol), the corpus's own tolerance check
-            rel = diff.abs_error(a, b).reshape(a.shape[0], -1) <= _TOL["rtol"] * (
-                1 + np.abs(a.astype(np.float64)).reshape(a.shape[0], -1))
-        bad &= ~rel
-    worst = ulp.max(axis=1) if ulp.shape[1] else np.zeros(a.shape[0])
-    elements = _first_elements(a, b, bad, device_ids) if bad.any() else []
-    return not bool(bad.any()), {int(d): float(w) for d, w in zip(device_ids, worst)}, elements
-
-
-def _compare(prev, cur, device_ids, max_ulp):
-    """(agree, first differing output index, {device: max ulp}, first differing elements)."""
-    if len(prev.outputs) != len(cur.outputs):
-        return False, 0, {}, []
-    for i, (a, b) in enumerate(zip(prev.outputs, cur.outputs)):
-        ok, devs, elements = _per_device(a, b, device_ids, max_ulp)
-        if not ok:
-            return False, i, devs, elements
-    return True, None, {}, []
-
-
-def _differs(ref, val, device_ids, max_ulp):
-    """None when the two traced values have different types (not comparable), else `_per_device`'s triple."""
-    ref, val = np.asarray(ref), np.asarray(val)
-    if ref.shape[1:] != val.shape[1:] or ref.dtype != val.dtype:
-        return None
-    n = len(device_ids)
-    return _per_device(np.broadcast_to(ref, (n,) + ref.shape[1:]), np.broadcast_to(val, (n,) + val.shape[1:]),
-                       device_ids, max_ulp)
-
-
-def _pick(entries, ref):
-    """The last of a group's (op, Runs) entries whose value has the type of `ref`."""
-    ref = np.asarray(ref)
-    fit = [e for e in entries
-           if np.asarray(e[1].value).shape[1:] == ref.shape[1:] and np.asarray(e[1].value).dtype == ref.dtype]
-    return fit[-1] if fit else None
-
-
-def _first_differing_run(ref_runs, runs, device_ids, max_ulp):
-    """(evaluation counter, comparison) of the first evaluation where the two differ, or None:
-    the k-th evaluation of one side is paired with the k-th of the other."""
-    for (_, r), (counter, v) in zip(ref_runs, runs):
-        res = _differs(r, v, device_ids, max_ulp)
-        if res is None:
-            return None
-        if not res[0]:
-            return counter, res
-    return None
-
-
-def _first_diverging_op(earlier: dict, later: dict, device_ids, max_ulp):
-    """The op of `later` whose value first differs (in evaluation order) from its partner's in
-    `earlier`: paired by op name, source line and occurrence, else by what each source line
-    computed last. Returns (op, `_per_device` triple) or (None, None)."""
-    found = []
-    for key, entries in later.items():
-        if key not in earlier:
-            continue
-        partner = _pick(earlier[key], entries[-1][1].value)
-        ent = None if partner is None else _pick(entries, partner[1].value)
-        hit = None if ent is None else _first_differing_run(partner[1], ent[1], device_ids, max_ulp)
-        if hit is not None:
-            found.append((hit[0], ent[0], hit[1]))
-    if found:
-        _, op, res = min(found, key=lambda t: t[0])
-        return op, res
-    lines_e, lines_l = S.by_line(earlier), S.by_line(later)
-    for line, ents in sorted(lines_l.items(), key=lambda kv: kv[1][-1][1][0][0]):
-        if line not in lines_e:
-            continue
-        ref = lines_e[line][-1][1]
-        ent = _pick(ents, ref.value)
-        hit = None if ent is None else _first_differing_run(ref, ent[1], device_ids, max_ulp)
-        if hit is not None:
-            return ent[0], hit[1]
-    return None, None
-
-
-def _output_op(program, index: int):
-    """The op of @main defining result `index`, looking through copies, bitcasts and tuples."""
-    main = program.main
-    slot = main.body.returns[index]
-    defs = {r: op for op in main.body.ops for r in op.results}
-    op = defs.get(slot)
-    while op is not None and op.name in ("mhlo.copy", "mhlo.bitcast", "stablehlo.reshape", "stablehlo.tuple",
-                                         "sdy.sharding_constraint", "stablehlo.custom_call",
-                                         "stablehlo.get_tuple_element") and op.operands:
-        nxt = defs.get(op.operands[0])
-        if nxt is None:
-            break
-        op = nxt
-    return op
-
-
 def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_module: Callable | None = None,
-                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True) -> Explanation:
+                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True, tolerance: str = "auto") -> Explanation:
     """Run every stage of an already lowered program and find where they first disagree.
 
     isolate=True compiles and runs XLA in a worker process (`xla_side.isolated`): a fatal XLA
     CHECK ends the worker and is reported as a crash of the step that was running."""
-    _TOL["rtol"] = rtol
-    try:
-        return _explain_staged(staged, region, mesh, edit_module, max_ulp, isolate)
-    finally:
-        _TOL["rtol"] = 0.0
-
-
-def _explain_staged(staged, region, mesh, edit_module, max_ulp, isolate=True) -> Explanation:
     from conformance.explain import xla_side
 
     xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
@@ -278,10 +151,10 @@ def _explain_staged(staged, region, mesh, edit_module, max_ulp, isolate=True) ->
     stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),
               S.run_lowered(staged, xla.out_placements, ids),
               S.run_compiled(staged, xla, ids), S.run_executed(xla)]
-    return localise(stages, ids, max_ulp, mesh=mesh)
+    return localise(stages, ids, mesh=mesh, rule=V.rule_for(stages, max_ulp=max_ulp, rtol=rtol, tolerance=tolerance))
 
 
-def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Explanation:
+def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "V.Rule | None" = None) -> Explanation:
     """The verdict over evaluated `stages` (jaxpr, lowered, compiled, executed, in order).
 
     Adjacent *evaluated* stages are compared. The first pair that differs names the boundary
@@ -289,7 +162,9 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Expl
     the difference lies at one of several boundaries and the verdict is "undetermined"
     between them. A crashed stage (XLA failed to compile or run) is the fault of the boundary
     before it. Without a difference, "all stages agree" only when every stage was compared.
+    `rule` (default: `values.rule_for(stages, max_ulp=max_ulp)`) says when two values agree.
     """
+    rule = rule or V.rule_for(stages, max_ulp=max_ulp)
     agrees: dict = {}
     exp = Explanation(None, stages, agrees, mesh=mesh)
     exp.not_evaluated = {s.name: s.reason for s in stages if s.status != "evaluated"}
@@ -306,7 +181,7 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Expl
         if prev is None:
             prev = st
             continue
-        ok, out_idx, devs, elements = _compare(prev, st, device_ids, max_ulp)
+        ok, out_idx, devs, elements = V.compare_stages(prev, st, device_ids, rule)
         agrees[st.name] = ok
         if not ok and exp.diverged_in is None:
             between = [s for s in stages[stages.index(prev) + 1:stages.index(st)]]
@@ -320,8 +195,9 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Expl
                                  f"difference was introduced at one of: {', '.join(exp.candidates)}.")
             else:
                 exp.diverged_in = S.BOUNDARY[st.name]
-                _name_op(exp, prev, st, device_ids, max_ulp)
+                _name_op(exp, prev, st, device_ids, rule)
         prev = st
+    exp.tolerance = rule.describe()
     evaluated = [s for s in stages if s.status == "evaluated"]
     exp.complete = len(evaluated) == len(stages)
     if exp.diverged_in is None and len(evaluated) < 2:
@@ -334,13 +210,13 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None) -> Expl
     return exp
 
 
-def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
+def _name_op(exp: Explanation, prev, st, device_ids, rule):
     op, res = None, None
-    if st.name in ("lowered", "compiled") and prev.trace and st.trace:
-        op, res = _first_diverging_op(prev.trace, st.trace, device_ids, max_ulp)
+    if st.name in ("lowered", "compiled"):
+        op, res = V.anchored_op(prev, st, device_ids, rule)
     if op is None and exp.output is not None:
         program = prev.program if st.name == "executed" else st.program
-        op = _output_op(program, exp.output) if program is not None else None
+        op = V.output_op(program, exp.output) if program is not None else None
         if op is not None and st.name == "executed":
             exp.notes.append("execution differs from the compiled module's semantics (codegen or runtime); the "
                              f"op shown defines output {exp.output} in the compiled module.")
@@ -356,7 +232,8 @@ def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
 
 def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
             in_shardings=None, out_shardings=None, pmap_kwargs=None, edit_module: Callable | None = None,
-            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None, isolate: bool = True) -> Explanation:
+            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None, isolate: bool = True,
+            tolerance: str = "auto") -> Explanation:
     """Evaluate `fn(*args)` at every stage and report where the results first diverge.
 
     It takes what `conformance.check` takes. Without layout keywords `fn` runs as given: under
@@ -366,8 +243,12 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     Mesh, e.g. `xla_backend.mesh`), `in_shardings` / `out_shardings` (a jit program), or
     `pmap_kwargs` (a pmap body). `edit_module(text) -> text` rewrites the lowered module before
     XLA compiles it (a planted compiler-stage fault: the lowered stage still interprets JAX's
-    module). An element agrees within `max_ulp` ULPs or a relative error `rtol` (both 0 by
-    default: bit-exact, NaN equal to NaN). `lowering_platforms` (e.g. ("cuda",)) lowers for
+    module). Values agree by `tolerance`: "auto" (default; `conformance.explain.tolerance`: exact
+    where the program is exact, else within 256 units of roundoff of each value's largest
+    magnitude) or "exact" (bit for bit, NaN equal to NaN); `max_ulp` / `rtol` instead accept any
+    element within that many ULPs or that relative error. Within a lowering or compiler
+    divergence the op named is the first whose own output differs when every paired op computes
+    from the earlier stage's values (`values.anchored_op`). `lowering_platforms` (e.g. ("cuda",)) lowers for
     another platform: then only jaxpr and lowered are compared. XLA compiles and runs the
     program in a worker process (`isolate=True`), so a fatal XLA CHECK is reported as a crash of
     the stage that was running instead of ending this process.
@@ -415,7 +296,7 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
     exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol,
-                         isolate=isolate)
+                         isolate=isolate, tolerance=tolerance)
     if note:
         exp.notes.insert(0, note)
     return exp

@@ -48,6 +48,7 @@ class Stage:
     status: str = "evaluated"
     reason: str | None = None
     note: str | None = None
+    rerun: Any = None  # rerun(probe): interpret the module again with a (substituting) probe
 
 
 def _index_map(placement, shape) -> dict:
@@ -170,6 +171,29 @@ class _OpTrace:
         return out
 
 
+def static_groups(program) -> dict:
+    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
+    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
+    out: dict = {}
+    counts: dict = {}
+
+    def block(b):
+        prev = None
+        for op in b.ops:
+            key = loc_key(op.loc)
+            if key is not None:
+                if key != prev:
+                    counts[key] = counts.get(key, 0) + 1
+                out.setdefault((key, counts[key] - 1), []).append(op)
+            prev = key
+            for r in op.regions:
+                block(r)
+
+    for fn in program.funcs.values():
+        block(fn.body)
+    return out
+
+
 def by_line(trace: dict) -> dict:
     """{(file, line): [(op or eqn, Runs), ...]} in program order: what each source line computed."""
     out: dict = {}
@@ -279,13 +303,26 @@ def _jaxpr_trace(region, args) -> dict:
         return {}
     out: dict = {}
     counts: dict = {}
+    prev = None
+    order = 0
     for eqn, runs in seen.values():  # insertion order: order of first evaluation
+        if eqn.primitive.name in _NO_OPS:
+            continue  # lowers to no op: it does not separate the ops of the equations around it
         key = eqn_key(eqn)
         if key is None:
+            prev = None
             continue
-        counts[key] = counts.get(key, 0) + 1
-        out[(key, counts[key] - 1)] = [(_Eqn(eqn, len(out)), runs)]
+        # consecutive equations of one primitive and line form one group, as their ops do in a module
+        if key != prev:
+            counts[key] = counts.get(key, 0) + 1
+        out.setdefault((key, counts[key] - 1), []).append((_Eqn(eqn, order), runs))
+        order += 1
+        prev = key
     return out
+
+
+# primitives whose lowering emits no op (a type-level annotation)
+_NO_OPS = frozenset({"pvary"})
 
 
 class _Eqn:
@@ -355,9 +392,11 @@ def run_lowered(staged, shardings, device_ids) -> Stage:
         module = staged.lowered.compiler_ir("stablehlo")
         st.program = sh.load(module)
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
+        args = [staged.global_args[i] for i in kept]
         tr = _OpTrace()
-        outs = sh.interpret(st.program, *[staged.global_args[i] for i in kept], probe=tr.probe)
+        outs = sh.interpret(st.program, *args, probe=tr.probe)
         st.trace = tr.keyed(st.program)
+        st.rerun = lambda probe: sh.interpret(st.program, *args, probe=probe)
         return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
 
     st.outputs = _timed(st, go)
@@ -395,6 +434,8 @@ def run_compiled(staged, xla, device_ids) -> Stage:
         tr = _OpTrace()
         outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=tr.probe)
         st.trace = tr.keyed(st.program)
+        st.rerun = lambda probe: sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids),
+                                              probe=probe)
         return [np.broadcast_to(o, (len(device_ids),) + o.shape[1:]) for o in outs]
 
     st.outputs = _timed(st, go)

@@ -22,7 +22,8 @@ DEVICE_AXIS = "devices"
 class Machine:
     """Evaluates a `plan.Program` over `num_replicas * num_partitions` virtual devices.
 
-    `probe(op, outs)`, when given, is called after every op (at any nesting depth).
+    `probe(op, outs)`, when given, is called after every op (at any nesting depth); when it
+    returns a list, those values replace the op's results for the rest of the evaluation.
     """
 
     def __init__(self, program: P.Program, *, num_partitions: int, num_replicas: int = 1,
@@ -71,7 +72,11 @@ class Machine:
                 for slot, val in zip(op.results, outs):
                     env[slot] = val
             if probe is not None:
-                probe(op, outs)
+                replaced = probe(op, outs)
+                if replaced is not None:  # the probe substitutes the op's results (a debugger's anchor)
+                    outs = list(replaced)
+                    for slot, val in zip(op.results, outs):
+                        env[slot] = val
         return [env[s] for s in block.returns]
 
     def region(self, op: P.Op, i: int, args: Sequence[np.ndarray], env: dict) -> list:
