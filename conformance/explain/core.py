@@ -213,7 +213,11 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
 def _name_op(exp: Explanation, prev, st, device_ids, rule):
     op, res = None, None
     if st.name in ("lowered", "compiled"):
-        op, res = V.anchored_op(prev, st, device_ids, rule)
+        op, res, verified = V.anchored_op(prev, st, device_ids, rule)
+        if op is not None and not verified:
+            exp.notes.append(f"{op.name} is the first op whose own value differs when every paired op computes from "
+                             f"the {prev.name} stage's values; putting right the ops of its name alone did not make "
+                             "the outputs agree, so another op may share the blame.")
     if op is None and exp.output is not None:
         program = prev.program if st.name == "executed" else st.program
         op = V.output_op(program, exp.output) if program is not None else None

@@ -64,7 +64,7 @@ def programs() -> list:
                                           lax.population_count(a), lax.clz(a), jnp.abs(a), -a,
                                           a.astype(jnp.float32), lax.bitcast_convert_type(a, jnp.float32),
                                           jnp.maximum(a, b), a < b, a == b], (_i32(4, 6), _i32(4, 6, seed=1))),
-        ("complex", lambda a, b: [jnp.abs(lax.complex(a, b)), jnp.real(lax.complex(a, b) * lax.complex(b, a)),
+        ("complex", lambda a, b: [jnp.abs(lax.complex(a, b)), jnp.real(lax.complex(a, b) * lax.complex(b, 2 * a + 1)),
                                   jnp.imag(jnp.exp(lax.complex(a, b)))], (x, y)),
         ("structural", lambda a: [a.T, a.reshape(6, 4), a[1:3, ::2], jnp.concatenate([a, a], 0), jnp.pad(a, 1),
                                   jnp.flip(a, 1), jnp.broadcast_to(a[:, :1], (4, 6)), lax.dynamic_slice(a, (1, 2), (2, 2)),

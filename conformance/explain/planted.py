@@ -43,16 +43,37 @@ def reversed_permute_pairs(text: str) -> str:
     return out
 
 
-_ALL_REDUCE_ADD = re.compile(r"(\"stablehlo\.all_reduce\".*?\^bb0[^\n]*\n\s*%\S+ = )stablehlo\.add", re.S)
+def _body_edit(collective: str, new_op: str):
+    pattern = re.compile(rf"(\"stablehlo\.{collective}\".*?\^bb0[^\n]*\n\s*%\S+ = )stablehlo\.add", re.S)
+
+    def edit(text: str) -> str:
+        out, n = pattern.subn(rf"\1stablehlo.{new_op}", text, count=1)
+        if not n:
+            raise ValueError(f"the module has no summing {collective} to edit; plant this fault in a program "
+                             f"that calls {'lax.psum' if collective == 'all_reduce' else 'lax.psum_scatter'}.")
+        return out
+
+    return edit
+
+
+_ALL_REDUCE_MAX = _body_edit("all_reduce", "maximum")
+_ALL_REDUCE_MUL = _body_edit("all_reduce", "multiply")
+_REDUCE_SCATTER_MAX = _body_edit("reduce_scatter", "maximum")
 
 
 def all_reduce_sum_as_max(text: str) -> str:
     """The first summing `all_reduce` reduces with maximum instead (a wrong reduction computation)."""
-    out, n = _ALL_REDUCE_ADD.subn(r"\1stablehlo.maximum", text, count=1)
-    if not n:
-        raise ValueError("all_reduce_sum_as_max: the module has no summing all_reduce; plant it in a program "
-                         "that calls lax.psum.")
-    return out
+    return _ALL_REDUCE_MAX(text)
+
+
+def all_reduce_sum_as_product(text: str) -> str:
+    """The first summing `all_reduce` multiplies instead."""
+    return _ALL_REDUCE_MUL(text)
+
+
+def reduce_scatter_sum_as_max(text: str) -> str:
+    """The first summing `reduce_scatter` reduces with maximum instead."""
+    return _REDUCE_SCATTER_MAX(text)
 
 
 _FIRST_PAIR = re.compile(r"source_target_pairs = dense<\[\[(-?\d+), (-?\d+)\]")

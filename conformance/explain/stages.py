@@ -48,7 +48,7 @@ class Stage:
     status: str = "evaluated"
     reason: str | None = None
     note: str | None = None
-    rerun: Any = None  # rerun(probe): interpret the module again with a (substituting) probe
+    rerun: Any = None  # rerun(probe) -> outputs: interpret the module again with a (substituting) probe
 
 
 def _index_map(placement, shape) -> dict:
@@ -393,11 +393,14 @@ def run_lowered(staged, shardings, device_ids) -> Stage:
         st.program = sh.load(module)
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
         args = [staged.global_args[i] for i in kept]
+        def form(outs):
+            return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
+
         tr = _OpTrace()
         outs = sh.interpret(st.program, *args, probe=tr.probe)
         st.trace = tr.keyed(st.program)
-        st.rerun = lambda probe: sh.interpret(st.program, *args, probe=probe)
-        return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
+        st.rerun = lambda probe: form(sh.interpret(st.program, *args, probe=probe))
+        return form(outs)
 
     st.outputs = _timed(st, go)
     return st
@@ -431,12 +434,15 @@ def run_compiled(staged, xla, device_ids) -> Stage:
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
         args = [staged.global_args[i] for i in kept]
         shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, xla.in_placements)]
+        def run(probe):
+            outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=probe)
+            return [np.broadcast_to(o, (len(device_ids),) + o.shape[1:]) for o in outs]
+
         tr = _OpTrace()
-        outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=tr.probe)
+        outs = run(tr.probe)
         st.trace = tr.keyed(st.program)
-        st.rerun = lambda probe: sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids),
-                                              probe=probe)
-        return [np.broadcast_to(o, (len(device_ids),) + o.shape[1:]) for o in outs]
+        st.rerun = run
+        return outs
 
     st.outputs = _timed(st, go)
     return st

@@ -5,8 +5,9 @@ exact, else a bound scaled to each value's magnitude; or the caller's `max_ulp` 
 
 `anchored_op` finds the op of the later stage that *introduced* a difference with a local check
 per op: the later stage's module is interpreted again, and every op paired with a value of the
-earlier stage (by the name and source line JAX and XLA record in locations) is compared with
-that value and then *replaced* by it. Each paired op therefore computes from the earlier stage's
+earlier stage (by the name and source line JAX and XLA record in locations; in XLA's compiled
+module, whose passes reorder and fuse ops, by location, type and evaluation order) is compared
+with that value and then *replaced* by it. Each paired op therefore computes from the earlier stage's
 inputs, so an op downstream of a wrong one agrees again, and the first op whose own output
 differs is the one that introduced the difference, not the first output that differs downstream.
 """
@@ -112,34 +113,63 @@ def differs(ref, val, device_ids, rule: Rule):
                       device_ids, rule)
 
 
-def _partners(earlier: dict, program) -> dict:
-    """{op index: (the earlier stage's Runs it is paired with, the op to name)}.
+# ops that compute nothing: never compared with an equation's value (a copy or a bitcast of a value
+# has its type, and a constant is whatever the module says)
+_CARRIERS = frozenset({"stablehlo.constant", "mhlo.constant", "mhlo.copy", "mhlo.bitcast", "mhlo.fusion",
+                       "stablehlo.tuple", "stablehlo.get_tuple_element", "func.call", "sdy.manual_computation"})
 
-    Ops are grouped by the name and source line in their location (`stages.static_groups`); a
-    group of the earlier stage's key is extended with the groups right after it from the same
-    source line that have no partner of their own (ops a lowering emits under other names, e.g. a
-    reshape after an all_gather). In each group the last op whose type is that of the partner's
-    last fitting value is compared; the op named is the group's op of the partner's primitive."""
+
+def _fits(op, ref: np.ndarray) -> bool:
+    return (op.name not in ("stablehlo.constant", "mhlo.constant") and len(op.types) == 1 and op.types[0].dtype is not None and tuple(op.types[0].shape) == ref.shape[1:]
+            and np.dtype(op.types[0].dtype) == ref.dtype)
+
+
+def _groups(earlier: dict, program) -> dict:
+    """{earlier group: the later stage's ops that computed it}, in program order.
+
+    Ops are grouped by the name and source line in their location (`stages.static_groups`). A
+    group whose key the earlier stage has is paired with it. A group without one is paired with
+    an earlier group of the same source line that has no partner either and whose value has the
+    type of one of its ops (the same equation under another name: `custom_jvp_call` lowered as
+    `jit(relu)`); failing that it extends the group right before it on the same line (ops a
+    lowering emits under other names, e.g. a reshape after an all_gather)."""
+    later = S.static_groups(program)
+    spare: dict = {}
+    for g in earlier:
+        if g not in later:
+            spare.setdefault(g[0][1:], []).append(g)
     ext: dict = {}
     current = None
-    for g, ops in S.static_groups(program).items():
+    for g, ops in later.items():
         if g in earlier:
             current = g
             ext[g] = list(ops)
-        elif current is not None and g[0][1:] == current[0][1:]:
+            continue
+        line = g[0][1:]
+        alias = next((e for e in spare.get(line, ())
+                      if any(_fits(o, np.asarray(runs.value)) for o in ops for _, runs in earlier[e])), None)
+        if alias is not None:
+            spare[line].remove(alias)
+            current = alias
+            ext[alias] = list(ops)
+        elif current is not None and line == current[0][1:]:
             ext[current].extend(ops)
         else:
             current = None
+    return ext
+
+
+def _result_ops(earlier: dict, program) -> dict:
+    """{op index: (earlier key, the op to name)} for the op of each group of `_groups` that computes
+    the group's value: its last op whose type is that of one of the earlier group's values. The
+    op named is the group's op of the earlier key's primitive (else that op)."""
     out = {}
-    for g, ops in ext.items():
-        for _, runs in reversed(earlier[g]):
-            ref = np.asarray(runs.value)
-            fit = [o for o in ops if len(o.types) == 1 and o.types[0].dtype is not None
-                   and tuple(o.types[0].shape) == ref.shape[1:] and np.dtype(o.types[0].dtype) == ref.dtype]
-            if fit:
-                primary = next((o for o in ops if o.loc.name == g[0][0]), fit[-1])
-                out[fit[-1].index] = (runs, primary)
-                break
+    for g, ops in _groups(earlier, program).items():
+        refs = [np.asarray(runs.value) for _, runs in earlier[g]]
+        fit = [o for o in ops if any(_fits(o, r) for r in refs)]
+        if fit:
+            primary = next((o for o in ops if o.loc.name == g[0][0]), fit[-1])
+            out[fit[-1].index] = (g[0], primary)
     return out
 
 
@@ -152,41 +182,103 @@ def _anchor(ref: np.ndarray, val: np.ndarray):
     return np.broadcast_to(ref, val.shape)
 
 
-def anchored_op(prev, st, device_ids, rule: Rule):
-    """(op, `per_device` triple) of the first op of stage `st` whose own output differs from its
-    partner in `prev` when every paired op computes from `prev`'s values (module docstring), or
-    (None, None)."""
-    if not prev.trace or st.rerun is None or st.program is None:
-        return None, None
-    partners = _partners(prev.trace, st.program)
-    if not partners:
-        return None, None
-    seen: dict = {}
+def _queues(earlier: dict) -> dict:
+    """{(name, file, line, shape, dtype): [value, ...]}: every evaluation of the earlier stage's
+    values by location and type, in evaluation order."""
+    flat = []
+    for (key, _), entries in earlier.items():
+        for _, runs in entries:
+            for counter, value in runs:
+                v = np.asarray(value)
+                flat.append((counter, key + (v.shape[1:], v.dtype.str), v))
+    out: dict = {}
+    for _, k, v in sorted(flat, key=lambda t: t[0]):
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dict, anchor=None):
+    """One re-interpretation of `st` with its paired ops compared with, and (where `anchor(primary)`
+    says so, default all) replaced by, `prev`'s values. Returns ([(op to name, per_device triple)]
+    of the ops that differ, in evaluation order; the outputs, or None if the run failed)."""
+    queues = _queues(prev.trace)
     found: list = []
 
     def probe(op, outs):
-        pair = partners.get(op.index)
-        if pair is None or not outs or not isinstance(outs[0], np.ndarray):
+        if not outs or not isinstance(outs[0], np.ndarray):
             return None
-        runs, primary = pair
-        k = seen.get(op.index, 0)
-        seen[op.index] = k + 1
-        if k >= len(runs):
+        val = outs[0]
+        if compiled:
+            if op.name in _CARRIERS or not op.loc.name or not op.loc.file:
+                return None
+            key, primary = op.loc.key, op
+        elif op.index in results:
+            key, primary = results[op.index]
+        else:
             return None
-        ref, val = np.asarray(runs[k][1]), outs[0]
-        res = differs(ref, val, device_ids, rule)
+        q = queues.get(key + (val.shape[1:], val.dtype.str))
+        if not q:
+            return None
+        pick, res = 0, None
+        for i, ref in enumerate(q):
+            r = differs(ref, val, device_ids, rule)
+            if r is not None and r[0]:
+                pick, res = i, r
+                break
+        ref = q.pop(pick)
         if res is None:
-            return None
-        if not res[0] and not found:
+            res = differs(ref, val, device_ids, rule)
+            if res is None:
+                return None
             found.append((primary, res))
+        if anchor is not None and not anchor(primary):
+            return None
         new = _anchor(ref, val)
         return None if new is None else [new] + list(outs[1:])
 
     try:
-        st.rerun(probe)
+        outs = st.rerun(probe)
     except Exception:  # noqa: BLE001 - the run only names an op; the verdict stands without it
-        pass
-    return found[0] if found else (None, None)
+        outs = None
+    return found, outs
+
+
+_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                          "collective_broadcast", "custom_call"})
+
+
+def anchored_op(prev, st, device_ids, rule: Rule):
+    """(op, `per_device` triple, verified) of the op of stage `st` that introduced the difference
+    from `prev`, or (None, None, False).
+
+    Which op of the later module computes an equation's (or earlier op's) value comes from the
+    groups of `_result_ops` (for the compiled module, any op that computes something, at its own
+    location); which evaluation it pairs with is the first not yet taken, of the same location
+    and type, that it agrees with, else the first not yet taken (passes reorder and duplicate ops,
+    so evaluation order alone cannot pair them). With every pair anchored, the ops whose own output
+    differs are the candidates. A collective among them is *verified* when putting right only the
+    ops of its name (every evaluation of it) makes the stage's outputs agree with `prev`'s; the
+    first verified collective is named (a large program's elementwise ops can be mispaired, its
+    collectives, which move values between devices, rarely are), else the first collective
+    candidate, else the first candidate, both unverified. (Verifying an elementwise op this way could blame an op downstream of the fault:
+    putting right every evaluation of a later op also hides an earlier fault.)"""
+    if not prev.trace or st.rerun is None or st.program is None:
+        return None, None, False
+    compiled = st.name == "compiled"
+    results = {} if compiled else _result_ops(prev.trace, st.program)
+    if not results and not compiled:
+        return None, None, False
+    found, _ = _anchored_run(prev, st, device_ids, rule, compiled, results)
+    if not found:
+        return None, None, False
+    collectives = [(o, r) for o, r in found if o.name.split(".", 1)[-1] in _COLLECTIVES]
+    for name in dict.fromkeys(o.name for o, _ in collectives):
+        _, outs = _anchored_run(prev, st, device_ids, rule, compiled, results, anchor=lambda p, n=name: p.name == n)
+        if outs is not None and all(per_device(a, b, device_ids, rule)[0] for a, b in zip(prev.outputs, outs)):
+            op, res = next((o, r) for o, r in found if o.name == name)
+            return op, res, True
+    op, res = (collectives or found)[0]
+    return op, res, False
 
 
 def output_op(program, index: int):
