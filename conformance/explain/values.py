@@ -160,16 +160,22 @@ def _groups(earlier: dict, program) -> dict:
 
 
 def _result_ops(earlier: dict, program) -> dict:
-    """{op index: (earlier key, the op to name)} for the op of each group of `_groups` that computes
-    the group's value: its last op whose type is that of one of the earlier group's values. The
-    op named is the group's op of the earlier key's primitive (else that op)."""
+    """{op index: (earlier key, the op to name)} for the ops of each group of `_groups` that compute
+    the group's values: those whose type is that of one of the earlier group's values and whose
+    result no other op of the group reads (a group of consecutive equations has several; a
+    primitive lowered to several ops has its last). The op named is the op itself, or, when its
+    location names another primitive (a reshape a faulty all_gather lowering added), the last op
+    of the earlier key's primitive before it."""
     out = {}
     for g, ops in _groups(earlier, program).items():
         refs = [np.asarray(runs.value) for _, runs in earlier[g]]
-        fit = [o for o in ops if any(_fits(o, r) for r in refs)]
-        if fit:
-            primary = next((o for o in ops if o.loc.name == g[0][0]), fit[-1])
-            out[fit[-1].index] = (g[0], primary)
+        read = {slot for o in ops for slot in o.operands}
+        last_own = None
+        for o in ops:
+            if o.loc.name == g[0][0]:
+                last_own = o
+            if any(_fits(o, r) for r in refs) and not set(o.results) & read:
+                out[o.index] = (g[0], o if o.loc.name == g[0][0] or last_own is None else last_own)
     return out
 
 
@@ -226,6 +232,8 @@ def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dic
                 pick, res = i, r
                 break
         ref = q.pop(pick)
+        if not compiled and pick:
+            del q[:pick]  # same evaluation order: the values skipped will never be paired
         if res is None:
             res = differs(ref, val, device_ids, rule)
             if res is None:
