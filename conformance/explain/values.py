@@ -172,11 +172,17 @@ def _result_ops(earlier: dict, program) -> dict:
         read = {slot for o in ops for slot in o.operands}
         last_own = None
         for o in ops:
-            if o.loc.name == g[0][0]:
-                last_own = o
+            if o.loc.name == g[0][0] and (last_own is None or o.name.split(".", 1)[-1] not in _SHAPING):
+                last_own = o  # the primitive's own op, not a reshape its lowering added
             if any(_fits(o, r) for r in refs) and not set(o.results) & read:
-                out[o.index] = (g[0], o if o.loc.name == g[0][0] or last_own is None else last_own)
+                mine = o.loc.name == g[0][0] and (o.name.split(".", 1)[-1] not in _SHAPING or last_own is None)
+                out[o.index] = (g[0], o if mine or last_own is None else last_own)
     return out
+
+
+# ops that only reshape or move a value: a lowering adds them around the primitive's own op
+_SHAPING = frozenset({"reshape", "broadcast_in_dim", "broadcast", "transpose", "convert", "bitcast", "copy", "slice",
+                      "concatenate", "pad", "constant", "reverse", "get_tuple_element", "tuple"})
 
 
 def _anchor(ref: np.ndarray, val: np.ndarray):
