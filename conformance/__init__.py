@@ -1,7 +1,10 @@
 """conformance: check refsim against XLA.
 
 `conformance.check(fn, *args)` checks one call of your own program (docs/oracle.md); it and
-`ConformanceError`, `NotCheckable`, `CheckResult` load on first use. The package's rooms
+`ConformanceError`, `XlaError`, `NotCheckable`, `CheckResult` load on first use.
+`conformance.explain(fn, *args)` (the callable `conformance.explain` module) and
+`conformance.bisect(fn, *args)` take the same arguments and localise a disagreement to a
+compiler stage and an op, or to an equation (docs/debugging.md). The package's rooms
 (verdict, cases, strategies, suites, engine, report, oracle, debug, faults) are described in
 docs/architecture.md.
 """
@@ -10,7 +13,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckResult")
+_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckResult", "XlaError")
 
 #: Module paths of earlier layouts that documented code may still import, and the module each
 #: now is. Importing an old path gives the new module object itself (patching included).
@@ -71,4 +74,12 @@ def __getattr__(name):
         from conformance.oracle import check as _check  # loads JAX-facing code on first use only
 
         return getattr(_check, name)
+    if name == "explain":
+        import importlib
+
+        return importlib.import_module("conformance.explain")
+    if name == "bisect":
+        from conformance.debug.bisect import bisect
+
+        return bisect
     raise AttributeError(f"module 'conformance' has no attribute {name!r}")

@@ -31,7 +31,7 @@ from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 
-__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
+__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "XlaError", "check"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +116,57 @@ class ConformanceError(AssertionError):
         self.result = result
         self.repro_path = result.repro_path
         super().__init__(result.report() + (f"\n  {note}" if note else ""))
+
+
+def _jax_runtime_error():
+    import jax
+
+    return jax.errors.JaxRuntimeError
+
+
+class XlaError(ConformanceError, RuntimeError):
+    """XLA failed on a call refsim traced: it could not compile the program (`stage` "compiler":
+    a verifier rejection, a failing pass, a RET_CHECK) or run it (`stage` "backend").
+
+    A `ConformanceError` (the call does not conform: XLA must compile and run what JAX lowers)
+    and, through `check`, an instance of `jax.errors.JaxRuntimeError` as well, so code that
+    caught XLA's exception still does. `unsupported` is True when XLA says the platform does not
+    implement an op (UNIMPLEMENTED) rather than failing on it; `error` is XLA's exception; there
+    is no `result` and no reproducer (`repro_path` None): `conformance.explain(fn, *args)` shows
+    which stage fails.
+    """
+
+    def __init__(self, message: str, *, stage: str, error: BaseException | None = None,
+                 unsupported: bool = False, name: str = ""):
+        AssertionError.__init__(self, message)
+        self._message = message
+        self.stage, self.error, self.unsupported, self.name = stage, error, unsupported, name
+        self.result = None
+        self.repro_path = None
+
+    def __str__(self) -> str:  # JAX's exception class formats its own fields; this message is ours
+        return self._message
+
+
+_XLA_ERROR_TYPES: dict = {}
+
+
+def xla_error(e: BaseException, name: str) -> XlaError:
+    """The classified `XlaError` for XLA's exception `e` raised while compiling or running `name`."""
+    runtime = _jax_runtime_error()
+    cls = _XLA_ERROR_TYPES.get(runtime)
+    if cls is None:  # one subclass per JAX: XlaError and JAX's own exception class
+        cls = _XLA_ERROR_TYPES[runtime] = type("XlaError", (XlaError, runtime), {"__module__": __name__,
+                                                                                 "__doc__": XlaError.__doc__})
+    stage = "compiler" if getattr(e, "xla_stage", None) == "compiler" else "backend"
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    unsupported = "UNIMPLEMENTED" in text
+    what = "compile" if stage == "compiler" else "run"
+    kind = "the platform does not implement an op of it" if unsupported else f"{stage} crash"
+    msg = (f"XLA failed to {what} {name} ({kind}): {type(e).__name__}: {first}\n  refsim traced the call; nothing "
+           f"was compared. conformance.explain(fn, *args, ...) shows the stage that fails.")
+    return cls(msg, stage=stage, error=e, unsupported=unsupported, name=name)
 
 
 # -- building the callable -------------------------------------------------------------------------
@@ -368,6 +419,17 @@ def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tupl
     return reproduce.write(repro_dir, name, text), ""
 
 
+def _run_xla(call, placed, kwargs, label):
+    """`call(*placed, **kwargs)` on XLA; XLA's own failure is raised as a classified `XlaError`."""
+    from refsim import compat
+
+    with compat.tag_compile_errors():
+        try:
+            return call(*placed, **kwargs)
+        except _jax_runtime_error() as e:
+            raise xla_error(e, label) from e
+
+
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
           repro_dir: str | None = None, name: str | None = None, **kwargs) -> CheckResult:
@@ -377,6 +439,8 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     report; `.repro_path`: a standalone reproducer written to `repro_dir`, default a fresh
     temporary folder) when they disagree, and `NotCheckable` (`.reason`) when refsim cannot
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
+    XLA failing to compile or run the call raises `XlaError` (a ConformanceError and a
+    jax.errors.JaxRuntimeError; `.stage` "compiler" or "backend").
     `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
     output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare` policies.
     Other keyword arguments are passed to `fn`.
@@ -393,7 +457,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
         t0 = time.perf_counter()
         traced = prepare(call, placed, kwargs)
         t1 = time.perf_counter()
-        out = call(*placed, **kwargs)
+        out = _run_xla(call, placed, kwargs, label)
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})

@@ -17,19 +17,25 @@ from typing import Any, Callable
 
 import numpy as np
 
-from conformance.debug import diff
 from conformance.debug.explain import program as _program
 from conformance.debug.explain import stages as S
+from conformance.debug.explain import values as V
 
 
 @dataclasses.dataclass
 class Explanation:
     """The stages of one program and where they first disagree.
 
-    diverged_in: "lowering", "compiler", "backend" or None. op / op_text / source: the first
+    diverged_in: "lowering", "compiler" or "backend" (the boundary before the first stage that
+    differs from the stage before it, or that crashed), "undetermined" (a difference was seen,
+    or nothing could be compared, but a stage in between could not be evaluated: `candidates`
+    lists the boundaries it may lie at, `not_evaluated` says why), or None (no difference
+    seen; `complete` says whether every stage was compared). crash: XLA's message when a stage
+    crashed (a compile failure is a `compiler` crash). op / op_text / source: the first
     diverging op (StableHLO / HLO op name, its text, the user's file:line) when it could be
     named. output: index of the first differing output. devices: {device id: max ULP error}
-    of the diverging value. stages: the `stages.Stage` of each stage, in order.
+    of the diverging value. compared: the two stages whose values `elements` shows, in order.
+    stages: the `stages.Stage` of each stage, in order.
     """
 
     diverged_in: str | None
@@ -43,15 +49,26 @@ class Explanation:
     mesh: Any = None
     notes: list = dataclasses.field(default_factory=list)
     elements: list = dataclasses.field(default_factory=list)  # (device, index, before, after), a few
+    candidates: list = dataclasses.field(default_factory=list)
+    not_evaluated: dict = dataclasses.field(default_factory=dict)  # stage -> why it was not evaluated
+    crash: str | None = None
+    compared: tuple = ()
+    complete: bool = True
+    tolerance: str = ""  # the rule values were held to
 
     def to_json(self) -> dict:
-        """One JSON-able dict: diverged_in, op, op_text, source, output, devices, stages."""
+        """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
+        devices, elements, stages, notes."""
         return {
-            "diverged_in": self.diverged_in, "op": self.op, "op_text": self.op_text, "source": self.source,
+            "diverged_in": self.diverged_in, "candidates": list(self.candidates), "crash": self.crash,
+            "complete": self.complete, "not_evaluated": dict(self.not_evaluated),
+            "op": self.op, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
+            "compared": list(self.compared), "tolerance": self.tolerance,
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
                          for d, i, b, a in self.elements],
-            "stages": [{"name": s.name, "agrees_with_previous": self.agrees.get(s.name),
+            "stages": [{"name": s.name, "status": s.status, "reason": s.reason,
+                        "agrees_with_previous": self.agrees.get(s.name),
                         "seconds": round(s.seconds, 4), "error": s.error,
                         "missing_ops": s.missing_ops} for s in self.stages],
             "notes": list(self.notes),
@@ -68,14 +85,35 @@ class Explanation:
             return ""
         return picture.render(self.mesh, self.devices, format=format, title=f"max ULP at {self.op or 'output'}")
 
+    def headline(self) -> str:
+        """One line: the verdict, as the report's first line."""
+        why = "; ".join(f"{k} not evaluated ({v})" for k, v in self.not_evaluated.items())
+        if self.diverged_in == "undetermined":
+            if self.candidates:
+                c = self.candidates
+                between = c[0] if len(c) == 1 else ", ".join(c[:-1]) + " and " + c[-1]
+                return f"diverged in: undetermined between {between} ({why})"
+            return f"diverged in: undetermined ({why or 'no stage could be compared'})"
+        if self.diverged_in and self.crash:
+            return f"diverged in: {self.diverged_in} (crash: {self.crash})"
+        if self.diverged_in:
+            return f"diverged in: {self.diverged_in}"
+        if self.complete:
+            return "all stages agree"
+        return f"no divergence found, but not every stage was compared: {why}"
+
     def report(self) -> str:
         lines = []
         for s in self.stages:
             agree = self.agrees.get(s.name)
-            mark = "-" if s.name == "jaxpr" else {True: "agrees", False: "DIFFERS", None: "n/a"}[agree]
-            lines.append(f"  {s.name:<9} {s.seconds * 1e3:8.1f} ms  {mark}" + (f"  ({s.error})" if s.error else ""))
-        head = (f"diverged in: {self.diverged_in}" if self.diverged_in else "all stages agree")
-        out = [head, "stages:", *lines]
+            if s.name == "jaxpr" and s.status == "evaluated":
+                mark = "-"
+            elif s.status != "evaluated":
+                mark = f"{s.status} ({s.reason})"
+            else:
+                mark = {True: "agrees", False: "DIFFERS", None: "not compared"}[agree]
+            lines.append(f"  {s.name:<9} {s.seconds * 1e3:8.1f} ms  {mark}")
+        out = [self.headline(), "stages:", *lines]
         if self.diverged_in:
             if self.op:
                 out.append(f"first diverging op: {self.op}" + (f" at {self.source}" if self.source else ""))
@@ -85,10 +123,9 @@ class Explanation:
             if self.devices:
                 bad = sorted(d for d, v in self.devices.items() if v > 0)
                 out.append(f"devices that differ: {bad}")
-                names = {"lowering": ("jaxpr", "lowered"), "compiler": ("lowered", "compiled"),
-                         "backend": ("compiled", "executed")}[self.diverged_in]
+                before, after = self.compared or ("before", "after")
                 for d, i, b, a in self.elements:
-                    out.append(f"  device {d} element {list(i)}: {names[0]} {b!r}, {names[1]} {a!r}")
+                    out.append(f"  device {d} element {list(i)}: {before} {b!r}, {after} {a!r}")
 
                 pic = self.picture()
                 if pic:
@@ -101,126 +138,6 @@ def _num(v):
     return None if v is None else (float(v) if np.isfinite(v) else str(v))
 
 
-# relative tolerance of the comparison in progress (set by explain_staged); an element agrees
-# within max_ulp ULPs or within rtol (both 0: bit-exact, NaN equal to NaN)
-_TOL = {"max_ulp": 0.0, "rtol": 0.0}
-
-
-def _first_elements(a, b, bad, device_ids, limit: int = 3) -> list:
-    """(device id, local index, value before, value after) of the first differing element of the
-    first `limit` differing devices."""
-    out = []
-    for p in np.flatnonzero(bad.any(axis=1))[:limit]:
-        k = int(np.flatnonzero(bad[p])[0])
-        idx = np.unravel_index(k, a.shape[1:]) if a.ndim > 1 else ()
-        out.append((int(device_ids[p]), tuple(int(i) for i in idx), a[p][idx].item(), b[p][idx].item()))
-    return out
-
-
-def _per_device(a: np.ndarray, b: np.ndarray, device_ids, max_ulp: float) -> tuple[bool, dict, list]:
-    """(all devices within tolerance, {device id: max ULP error of its shard}, first differing
-    elements)."""
-    a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False, {int(d): float("inf") for d in device_ids}, []
-    ulp = diff.ulp_error(a, b).reshape(a.shape[0], -1)
-    bad = ulp > max_ulp
-    if _TOL["rtol"] and a.dtype.kind in "fc":
-        with np.errstate(all="ignore"):
-            # as np.allclose(rtol=atol=rtol), the corpus's own tolerance check
-            rel = diff.abs_error(a, b).reshape(a.shape[0], -1) <= _TOL["rtol"] * (
-                1 + np.abs(a.astype(np.float64)).reshape(a.shape[0], -1))
-        bad &= ~rel
-    worst = ulp.max(axis=1) if ulp.shape[1] else np.zeros(a.shape[0])
-    elements = _first_elements(a, b, bad, device_ids) if bad.any() else []
-    return not bool(bad.any()), {int(d): float(w) for d, w in zip(device_ids, worst)}, elements
-
-
-def _compare(prev, cur, device_ids, max_ulp):
-    """(agree, first differing output index, {device: max ulp}, first differing elements)."""
-    if len(prev.outputs) != len(cur.outputs):
-        return False, 0, {}, []
-    for i, (a, b) in enumerate(zip(prev.outputs, cur.outputs)):
-        ok, devs, elements = _per_device(a, b, device_ids, max_ulp)
-        if not ok:
-            return False, i, devs, elements
-    return True, None, {}, []
-
-
-def _differs(ref, val, device_ids, max_ulp):
-    """None when the two traced values have different types (not comparable), else `_per_device`'s triple."""
-    ref, val = np.asarray(ref), np.asarray(val)
-    if ref.shape[1:] != val.shape[1:] or ref.dtype != val.dtype:
-        return None
-    n = len(device_ids)
-    return _per_device(np.broadcast_to(ref, (n,) + ref.shape[1:]), np.broadcast_to(val, (n,) + val.shape[1:]),
-                       device_ids, max_ulp)
-
-
-def _pick(entries, ref):
-    """The last of a group's (op, Runs) entries whose value has the type of `ref`."""
-    ref = np.asarray(ref)
-    fit = [e for e in entries
-           if np.asarray(e[1].value).shape[1:] == ref.shape[1:] and np.asarray(e[1].value).dtype == ref.dtype]
-    return fit[-1] if fit else None
-
-
-def _first_differing_run(ref_runs, runs, device_ids, max_ulp):
-    """(evaluation counter, comparison) of the first evaluation where the two differ, or None:
-    the k-th evaluation of one side is paired with the k-th of the other."""
-    for (_, r), (counter, v) in zip(ref_runs, runs):
-        res = _differs(r, v, device_ids, max_ulp)
-        if res is None:
-            return None
-        if not res[0]:
-            return counter, res
-    return None
-
-
-def _first_diverging_op(earlier: dict, later: dict, device_ids, max_ulp):
-    """The op of `later` whose value first differs (in evaluation order) from its partner's in
-    `earlier`: paired by op name, source line and occurrence, else by what each source line
-    computed last. Returns (op, `_per_device` triple) or (None, None)."""
-    found = []
-    for key, entries in later.items():
-        if key not in earlier:
-            continue
-        partner = _pick(earlier[key], entries[-1][1].value)
-        ent = None if partner is None else _pick(entries, partner[1].value)
-        hit = None if ent is None else _first_differing_run(partner[1], ent[1], device_ids, max_ulp)
-        if hit is not None:
-            found.append((hit[0], ent[0], hit[1]))
-    if found:
-        _, op, res = min(found, key=lambda t: t[0])
-        return op, res
-    lines_e, lines_l = S.by_line(earlier), S.by_line(later)
-    for line, ents in sorted(lines_l.items(), key=lambda kv: kv[1][-1][1][0][0]):
-        if line not in lines_e:
-            continue
-        ref = lines_e[line][-1][1]
-        ent = _pick(ents, ref.value)
-        hit = None if ent is None else _first_differing_run(ref, ent[1], device_ids, max_ulp)
-        if hit is not None:
-            return ent[0], hit[1]
-    return None, None
-
-
-def _output_op(program, index: int):
-    """The op of @main defining result `index`, looking through copies, bitcasts and tuples."""
-    main = program.main
-    slot = main.body.returns[index]
-    defs = {r: op for op in main.body.ops for r in op.results}
-    op = defs.get(slot)
-    while op is not None and op.name in ("mhlo.copy", "mhlo.bitcast", "stablehlo.reshape", "stablehlo.tuple",
-                                         "sdy.sharding_constraint", "stablehlo.custom_call",
-                                         "stablehlo.get_tuple_element") and op.operands:
-        nxt = defs.get(op.operands[0])
-        if nxt is None:
-            break
-        op = nxt
-    return op
-
-
 def _check_tolerances(max_ulp, rtol) -> None:
     from conformance.validation import check
 
@@ -229,70 +146,89 @@ def _check_tolerances(max_ulp, rtol) -> None:
 
 
 def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_module: Callable | None = None,
-                   max_ulp: float = 0, rtol: float = 0) -> Explanation:
-    """Run every stage of an already lowered program and find where they first disagree."""
-    _check_tolerances(max_ulp, rtol)
-    _TOL["rtol"] = rtol
-    try:
-        return _explain_staged(staged, region, mesh, edit_module, max_ulp)
-    finally:
-        _TOL["rtol"] = 0.0
+                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True, tolerance: str = "auto") -> Explanation:
+    """Run every stage of an already lowered program and find where they first disagree.
+
+    isolate=True compiles and runs XLA in a worker process (`xla_side.isolated`): a fatal XLA
+    CHECK ends the worker and is reported as a crash of the step that was running."""
+    from conformance.debug.explain import xla_side
+
+    _check_tolerances(max_ulp, rtol)  # NaN would make every stage "agree"
+    xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
+    ids = xla.device_ids
+    stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),
+              S.run_lowered(staged, xla.out_placements, ids),
+              S.run_compiled(staged, xla, ids), S.run_executed(xla)]
+    return localise(stages, ids, mesh=mesh, rule=V.rule_for(stages, max_ulp=max_ulp, rtol=rtol, tolerance=tolerance))
 
 
-def _explain_staged(staged, region, mesh, edit_module, max_ulp) -> Explanation:
-    from refsim import compat as _compat
+def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "V.Rule | None" = None) -> Explanation:
+    """The verdict over evaluated `stages` (jaxpr, lowered, compiled, executed, in order).
 
-    compiled, compile_error = None, None
-    try:
-        with staged.context():
-            compiled = (_compat.compile_edited_module(staged.lowered, edit_module) if edit_module is not None
-                        else staged.compiled())
-    except Exception as e:  # noqa: BLE001 - e.g. an op XLA:CPU cannot run; the earlier stages still can
-        compile_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    device_ids = _compat.partition_device_ids(compiled) if compiled is not None else list(staged.device_ids)
-    stages = [S.run_jaxpr(staged, device_ids, region),
-              S.run_lowered(staged, S.out_shardings(staged, compiled), device_ids)]
-    if compiled is not None:
-        stages += [S.run_compiled(staged, compiled, device_ids), S.run_executed(staged, compiled, device_ids)]
-    else:
-        stages += [S.not_compiled("compiled", compile_error), S.not_compiled("executed", compile_error)]
+    Adjacent *evaluated* stages are compared. The first pair that differs names the boundary
+    between them when they are neighbours; when a stage between them could not be evaluated,
+    the difference lies at one of several boundaries and the verdict is "undetermined"
+    between them. A crashed stage (XLA failed to compile or run) is the fault of the boundary
+    before it. Without a difference, "all stages agree" only when every stage was compared.
+    `rule` (default: `values.rule_for(stages, max_ulp=max_ulp)`) says when two values agree.
+    """
+    rule = rule or V.rule_for(stages, max_ulp=max_ulp)
     agrees: dict = {}
     exp = Explanation(None, stages, agrees, mesh=mesh)
+    exp.not_evaluated = {s.name: s.reason for s in stages if s.status != "evaluated"}
     prev = None
-    skipped: list = []
     for st in stages:
-        if st.outputs is None:
+        if st.status != "evaluated":
             agrees[st.name] = None
-            if st.name != "executed":
-                skipped.append(st.name)
+            if st.status == "crashed" and exp.diverged_in is None:
+                exp.diverged_in, exp.crash = S.BOUNDARY[st.name], st.reason
+                exp.not_evaluated.pop(st.name, None)
+                if st.note:
+                    exp.notes.append(st.note)
             continue
         if prev is None:
             prev = st
             continue
-        ok, out_idx, devs, elements = _compare(prev, st, device_ids, max_ulp)
+        ok, out_idx, devs, elements = V.compare_stages(prev, st, device_ids, rule)
         agrees[st.name] = ok
         if not ok and exp.diverged_in is None:
-            exp.diverged_in = S.BOUNDARY[st.name]
+            between = [s for s in stages[stages.index(prev) + 1:stages.index(st)]]
             exp.output, exp.devices, exp.elements = out_idx, devs, elements
-            if skipped:
-                exp.notes.append(f"stage(s) {skipped} could not run, so the divergence lies between {prev.name} "
-                                 f"and {st.name}.")
-            _name_op(exp, prev, st, device_ids, max_ulp)
+            exp.compared = (prev.name, st.name)
+            if between:
+                exp.diverged_in = "undetermined"
+                exp.candidates = [S.BOUNDARY[s.name] for s in between + [st]]
+                exp.notes.append(f"{st.name} differs from {prev.name}; the stage(s) between them "
+                                 f"({', '.join(s.name for s in between)}) could not be evaluated, so the "
+                                 f"difference was introduced at one of: {', '.join(exp.candidates)}.")
+            else:
+                exp.diverged_in = S.BOUNDARY[st.name]
+                _name_op(exp, prev, st, device_ids, rule)
         prev = st
-        skipped = []
+    exp.tolerance = rule.describe()
+    evaluated = [s for s in stages if s.status == "evaluated"]
+    exp.complete = len(evaluated) == len(stages)
+    if exp.diverged_in is None and len(evaluated) < 2:
+        exp.diverged_in = "undetermined"
+    if exp.diverged_in == "undetermined":
+        exp.op, exp.op_text, exp.source = None, "", ""
     for st in stages:
         if st.missing_ops:
             exp.notes.append(f"{st.name}: refsim.stablehlo has no rule for {sorted(st.missing_ops)}")
     return exp
 
 
-def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
+def _name_op(exp: Explanation, prev, st, device_ids, rule):
     op, res = None, None
-    if st.name in ("lowered", "compiled") and prev.trace and st.trace:
-        op, res = _first_diverging_op(prev.trace, st.trace, device_ids, max_ulp)
+    if st.name in ("lowered", "compiled"):
+        op, res, verified = V.anchored_op(prev, st, device_ids, rule)
+        if op is not None and not verified:
+            exp.notes.append(f"{op.name} is the first op whose own value differs when every paired op computes from "
+                             f"the {prev.name} stage's values; putting right the ops of its name alone did not make "
+                             "the outputs agree, so another op may share the blame.")
     if op is None and exp.output is not None:
         program = prev.program if st.name == "executed" else st.program
-        op = _output_op(program, exp.output) if program is not None else None
+        op = V.output_op(program, exp.output) if program is not None else None
         if op is not None and st.name == "executed":
             exp.notes.append("execution differs from the compiled module's semantics (codegen or runtime); the "
                              f"op shown defines output {exp.output} in the compiled module.")
@@ -308,34 +244,60 @@ def _name_op(exp: Explanation, prev, st, device_ids, max_ulp):
 
 def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
             in_shardings=None, out_shardings=None, pmap_kwargs=None, edit_module: Callable | None = None,
-            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None) -> Explanation:
+            max_ulp: float = 0, rtol: float = 0, lowering_platforms=None, isolate: bool = True,
+            tolerance: str = "auto") -> Explanation:
     """Evaluate `fn(*args)` at every stage and report where the results first diverge.
 
-    Layout keywords as `conformance.debug.bisect`: `in_specs`/`out_specs` (a shard_map body,
-    with `mesh` a refsim Mesh over JAX devices, e.g. `xla_backend.mesh`), `in_shardings` /
-    `out_shardings` (a jit program), or `pmap_kwargs` (a pmap body). `edit_module(text) -> text`
-    rewrites the lowered module before XLA compiles it (a planted compiler-stage fault: the
-    lowered stage still interprets JAX's module). An element agrees within `max_ulp` ULPs or a
-    relative error `rtol` (both 0 by default: bit-exact, NaN equal to NaN). `lowering_platforms`
-    (e.g. ("cuda",)) lowers for another platform: then only jaxpr and lowered are compared.
+    It takes what `conformance.check` takes. Without layout keywords `fn` runs as given: under
+    its own `jax.jit` / `jax.shard_map` / `jax.pmap` (a plain function is put under `jax.jit`),
+    its jax.Array arguments where they are placed. Layout keywords wrap a plain function:
+    `in_specs`/`out_specs` (a shard_map body over `mesh`, a jax.sharding.Mesh or a refsim
+    Mesh, e.g. `xla_backend.mesh`), `in_shardings` / `out_shardings` (a jit program), or
+    `pmap_kwargs` (a pmap body). `edit_module(text) -> text` rewrites the lowered module before
+    XLA compiles it (a planted compiler-stage fault: the lowered stage still interprets JAX's
+    module). Values agree by `tolerance`: "auto" (default; `conformance.debug.explain.tolerance`: exact
+    where the program is exact, else within 256 units of roundoff of each value's largest
+    magnitude) or "exact" (bit for bit, NaN equal to NaN); `max_ulp` / `rtol` instead accept any
+    element within that many ULPs or that relative error. Within a lowering or compiler
+    divergence the op named is the first whose own output differs when every paired op computes
+    from the earlier stage's values (`values.anchored_op`). `lowering_platforms` (e.g. ("cuda",)) lowers for
+    another platform: then only jaxpr and lowered are compared. XLA compiles and runs the
+    program in a worker process (`isolate=True`), so a fatal XLA CHECK is reported as a crash of
+    the stage that was running instead of ending this process.
     """
     from conformance.debug import region as R
 
     _check_tolerances(max_ulp, rtol)  # before any tracing: NaN would make every stage "agree"
+    called = all(v is None for v in (mesh, in_specs, out_specs, in_shardings, out_shardings, pmap_kwargs))
+    if mesh is not None:
+        mesh = _program.refsim_mesh(mesh)
     kw = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma, axis_names=axis_names,
               in_shardings=in_shardings, out_shardings=out_shardings, pmap_kwargs=pmap_kwargs)
     note = None
+
+    def build(platforms):
+        if called:
+            return _program.build_called(fn, args, lowering_platforms=platforms)
+        return _program.build(fn, args, lowering_platforms=platforms, **kw)
+
     try:
-        staged = _program.build(fn, args, lowering_platforms=lowering_platforms, **kw)
+        staged = build(lowering_platforms)
     except NotImplementedError as e:
         # no lowering rule on this platform (pbroadcast on CPU): GPU's lowering still shows the
         # lowered stage; the compiled and executed stages then cannot run here
         if lowering_platforms or "not found for platform" not in str(e):
             raise
-        staged = _program.build(fn, args, lowering_platforms=("cuda",), **kw)
+        staged = build(("cuda",))
         note = f"no lowering on this platform ({str(e).splitlines()[0]}); lowered for cuda instead."
     reg = None
-    if pmap_kwargs is None and axis_names is None:
+    if called:
+        try:
+            region, flat = R.trace_called(fn, args)
+            reg = (region, flat)
+            mesh = region.mesh if region.kind == "shard_map" else None
+        except (ValueError, TypeError):
+            reg = None
+    elif pmap_kwargs is None and axis_names is None:
         try:
             reg = R.trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                           in_shardings=in_shardings, out_shardings=out_shardings)
@@ -346,7 +308,8 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
 
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
-    exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol)
+    exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol,
+                         isolate=isolate, tolerance=tolerance)
     if note:
         exp.notes.insert(0, note)
     return exp
@@ -354,14 +317,4 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
 
 def explain_case(case, **kw) -> Explanation:
     """`explain` for a conformance case (`conformance.cases.Program`: shard_map, jit or pmap entry)."""
-    if case.entry == "shard_map":
-        return explain(case.fn, *case.args, mesh=case.mesh, in_specs=case.in_specs, out_specs=case.out_specs,
-                       axis_names=case.axis_names, **kw)
-    if case.entry == "jit":
-        return explain(case.fn, *case.args, mesh=case.mesh, in_shardings=case.in_shardings,
-                       out_shardings=case.out_shardings, **kw)
-    if case.entry == "pmap":
-        ids = [int(i) for i in np.asarray(case.mesh.device_ids).ravel()]
-        return explain(case.fn, *case.args, pmap_kwargs=dict(axis_name=case.mesh.axis_names[0], devices=ids), **kw)
-    raise ValueError(f"case {case.case_id} has entry {case.entry!r}: a device_put has no program to lower; "
-                     "use conformance.debug (bisect) for it.")
+    return explain(case.fn, *case.args, **_program.case_kwargs(case), **kw)

@@ -24,6 +24,8 @@ class Row:
 def _status(exp, st) -> str:
     if st.missing_ops:
         return "missing: " + ", ".join(sorted(st.missing_ops))
+    if st.status == "crashed":
+        return "crashed: " + (st.reason or "")[:120]
     if st.error:
         return "error: " + st.error.splitlines()[0][:120]
     if st.name == "jaxpr":

@@ -31,7 +31,12 @@ BOUNDARY = {"lowered": "lowering", "compiled": "compiler", "executed": "backend"
 class Stage:
     """One stage's result: `outputs` (per output, (N, *shard) in partition order), `seconds`,
     `error` (text, when the stage could not run), `trace` ({key: (op or eqn description,
-    (N, *shape) value)}), `program` (the interpreted module's plan, lowered / compiled)."""
+    (N, *shape) value)}), `program` (the interpreted module's plan, lowered / compiled).
+
+    `status`: "evaluated", "not evaluated" (refsim has no rule for an op of the module, the
+    module was lowered for another platform, the platform cannot compile it, or an earlier
+    step failed) or "crashed" (XLA failed compiling or running it); `reason` says why.
+    """
 
     name: str
     outputs: list | None = None
@@ -40,27 +45,55 @@ class Stage:
     missing_ops: dict | None = None
     trace: dict = dataclasses.field(default_factory=dict)
     program: Any = None
+    status: str = "evaluated"
+    reason: str | None = None
+    note: str | None = None
+    rerun: Any = None  # rerun(probe) -> outputs: interpret the module again with a (substituting) probe
+
+
+def _index_map(placement, shape) -> dict:
+    """{device id: index} of a placement (`xla_side.Placement`) or a JAX sharding."""
+    if hasattr(placement, "indices_by_id"):
+        return placement.indices_by_id(tuple(shape))
+    return {d.id: i for d, i in placement.devices_indices_map(tuple(shape)).items()}
 
 
 def shards_by_index(value: np.ndarray, sharding, device_ids) -> np.ndarray:
     """(N, *shard) from a global value (leading dim N or 1: one global view per device): entry p
-    is the block of `value` that JAX sharding `sharding` gives device `device_ids[p]`."""
-    idx = sharding.devices_indices_map(tuple(value.shape[1:]))
-    by_id = {d.id: i for d, i in idx.items()}
+    is the block of `value` that `sharding` (a JAX sharding or an `xla_side.Placement`) gives
+    device `device_ids[p]` (None: all of it)."""
+    if sharding is None:
+        return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0]) for p in range(len(device_ids))])
+    by_id = _index_map(sharding, value.shape[1:])
     return np.stack([np.asarray(value[p if value.shape[0] > 1 else 0][by_id[dev]])
                      for p, dev in enumerate(device_ids)])
 
 
-def _timed(stage: Stage, fn: Callable[[], Any]):
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def unsupported_on_platform(text: str) -> bool:
+    """True when XLA says the platform does not implement an op (not a crash)."""
+    return "UNIMPLEMENTED" in text or "not supported by XLA" in text
+
+
+def _timed(stage: Stage, fn: Callable[[], Any], *, xla: bool = False):
     t0 = time.perf_counter()
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a stage that cannot run is reported, not raised
         from refsim.stablehlo import UnsupportedOp
 
+        stage.error = f"{type(e).__name__}: {e}"
         if isinstance(e, UnsupportedOp):
             stage.missing_ops = dict(getattr(e, "missing", {e.op: ""}))
-        stage.error = f"{type(e).__name__}: {e}"
+            stage.status, stage.reason = "not evaluated", "missing rule: " + ", ".join(sorted(stage.missing_ops))
+        elif xla and not unsupported_on_platform(str(e)):
+            stage.status, stage.reason = "crashed", "XLA failed to run it: " + _first_line(e)
+        else:
+            stage.status, stage.reason = "not evaluated", _first_line(e)
         return None
     finally:
         stage.seconds = time.perf_counter() - t0
@@ -124,10 +157,11 @@ class _OpTrace:
             prev = None
             for op in b.ops:
                 key = loc_key(op.loc)
-                if key is not None and op.index in self.runs:
+                if key is not None:
                     if key != prev:
                         counts[key] = counts.get(key, 0) + 1
-                    out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
+                    if op.index in self.runs:
+                        out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
                 prev = key
                 for r in op.regions:
                     block(r)
@@ -135,6 +169,29 @@ class _OpTrace:
         for fn in program.funcs.values():
             block(fn.body)
         return out
+
+
+def static_groups(program) -> dict:
+    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
+    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
+    out: dict = {}
+    counts: dict = {}
+
+    def block(b):
+        prev = None
+        for op in b.ops:
+            key = loc_key(op.loc)
+            if key is not None:
+                if key != prev:
+                    counts[key] = counts.get(key, 0) + 1
+                out.setdefault((key, counts[key] - 1), []).append(op)
+            prev = key
+            for r in op.regions:
+                block(r)
+
+    for fn in program.funcs.values():
+        block(fn.body)
+    return out
 
 
 def by_line(trace: dict) -> dict:
@@ -153,16 +210,51 @@ def _order(x) -> int:
 
 # -- the stages --------------------------------------------------------------------------------
 
-def run_jaxpr(staged, device_ids, region=None) -> Stage:
+def _norm(index, shape) -> tuple:
+    return tuple(i.indices(n)[:2] if isinstance(i, slice) else (int(i), int(i) + 1) for i, n in zip(index, shape))
+
+
+def per_partition(arr, sharding, device_ids) -> np.ndarray:
+    """(N, *shard) of a refsim.Array: entry p is the block JAX sharding `sharding` gives device
+    `device_ids[p]`, taken from that device's own shard where refsim laid it out the same way (so
+    replicas that disagree stay visible), else cut from the global value."""
+    by_id = {int(s.device_id): s for s in arr.shards}
+    if sharding is None:
+        return np.stack([np.asarray(by_id[d].data) for d in device_ids])
+    shape = tuple(arr.shape)
+    want = _index_map(sharding, shape)
+    rows, whole = [], None
+    for d in device_ids:
+        s = by_id.get(d)
+        if s is not None and _norm(s.index, shape) == _norm(want[d], shape):
+            rows.append(np.asarray(s.data))
+            continue
+        if whole is None:
+            whole = np.asarray(arr)
+        rows.append(np.asarray(whole[want[d]]))
+    return np.stack(rows)
+
+
+def _refsim_sharding(s):
+    """A refsim sharding for a JAX output sharding (None where refsim has no equivalent)."""
+    s = getattr(s, "sharding", s)
+    if s is None or hasattr(s, "indices_by_id"):
+        return None
+    from xla_backend import convert
+
+    try:
+        return convert.from_jax_sharding(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_jaxpr(staged, device_ids, region=None, shardings=None) -> Stage:
     st = Stage("jaxpr")
 
     def go():
-        outs = staged.refsim()
-        res = []
-        for a in outs:
-            by_id = {int(s.device_id): np.asarray(s.data) for s in a.shards}
-            res.append(np.stack([by_id[d] for d in device_ids]))
-        return res
+        outs = staged.refsim([_refsim_sharding(s) for s in shardings] if shardings is not None else None)
+        shs = list(shardings) if shardings is not None and len(shardings) == len(outs) else [None] * len(outs)
+        return [per_partition(a, s, device_ids) for a, s in zip(outs, shs)]
 
     st.outputs = _timed(st, go)
     if region is not None and st.error is None:
@@ -211,13 +303,26 @@ def _jaxpr_trace(region, args) -> dict:
         return {}
     out: dict = {}
     counts: dict = {}
+    prev = None
+    order = 0
     for eqn, runs in seen.values():  # insertion order: order of first evaluation
+        if eqn.primitive.name in _NO_OPS:
+            continue  # lowers to no op: it does not separate the ops of the equations around it
         key = eqn_key(eqn)
         if key is None:
+            prev = None
             continue
-        counts[key] = counts.get(key, 0) + 1
-        out[(key, counts[key] - 1)] = [(_Eqn(eqn, len(out)), runs)]
+        # consecutive equations of one primitive and line form one group, as their ops do in a module
+        if key != prev:
+            counts[key] = counts.get(key, 0) + 1
+        out.setdefault((key, counts[key] - 1), []).append((_Eqn(eqn, order), runs))
+        order += 1
+        prev = key
     return out
+
+
+# primitives whose lowering emits no op (a type-level annotation)
+_NO_OPS = frozenset({"pvary"})
 
 
 class _Eqn:
@@ -235,11 +340,47 @@ def out_shardings(staged, compiled) -> list:
     if compiled is not None:
         return jax.tree_util.tree_leaves(compiled.output_shardings,
                                          is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
-    return _compat.lowered_out_shardings(staged.lowered)
+    # an output JAX left to XLA (UnspecifiedValue) is compared as the global value on every device
+    return [s if isinstance(s, jax.sharding.Sharding) else None for s in _compat.lowered_out_shardings(staged.lowered)]
 
 
-def not_compiled(name: str, error: str) -> Stage:
-    return Stage(name, error=f"not compiled: {error}")
+_XLA_WHERE = re.compile(r"((?:xla|third_party)/[\w/.\-]+\.(?:cc|h):\d+)")
+_PASS = re.compile(r"during context \[([^\]]+)\]|(?:in|after) pass[ :]+['\"]?([\w\-]+)")
+
+
+def classify_compile_error(e: BaseException, platforms=None) -> dict:
+    """What a failed compile means: {"status", "reason"} for the compiled stage.
+
+    "not evaluated" when the module was lowered for another platform or XLA says this
+    platform does not implement an op (UNIMPLEMENTED); otherwise "crashed": XLA rejected or
+    failed on a module JAX lowered (a verifier message, a failing pass, a RET_CHECK), which is
+    the compiler's fault. The reason keeps XLA's first line and the pass or source file it names.
+    """
+    text = str(e)
+    if platforms is not None:
+        return {"status": "not evaluated", "reason": f"lowered for {list(platforms)}, not this platform"}
+    if unsupported_on_platform(text):
+        return {"status": "not evaluated", "reason": "the platform cannot compile it: " + _first_line(e)}
+    m = _PASS.search(text)
+    where = [w for w in ((m.group(1) or m.group(2)) if m else None,
+                         (_XLA_WHERE.search(text) or [None, None])[1] if _XLA_WHERE.search(text) else None) if w]
+    line = _first_line(e)
+    reason = "XLA failed to compile it" + (f" ({', '.join(where)})" if where else "") + ": " + (
+        line if len(line) <= 300 else line[:300] + " ...")
+    out = {"status": "crashed", "reason": reason, "error": f"{type(e).__name__}: {text}"}
+    if "pipeline-start" in text:
+        out["note"] = ("XLA's verifier rejected the module before any pass ran: the module XLA was given is "
+                       "invalid (look at JAX's lowering, or at what edited the module).")
+    return out
+
+
+def not_compiled(failure: dict) -> list:
+    """The compiled and executed stages of a program XLA did not compile (`classify_compile_error`)."""
+    compiled = Stage("compiled", error=failure.get("error", failure["reason"]), status=failure["status"],
+                     reason=failure["reason"], note=failure.get("note"))
+    executed = Stage("executed", error=f"not compiled: {failure['reason']}", status="not evaluated",
+                     reason="not compiled")
+    return [compiled, executed]
 
 
 def run_lowered(staged, shardings, device_ids) -> Stage:
@@ -251,10 +392,15 @@ def run_lowered(staged, shardings, device_ids) -> Stage:
         module = staged.lowered.compiler_ir("stablehlo")
         st.program = sh.load(module)
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
+        args = [staged.global_args[i] for i in kept]
+        def form(outs):
+            return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
+
         tr = _OpTrace()
-        outs = sh.interpret(st.program, *[staged.global_args[i] for i in kept], probe=tr.probe)
+        outs = sh.interpret(st.program, *args, probe=tr.probe)
         st.trace = tr.keyed(st.program)
-        return [shards_by_index(np.asarray(o), s, device_ids) for o, s in zip(outs, shardings)]
+        st.rerun = lambda probe: form(sh.interpret(st.program, *args, probe=probe))
+        return form(outs)
 
     st.outputs = _timed(st, go)
     return st
@@ -270,39 +416,46 @@ def flat_in_shardings(compiled) -> list:
     return jax.tree_util.tree_leaves(ins, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
 
 
-def run_compiled(staged, compiled, device_ids) -> Stage:
+def run_compiled(staged, xla, device_ids) -> Stage:
+    """refsim.stablehlo on XLA's compiled per-device module (`xla`: an `xla_side.XlaRun`)."""
     import refsim.stablehlo as sh
 
     st = Stage("compiled")
+    if xla.compiled is not None:
+        f = xla.compiled
+        st.status, st.reason, st.note = f["status"], f["reason"], f.get("note")
+        st.error = f.get("error", f["reason"])
+        return st
 
     def go():
-        st.program = sh.load(sh.hlo_module_to_stablehlo(compiled))
+        if isinstance(xla.module, Exception):
+            raise xla.module
+        st.program = sh.load(xla.module)
         kept = _compat.lowered_kept_args(staged.lowered, len(staged.global_args))
         args = [staged.global_args[i] for i in kept]
-        shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, flat_in_shardings(compiled))]
+        shards = [shards_by_index(np.asarray(a)[None], s, device_ids) for a, s in zip(args, xla.in_placements)]
+        def run(probe):
+            outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=probe)
+            return [np.broadcast_to(o, (len(device_ids),) + o.shape[1:]) for o in outs]
+
         tr = _OpTrace()
-        outs = sh.interpret(st.program, *shards, per_device=True, num_partitions=len(device_ids), probe=tr.probe)
+        outs = run(tr.probe)
         st.trace = tr.keyed(st.program)
-        return [np.broadcast_to(o, (len(device_ids),) + o.shape[1:]) for o in outs]
+        st.rerun = run
+        return outs
 
     st.outputs = _timed(st, go)
     return st
 
 
-def run_executed(staged, compiled, device_ids) -> Stage:
-    import jax
-
+def run_executed(xla) -> Stage:
+    """The outputs of the compiled executable, run on the platform (in `xla`'s process)."""
     st = Stage("executed")
-
-    def go():
-        with staged.context():
-            outs = compiled(*staged.jargs)  # a Compiled drops the arguments the module does not take
-        res = []
-        for a in jax.tree_util.tree_leaves(outs):
-            by_id = {s.device.id: np.asarray(s.data) for s in a.addressable_shards}
-            res.append(np.stack([by_id[d] for d in device_ids]))
-        return res
-
-    st.outputs = _timed(st, go)
+    if xla.compiled is not None:
+        st.status, st.reason, st.error = "not evaluated", "not compiled", "not compiled: " + xla.compiled["reason"]
+    elif xla.executed is not None:
+        st.status, st.reason = xla.executed["status"], xla.executed["reason"]
+        st.error = xla.executed.get("error", st.reason)
+    else:
+        st.outputs = list(xla.outputs)
     return st
-

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 
 def summarize(exp) -> dict:
-    """{"diverged_in", "op", "source", "stages": {stage: agrees with the previous}} of an Explanation."""
-    return {"diverged_in": exp.diverged_in, "op": exp.op, "source": exp.source,
-            "stages": {s.name: exp.agrees.get(s.name) for s in exp.stages if s.name != "jaxpr"}}
+    """{"diverged_in", "op", "source", "stages": {stage: agrees with the previous}, "headline",
+    and, where they apply, "candidates" (undetermined), "crash", "not_evaluated"} of an Explanation."""
+    out = {"diverged_in": exp.diverged_in, "op": exp.op, "source": exp.source,
+           "stages": {s.name: exp.agrees.get(s.name) for s in exp.stages if s.name != "jaxpr"},
+           "headline": exp.headline()}
+    if exp.candidates:
+        out["candidates"] = list(exp.candidates)
+    if exp.crash:
+        out["crash"] = exp.crash
+    if exp.not_evaluated:
+        out["not_evaluated"] = dict(exp.not_evaluated)
+    return out
 
 
 def stage_of_reproducer(path: str) -> dict:
@@ -36,9 +45,15 @@ def stage_line(stage: dict) -> str:
     if stage.get("error"):
         return f"stage: not localised ({stage['error']})"
     where = stage.get("diverged_in")
+    if where is None and stage.get("not_evaluated"):
+        return "stage: " + stage.get("headline", "no divergence found, but not every stage was compared")
     if where is None:
         return "stage: refsim's stages (jaxpr, lowered, compiled) and execution agree on the reproducer"
+    if where == "undetermined":
+        return "stage: " + stage.get("headline", "diverged in: undetermined").replace("diverged in: ", "diverged in ")
     text = f"stage: diverged in {where}"
+    if stage.get("crash"):
+        text += f" (crash: {stage['crash']})"
     if stage.get("op"):
         text += f" at {stage['op']}" + (f" ({stage['source']})" if stage.get("source") else "")
     return text

@@ -187,7 +187,7 @@ def test_bad_arguments_raise_with_the_fix():
         bisect(program, A, B, max_ulp=-1, **KW)
     with pytest.raises(ValueError, match="in_specs given without out_specs"):
         bisect(program, A, B, mesh=MESH, in_specs=P("x", "y"))
-    with pytest.raises(TypeError, match="mesh must be a refsim.Mesh"):
+    with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh or a refsim.Mesh"):
         bisect(program, A, B, mesh=None, in_specs=P("x", "y"), out_specs=P("x", "y"))
 
 
