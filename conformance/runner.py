@@ -29,12 +29,15 @@ from conformance.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "RunResult", "interruptible", "plan_chunks",
-           "plan_tasks", "run", "run_task", "write_repro"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunResult", "interruptible",
+           "plan_chunks", "plan_tasks", "run", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
 DEFAULT_EXAMPLES = 20
+# The most draws per family `python -m conformance run` accepts without --force (50 times the
+# default: hours of run time; the plan draws them all before the first case ends).
+MAX_EXAMPLES = 1000
 SHRINK_SECONDS = 60.0
 # A case (all its examples) normally takes seconds; one still running after this is a hang.
 DEFAULT_CASE_TIMEOUT = 300.0
