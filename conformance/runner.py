@@ -307,7 +307,9 @@ def write_repro(task, case, repro_dir: str | None, expected=None) -> str:
     repro_dir = repro_dir or os.path.join(tempfile.gettempdir(), "conformance-repros")
     os.makedirs(repro_dir, exist_ok=True)
     path = os.path.join(repro_dir, _slug(task.case_id) + ".py")
-    with open(path, "w", encoding="utf-8") as fh:
+    from conformance.report.files import writing
+
+    with writing(path), open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
 

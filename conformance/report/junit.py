@@ -18,6 +18,7 @@ import socket
 import xml.etree.ElementTree as ET
 
 from conformance.report._rewrite import RewritingReporter
+from conformance.report.files import writing
 from conformance.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
@@ -157,11 +158,12 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write through a temporary file and rename, so a reader never sees half a document."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with writing(path):
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     except BaseException:
         _remove_quietly(tmp)  # never leave a .tmp file behind
         raise
