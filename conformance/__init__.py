@@ -1,9 +1,9 @@
 """conformance: check refsim against XLA.
 
 `conformance.check(fn, *args)` checks one call of your own program (docs/oracle.md); it and
-`ConformanceError`, `NotCheckable`, `CheckResult` load on first use.
+`ConformanceError`, `NotCheckable`, `CheckTimeout`, `CheckResult` load on first use.
 """
-_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckResult")
+_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckTimeout", "CheckResult")
 
 
 def __getattr__(name):

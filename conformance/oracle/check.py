@@ -31,7 +31,11 @@ from conformance.oracle import reproduce
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 
-__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
+__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
+           "check"]
+
+# Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
+DEFAULT_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +120,44 @@ class ConformanceError(AssertionError):
         self.result = result
         self.repro_path = result.repro_path
         super().__init__(result.report() + (f"\n  {note}" if note else ""))
+
+
+class CheckTimeout(TimeoutError):
+    """XLA did not finish a checked call within `check`'s timeout (a device-side infinite loop, a
+    collective waiting for a peer). XLA cannot cancel a running computation: it keeps running
+    in the background, holding its devices, and this process cannot exit normally until it ends
+    (end the process, e.g. ``os._exit(1)``, once the timeout is reported).
+    `.name` is the program, `.timeout` the seconds waited."""
+
+    def __init__(self, name: str, timeout: float):
+        self.name, self.timeout = name, timeout
+        super().__init__(
+            f"check: XLA did not finish {name} within timeout={timeout:g} s (a device-side infinite loop, or a "
+            "collective waiting for a peer?). The computation cannot be cancelled: it keeps running in the "
+            "background and holds its devices, and this process will not exit normally until it ends; end it "
+            "(e.g. os._exit(1)) once this is reported. Pass a larger timeout= if the call is only slow.")
+
+
+def wait_for_xla(out, name: str, timeout: float | None) -> None:
+    """Return when every jax.Array in `out` is computed; `CheckTimeout` after `timeout` seconds
+    (None: wait as long as it takes). Polls `jax.Array.is_ready` from this thread: a thread
+    blocked in XLA would abort the interpreter at exit, and JAX dispatches asynchronously, so
+    the call itself returns at once."""
+    import jax
+
+    if timeout is None:
+        jax.block_until_ready(out)
+        return
+    pending = [x for x in jax.tree_util.tree_leaves(out) if callable(getattr(x, "is_ready", None))]
+    deadline, pause = time.monotonic() + timeout, 0.0005
+    while True:
+        pending = [x for x in pending if not x.is_ready()]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise CheckTimeout(name, timeout)
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
 
 
 # -- building the callable -------------------------------------------------------------------------
@@ -290,30 +332,51 @@ def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tupl
 
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
-          repro_dir: str | None = None, name: str | None = None, **kwargs) -> CheckResult:
+          repro_dir: str | None = None, name: str | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+          **kwargs) -> CheckResult:
     """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
 
     Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
     report; `.repro_path`: a standalone reproducer written to `repro_dir`, default a fresh
     temporary folder) when they disagree, and `NotCheckable` (`.reason`) when refsim cannot
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
-    `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
-    output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare` policies.
+    An exception of the program itself (``fn(*args)`` raises it under JAX too) reaches the
+    caller as itself. `policy`: "auto" (exact where the result is exact, else ``ulps`` units of
+    roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare`
+    policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
+    limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
     Other keyword arguments are passed to `fn`.
     """
     import contextlib
 
     import jax
 
+    from conformance import validation
+
+    validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
+                             none_means="for no limit")
     call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
                                                  in_shardings, out_shardings)
     label = name or _name(fn)
     scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
     with scope:
         t0 = time.perf_counter()
-        traced = prepare(call, placed, kwargs)
+        untraceable = None
+        try:
+            traced = prepare(call, placed, kwargs)
+        except NotCheckable as e:
+            if e.reason != "trace failed":
+                raise
+            untraceable = e
+        if untraceable is not None:
+            # The program's own error (a bug in fn, a bad argument) is what the call raises under
+            # JAX too: the caller gets it as itself, from the call. A call that runs works eagerly
+            # but cannot be traced to one jaxpr: not checkable.
+            wait_for_xla(call(*placed, **kwargs), label, timeout)
+            raise untraceable
         t1 = time.perf_counter()
         out = call(*placed, **kwargs)
+        wait_for_xla(out, label, timeout)
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})
