@@ -30,8 +30,7 @@ from conformance.suites import SUITES
 from xla_backend import limits
 
 _positive = validation.option("count", integer=True, low=1)
-_devices = validation.option("--devices", integer=True, low=1, high=limits.MAX_DEVICE_COUNT,
-                             what="XLA reads the device count as a 32-bit int")
+_devices = validation.device_count_option("--devices")
 _seed = validation.option("--seed", integer=True, low=0, what="hypothesis and NumPy seeds are non-negative")
 _seconds = validation.seconds_option("--shrink-seconds", zero=True, what="0: no shrinking")
 _timeout = validation.seconds_option("--case-timeout")

@@ -244,6 +244,9 @@ def run_local(command, *, processes=2, devices_per_process=4, platform="cpu", ti
     for name, value in (("processes", processes), ("devices_per_process", devices_per_process)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r}: pass an int >= 1.")
+    if devices_per_process > limits.MAX_DEVICE_COUNT:
+        raise ValueError(f"devices_per_process={devices_per_process}: pass an int <= {limits.MAX_DEVICE_COUNT} (XLA "
+                         "reads the device count as a 32-bit int).")
     if shutil.which(command[0]) is None:
         raise ValueError(f"command {command[0]!r} is not an executable file or a program on PATH; "
                          "write the program after `--`, e.g. -- python my_script.py")

@@ -63,3 +63,7 @@ def test_the_xla_device_count_flag_is_range_checked_before_xla_reads_it():
 
     with pytest.raises(ValueError, match=r"devices=9223372036854775808: the CPU device count must be <= 2147483647"):
         platform.configure("cpu", 2**63)
+    from xla_backend import launch
+
+    with pytest.raises(ValueError, match=r"devices_per_process=9223372036854775808: pass an int <= 2147483647"):
+        launch.run_local(["true"], devices_per_process=2**63)

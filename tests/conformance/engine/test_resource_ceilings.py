@@ -47,6 +47,8 @@ def test_conformance_run_refuses_a_value_above_the_machines_ceiling(tmp_path, fl
 def test_a_device_count_xla_cannot_read_is_refused_by_its_range_even_with_force():
     for argv in (["conformance", "run", "--devices", str(2**63)], ["conformance", "run", "--devices", str(2**63),
                                                                      "--force"],
+                 ["conformance", "check", "--devices", str(2**63), "script.py"],
+                 ["conformance", "mutate", "--devices", str(2**63)],
                  ["xla_backend", "info", "--devices", str(2**63)],
                  ["xla_backend", "launch", "--devices-per-process", str(2**63), "--", "true"]):
         r = _run(*argv)
