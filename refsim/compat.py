@@ -306,7 +306,7 @@ def eqn_source_line(eqn) -> str:
         return ""
 
 
-# --- xla_backend.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
+# --- conformance.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
 
 def lowering_tables():
     """(default table, per-platform tables, entry class) of `jax._src.interpreters.mlir`.

@@ -11,7 +11,7 @@ callable, the inputs placed on the layout's devices and, on demand, the lowering
     ...     out = staged.call(*staged.args)
     >>> staged.lower().as_text()                # lowered once, on first use
 
-`xla_backend.shard_map` / `jit` / `pmap`, `conformance.check`, `conformance.explain` and the
+`xla_backend.shard_map` / `jit` / `pmap`, `conformance.check`, `conformance.debug.explain` and the
 debugger all build their programs here, so the program every tool compares is the one
 xla_backend runs. Devices correspond by id (refsim device id == JAX ``device.id``): a refsim
 `Mesh` becomes a `jax.sharding.Mesh` only through `xla_backend.jax_mesh`, pmap's device ids

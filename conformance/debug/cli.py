@@ -27,7 +27,7 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
     p.add_argument("--png", metavar="PATH", help="write the device grid as PNG (needs matplotlib)")
     p.add_argument("--runner", metavar="MODULE:NAME",
                    help="the XLA-side runner (default conformance.debug.region:xla_runner); e.g. "
-                        "conformance.debug.planted:reverse_first_ppermute plants a miscompile. For a "
+                        "conformance.faults.jaxpr:reverse_first_ppermute plants a miscompile. For a "
                         "device_put case it is called as runner(x, source, target) (default "
                         "conformance.debug.movement:xla_device_put)")
     p.add_argument("--intermediates", metavar="DIR",
@@ -86,7 +86,7 @@ def _import_runner(spec: str):
 
     module, _, name = spec.partition(":")
     if not module or not name:
-        raise ValueError("expected MODULE:NAME, e.g. conformance.debug.planted:reverse_first_ppermute")
+        raise ValueError("expected MODULE:NAME, e.g. conformance.faults.jaxpr:reverse_first_ppermute")
     runner = getattr(importlib.import_module(module), name)
     if not callable(runner):
         raise ValueError(f"{spec} is not callable; a runner is called as runner(region, args).")

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from conformance import compare
+from conformance import validation
+from conformance.verdict import compare
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
-from conformance.oracle import reproduce
+from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 
@@ -245,9 +246,13 @@ def _name(fn) -> str:
     return f"{mod}.{qual}" if mod and mod != "__main__" else qual
 
 
+_DIFF_BLOCK = 1 << 20  # elements per block of _max_diff: small float64 temporaries, reused
+
+
 def _max_diff(e, a) -> float:
     """The largest finite |xla - refsim| over the devices (a complex element: its larger part's,
-    as the part-by-part policies measure it)."""
+    as the part-by-part policies measure it), in blocks of leading-axis rows (small reused
+    temporaries, as compare's)."""
     worst = 0.0
     sa = {int(s.device_id): np.asarray(s.data) for s in a.shards}
     for s in e.shards:
@@ -256,22 +261,84 @@ def _max_diff(e, a) -> float:
         # bfloat16 / float8 arrays are of kind "V"
         if y is None or y.shape != x.shape or not (is_float(x.dtype) or x.dtype.kind in "iub") or x.size == 0:
             continue
-        d = abs_diff(x, y)
-        d = d[np.isfinite(d)]
-        if d.size:
-            worst = max(worst, float(d.max()))
+        x, y = (x.reshape((1,)), y.reshape((1,))) if x.ndim == 0 else (x, y)
+        step = max(1, _DIFF_BLOCK // max(1, x.size // x.shape[0]))
+        for i in range(0, x.shape[0], step):
+            d = abs_diff(x[i:i + step], y[i:i + step])
+            d = d[np.isfinite(d)]
+            if d.size:
+                worst = max(worst, float(d.max()))
     return worst
 
 
-def _summaries(ref, xla, pols, where, paths) -> list:
+def _summaries(ref, xla, pols, where, paths, indices=None) -> list:
+    """One summary per compared output; `indices`: each one's place among all outputs."""
     out = []
     for k, (e, a, p) in enumerate(zip(ref, xla, pols)):
         scaled = isinstance(p, policy_mod.ScaledBound)
         allowed = float(p.allowed(e.dtype)) if scaled else 0.0
         diff = _max_diff(e, a)
-        out.append(OutputSummary(k, tuple(e.shape), str(np.dtype(e.dtype)), len(e.shards), p.describe(),
-                                 where[k] if k < len(where) else "xla", diff, allowed,
+        out.append(OutputSummary(k if indices is None else indices[k], tuple(e.shape), str(np.dtype(e.dtype)),
+                                 len(e.shards), p.describe(), where[k] if k < len(where) else "xla", diff, allowed,
                                  paths[k] if k < len(paths) else "", p.ulps_of(diff, e.dtype) if scaled else None))
+    return out
+
+
+# -- float0 outputs ----------------------------------------------------------------------------------
+FLOAT0_POLICY = "shape only (float0 carries no data)"
+
+
+def _is_float0(x) -> bool:
+    import jax
+
+    return getattr(x, "dtype", None) == jax.dtypes.float0
+
+
+def _replace_jaxpr(closed, **changes):
+    """`closed` with its jaxpr's fields changed (JAX < 0.11 nests a Jaxpr in a ClosedJaxpr;
+    later JAX's Jaxpr carries its consts itself and is its own `.jaxpr`)."""
+    j = closed.jaxpr
+    new = j.replace(**changes)
+    return new if j is closed else closed.replace(jaxpr=new)
+
+
+def _keep_result_paths(dbg, keep):
+    paths = getattr(dbg, "result_paths", None)
+    if not isinstance(paths, tuple) or not hasattr(dbg, "_replace"):
+        return dbg
+    return dbg._replace(result_paths=tuple(paths[k] for k in keep if k < len(paths)))
+
+
+def _without_outputs(closed, drop: set):
+    """`closed` without the outputs at positions `drop`, removed through the top-level jit
+    equations (and their out_shardings / out_layouts) that `program.refsim_outputs` looks
+    through, so the stated layouts of the other outputs still apply."""
+    j = closed.jaxpr
+    keep = [k for k in range(len(j.outvars)) if k not in drop]
+    eqns = list(j.eqns)
+    if (len(eqns) == 1 and eqns[0].primitive.name in ("jit", "pjit")
+            and list(eqns[0].outvars) == list(j.outvars)):
+        e = eqns[0]
+        params = dict(e.params, jaxpr=_without_outputs(e.params["jaxpr"], drop))
+        for key in ("out_shardings", "out_layouts"):
+            if isinstance(params.get(key), tuple) and len(params[key]) == len(j.outvars):
+                params[key] = tuple(params[key][k] for k in keep)
+        eqns = [e.replace(params=params, outvars=[e.outvars[k] for k in keep])]
+    return _replace_jaxpr(closed, eqns=eqns, outvars=[j.outvars[k] for k in keep],
+                          debug_info=_keep_result_paths(j.debug_info, keep))
+
+
+def _float0_summaries(traced, flat_out, drop, paths) -> list:
+    """float0 outputs (tangents of integer inputs) hold no data: JAX builds them on the host
+    from the traced type, nothing runs on XLA. They are checked by shape against the trace."""
+    avals = traced.closed.out_avals
+    out = []
+    for k in sorted(drop):
+        shape = tuple(np.shape(flat_out[k]))
+        if k < len(avals) and tuple(avals[k].shape) != shape:
+            raise NotCheckable("float0 output", f"output {k}: XLA's shape {shape}, traced {tuple(avals[k].shape)}")
+        out.append(OutputSummary(k, shape, "float0", 0, FLOAT0_POLICY, "host", 0.0, 0.0,
+                                 paths[k] if k < len(paths) else ""))
     return out
 
 
@@ -300,8 +367,19 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     """refsim's side of a call whose XLA result is `out`: evaluate, choose policies, compare.
 
     Returns (CheckResult, refsim outputs, policies); NotCheckable when refsim cannot evaluate it.
+    float0 outputs are checked by shape only and left out of refsim's outputs and the policies.
     """
+    import jax
+
     t0 = time.perf_counter()
+    flat_out, paths = jax.tree_util.tree_leaves(out), prog.output_paths(out)
+    drop = {k for k, x in enumerate(flat_out) if _is_float0(x)}
+    indices = [k for k in range(len(flat_out)) if k not in drop]
+    extra = []
+    if drop:
+        extra = _float0_summaries(traced, flat_out, drop, paths)
+        traced = dataclasses.replace(traced, closed=_without_outputs(traced.closed, drop))
+        out, paths = [flat_out[k] for k in indices], [paths[k] for k in indices if k < len(paths)]
     xla = prog.xla_outputs(out)
     try:
         ref, where = prog.refsim_outputs(traced, xla)
@@ -310,12 +388,15 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
         raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
+    if policy == "auto":
+        xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
     cmp = compare.compare(ref, xla, tolerances=pols)
     secs = dict(seconds or {})
     secs["refsim_and_compare"] = time.perf_counter() - t0
     if prog.is_shard_map_program(traced) and entry != "pmap":
         entry = {"function": "shard_map", "jit": "jit(shard_map)"}.get(entry, entry)
-    res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=_summaries(ref, xla, pols, where, prog.output_paths(out)),
+    summaries = sorted(_summaries(ref, xla, pols, where, paths, indices) + extra, key=lambda o: o.index)
+    res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=summaries,
                       provenance=_provenance(ref), seconds=secs)
     res.notes = platform_notes.notes(res.provenance["platform"], traced.closed.jaxpr, res.ok)
     return res, ref, pols
@@ -342,7 +423,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
     An exception of the program itself (``fn(*args)`` raises it under JAX too) reaches the
     caller as itself. `policy`: "auto" (exact where the result is exact, else ``ulps`` units of
-    roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare`
+    roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare`
     policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
     limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
     Other keyword arguments are passed to `fn`.
@@ -350,8 +431,6 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     import contextlib
 
     import jax
-
-    from conformance import validation
 
     validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
                              none_means="for no limit")

@@ -17,11 +17,11 @@ import os
 import runpy
 import sys
 
+from conformance.arguments import Parser   # one-line errors, exit 2, as the other subcommands
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.cli import _Parser   # one-line errors, exit 2, as the other subcommands
-
-    ap = _Parser(prog="python -m conformance check",
+    ap = Parser(prog="python -m conformance check",
                                  description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
     ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")

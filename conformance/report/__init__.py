@@ -1,6 +1,6 @@
 """Reporters of a conformance run: JSON lines, JUnit XML, an HTML page, and the console.
 
-Each implements `conformance.results.Reporter` (start / case_finished / finish).
+Each implements `conformance.report.results.Reporter` (start / case_finished / finish).
 `open_report_dir(path)` gives the three file reporters of a ``--report DIR`` folder.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from conformance.report.files import check_regular, writing
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 __all__ = ["JsonlReporter", "load_finished", "read_records"]
 

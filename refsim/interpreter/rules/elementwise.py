@@ -9,6 +9,7 @@ XLA:CPU for ``convert`` of out-of-range floats).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import scipy.special as sp
 
@@ -450,12 +451,52 @@ def convert_element_type_rule(ctx, x, *, new_dtype, weak_type, sharding):
     return convert(x, new_dtype)
 
 
+def _nbits(dtype: np.dtype) -> int:
+    """Bits per element as jax.dtypes.itemsize_bits counts them: int4/uint4/float4 are
+    4 bits although NumPy (ml_dtypes) stores each in a whole byte."""
+    if dtype.itemsize == 1 and dtype != np.dtype(bool):
+        # ml_dtypes' int4 is not an np.integer subtype, so ask iinfo first
+        try:
+            return int(ml_dtypes.iinfo(dtype).bits)
+        except ValueError:
+            return int(ml_dtypes.finfo(dtype).bits)
+    return 8 * dtype.itemsize
+
+
+def _bits_of(x: np.ndarray, nbits: int) -> np.ndarray:
+    """The bit pattern of each element, shape ``x.shape + (nbits,)``, least significant first."""
+    raw = np.ascontiguousarray(x).view(np.uint8).reshape(x.shape + (x.dtype.itemsize,))
+    return np.unpackbits(raw, axis=-1, bitorder="little")[..., :nbits]
+
+
+def _from_bits(bits: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Inverse of _bits_of: a sub-byte element sits in the low bits of its byte (ml_dtypes)."""
+    pad = 8 * dtype.itemsize - bits.shape[-1]
+    if pad:
+        bits = np.concatenate([bits, np.zeros(bits.shape[:-1] + (pad,), np.uint8)], axis=-1)
+    raw = np.packbits(bits, axis=-1, bitorder="little")
+    return np.ascontiguousarray(raw).view(dtype)[..., 0]
+
+
 @register("bitcast_convert_type")
 def bitcast_convert_type_rule(ctx, x, *, new_dtype):
-    """StableHLO bitcast_convert: a wider source gains a trailing dim of its byte ratio,
-    a narrower source loses its trailing dim (little-endian element order, as XLA)."""
+    """StableHLO bitcast_convert: a wider source gains a trailing dim of its bit-width ratio,
+    a narrower source loses its trailing dim, element 0 in the least significant bits (as
+    XLA). Widths follow jax's _bitcast_convert_type_shape_rule: int4/uint4/float4 pack
+    two to a byte (int4[4] -> float16 is one 16-bit word), not one byte each as NumPy."""
     new = np.dtype(new_dtype)
-    x = np.ascontiguousarray(x)
+    old_bits, new_bits = _nbits(x.dtype), _nbits(new)
+    if x.dtype == new:
+        return x
+    if old_bits % 8 or new_bits % 8:
+        bits = _bits_of(x, old_bits)
+        if old_bits > new_bits:
+            bits = bits.reshape(x.shape + (old_bits // new_bits, new_bits))
+        elif old_bits < new_bits:
+            bits = bits.reshape(x.shape[:-1] + (new_bits,))
+        return _from_bits(bits, new)
+    # np.ascontiguousarray makes a 0-d operand 1-d; keep its rank
+    x = np.ascontiguousarray(x).reshape(x.shape)
     if new.itemsize == x.dtype.itemsize:
         return x.view(new)
     if new.itemsize < x.dtype.itemsize:

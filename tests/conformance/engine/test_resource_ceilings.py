@@ -1,7 +1,7 @@
 """One argument cannot take the machine (issue 28, point 5) nor reach XLA's flag parser out of range
 (point 7). Each refusal is one line on stderr, exit status 2, before anything starts or is
 written, naming the value, the ceiling, why, and --force. The ceilings are derived from this
-machine (xla_backend.limits; tests/xla_backend/test_limits.py pins the figures); these tests use
+machine (xla_backend.limits; tests/xla_backend/test_xla_backend_limits.py pins the figures); these tests use
 values above them on any machine and never run what they ask for."""
 import argparse
 import os
@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from conformance import cli, runner
+from conformance import cli
+from conformance.engine import runner
 from xla_backend import limits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
