@@ -403,7 +403,7 @@ def _check_ranks(dynamic: tuple, shardings: list, entry: str) -> None:
             in_seq = any(isinstance(k, jax.tree_util.SequenceKey) for k in path[1:])
             hint = (" A Python list or tuple is a pytree, so each of its elements is an argument of its own, as "
                     "in JAX: pass np.asarray(...) to give it as one array." if in_seq else "")
-            entry_text = f"entry {spec_to_jax(spec)!r}" if entry == "shard_map" else f"entry of spec {spec_to_jax(spec)!r}"
+            entry_text = ("entry " if entry == "shard_map" else "entry of spec ") + repr(spec_to_jax(spec))
             raise ValueError(
                 f"{what} {entry_text} has length {len(spec)}, but {where} has shape "
                 f"{np.shape(x)}, of rank {ndim} ({ndim} < {len(spec)}): a spec names at most one mesh axis group "

@@ -13,7 +13,8 @@ from refsim import HloSharding
     ('{replicated metadata={op_name="r"}}', "{replicated}"),
     ('{maximal device=3 metadata={{op_name="a"}, {op_name="b"}}}', "{maximal device=3}"),
     ('{devices=[2,2]0,2,1,3 metadata={op_name="say \\"}\\""}}', "{devices=[2,2]0,2,1,3}"),
-    ('{devices=[2,4]<=[4,2]T(1,0) last_tile_dims={manual} metadata={}}', "{devices=[2,4]<=[4,2]T(1,0) last_tile_dims={manual}}"),
+    ('{devices=[2,4]<=[4,2]T(1,0) last_tile_dims={manual} metadata={}}',
+     "{devices=[2,4]<=[4,2]T(1,0) last_tile_dims={manual}}"),
 ])
 def test_metadata_is_accepted_and_ignored(text, plain):
     assert HloSharding.parse(text) == HloSharding.parse(plain)
