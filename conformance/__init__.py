@@ -1,7 +1,7 @@
 """conformance: check refsim against XLA.
 
 `conformance.check(fn, *args)` checks one call of your own program (docs/oracle.md); it and
-`ConformanceError`, `XlaError`, `NotCheckable`, `CheckResult` load on first use.
+`ConformanceError`, `XlaError`, `NotCheckable`, `CheckTimeout`, `CheckResult` load on first use.
 `conformance.explain(fn, *args)` (the callable `conformance.explain` module) and
 `conformance.bisect(fn, *args)` take the same arguments and localise a disagreement to a
 compiler stage and an op, or to an equation (docs/debugging.md). The package's rooms
@@ -13,7 +13,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckResult", "XlaError")
+_CHECK_API = ("check", "ConformanceError", "NotCheckable", "CheckTimeout", "CheckResult", "XlaError")
 
 #: Module paths of earlier layouts that documented code may still import, and the module each
 #: now is. Importing an old path gives the new module object itself (patching included).

@@ -4,6 +4,7 @@
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
         [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
+        [--force]
     python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.engine.mutate)
@@ -29,7 +30,7 @@ from conformance import validation
 from conformance.arguments import Parser as _Parser
 from conformance.report.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
 from conformance.suites import SUITES
-from xla_backend import platform
+from xla_backend import limits, platform
 
 
 class Command(NamedTuple):
@@ -57,6 +58,7 @@ COMMANDS = {
 }
 
 _positive = validation.option("count", integer=True, low=1)
+_devices = validation.device_count_option("--devices")
 _seed = validation.option("--seed", integer=True, low=0, what="hypothesis and NumPy seeds are non-negative")
 _seconds = validation.seconds_option("--shrink-seconds", zero=True, what="0: no shrinking")
 _timeout = validation.seconds_option("--case-timeout")
@@ -99,17 +101,18 @@ def _compile_cache(value: str | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
+    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
     run = sub.add_parser("run", help=COMMANDS["run"].help)
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
-    run.add_argument("--devices", type=_positive, default=None,
+    run.add_argument("--devices", type=_devices, default=None,
                      help="device count (virtual devices on CPU, default 8; other platforms and --distributed: "
                           "default every device)")
     run.add_argument("--examples", type=_positive, default=DEFAULT_EXAMPLES,
-                     help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
+                     help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}, at most {MAX_EXAMPLES} without "
+                          "--force); the run time scales with it")
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
     run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
     run.add_argument("--seed", type=_seed, default=0, help="seed of every draw, an int >= 0 (default 0)")
@@ -136,10 +139,33 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"seconds a case may run before it is killed with its worker and recorded as timeout "
                           f"(default {DEFAULT_CASE_TIMEOUT:g}); with --distributed: seconds a process may take to "
                           "send a case's results before the run ends naming it (default 600)")
+    run.add_argument("--force", action="store_true",
+                     help="run even above this machine's ceilings: --processes (2 per CPU core, and what memory "
+                          f"holds), --devices on CPU (what memory holds in every worker), --examples ({MAX_EXAMPLES})")
     for name, command in COMMANDS.items():
         if name != "run":  # each parses its own arguments
             sub.add_parser(name, help=command.help, add_help=False)
     return ap
+
+
+def check_ceilings(args) -> None:
+    """Refuse, before anything starts, a run that asks more of this machine than it holds: worker
+    processes above 2 per CPU core or above what memory holds, virtual CPU devices above what
+    memory holds in every worker (`xla_backend.limits`), draws per family above `MAX_EXAMPLES`.
+    ValueError (`limits.AboveCeiling`) naming the value, the ceiling, why, and --force."""
+    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, MAX_EXAMPLES
+
+    if args.force:
+        return
+    limits.check("--examples", args.examples, limits.Ceiling(
+        MAX_EXAMPLES, f"the documented maximum of draws per family: the plan draws them all before the first case "
+                      f"ends, each case runs all of its family's draws within one --case-timeout (default "
+                      f"{DEFAULT_CASE_TIMEOUT:g} s), and the run time grows with them (the default 20 take about 5 "
+                      "minutes on 2 CPU cores)"))
+    if not args.distributed:  # a distributed run's processes and devices are its launcher's
+        # on an accelerator --devices is a count to find (preflight), not one to create
+        cpu = args.platform == "cpu"
+        limits.check_run(processes=args.processes, devices=(args.devices or 8) if cpu else None, platform=args.platform)
 
 
 def run_command(args, console=None) -> int:
@@ -197,8 +223,8 @@ def _resume_command(args) -> str:
     """The command line that continues this run's report folder."""
     import shlex
 
-    argv = list(getattr(args, "argv", None) or ["run", "--report", str(args.report)])
-    return shlex.join(["python", "-m", "conformance"] + argv + ([] if "--resume" in argv else ["--resume"]))
+    argv = list(getattr(args, "argv", None) or ["--report", str(args.report)])  # the arguments after `run`
+    return shlex.join(["python", "-m", "conformance", "run"] + argv + ([] if "--resume" in argv else ["--resume"]))
 
 
 def _interrupted(args, stop) -> int:
@@ -248,6 +274,11 @@ def run_main(argv) -> int:
     args.argv = argv
     from conformance.engine import runner
 
+    try:
+        check_ceilings(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with runner.interruptible():  # SIGINT, SIGTERM, SIGHUP: one line, the reports INCOMPLETE
             lock = None

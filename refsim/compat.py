@@ -28,6 +28,14 @@ def unreduced_read_error(message: str) -> Exception:
     return NotImplementedError(message)
 
 
+def xla_runtime_error(message: str) -> Exception:
+    """The error JAX raises when XLA refuses a program at compile or run time (UNIMPLEMENTED,
+    INVALID_ARGUMENT): `jax.errors.JaxRuntimeError` (a RuntimeError), jax 0.10 … 0.12."""
+    import jax
+
+    return jax.errors.JaxRuntimeError(message)
+
+
 def reshape_view(a, shape):
     """`a` reshaped to `shape` as a view of the same memory, or None where NumPy would have to
     copy (NumPy >= 2.1: `reshape(copy=False)`; older NumPy: assigning `.shape`, which 2.5

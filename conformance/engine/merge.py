@@ -46,10 +46,10 @@ def read_folder(path) -> Folder:
 
     path = os.fspath(path)
     jsonl = os.path.join(path, JSONL_NAME)
-    if not os.path.isfile(jsonl):
+    if not os.path.exists(jsonl):
         raise ValueError(f"{path!r} is not a report folder: it has no {JSONL_NAME}; pass folders written by "
                          "`python -m conformance run --report DIR`.")
-    records = read_records(jsonl)
+    records = read_records(jsonl)  # ValueError for a FIFO, device or folder there
     plans = [r for r in records if r["type"] == "plan"]
     if not plans:
         raise ValueError(f"{jsonl} has no plan record; it was not written by `python -m conformance run`.")

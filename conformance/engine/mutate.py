@@ -427,7 +427,7 @@ def main(argv=None) -> int:
     p.add_argument("--case-timeout", type=validation.seconds_option("--case-timeout"), default=CASE_TIMEOUT,
                    help=f"seconds a case may run under a fault (runner engine; default {CASE_TIMEOUT:g})")
     p.add_argument("--platform", default=None, help="JAX platform (default: xla_backend's current)")
-    p.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), default=8)
+    p.add_argument("--devices", type=validation.device_count_option("--devices"), default=8)
     p.add_argument("--shrink-calls", type=validation.option("--shrink-calls", integer=True, low=0),
                    default=SHRINK_CALLS,
                    help=f"runs spent shrinking each killing case (direct engine; default {SHRINK_CALLS})")

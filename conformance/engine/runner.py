@@ -25,17 +25,21 @@ import traceback
 from conformance.engine import plan as plan_mod
 from conformance.engine import workers
 from conformance.report import timing
+from conformance.report.files import writing
 from conformance.verdict import xfails as xfails_mod
 from conformance.report.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "RunResult", "interruptible", "plan_chunks",
-           "plan_tasks", "run", "run_task", "write_repro"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunResult", "interruptible",
+           "plan_chunks", "plan_tasks", "run", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
 DEFAULT_EXAMPLES = 20
+# The most draws per family `python -m conformance run` accepts without --force (50 times the
+# default: hours of run time; the plan draws them all before the first case ends).
+MAX_EXAMPLES = 1000
 SHRINK_SECONDS = 60.0
 # A case (all its examples) normally takes seconds; one still running after this is a hang.
 DEFAULT_CASE_TIMEOUT = 300.0
@@ -305,7 +309,7 @@ def write_repro(task, case, repro_dir: str | None, expected=None) -> str:
     repro_dir = repro_dir or os.path.join(tempfile.gettempdir(), "conformance-repros")
     os.makedirs(repro_dir, exist_ok=True)
     path = os.path.join(repro_dir, _slug(task.case_id) + ".py")
-    with open(path, "w", encoding="utf-8") as fh:
+    with writing(path), open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import validation
 from conformance.verdict import compare
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
@@ -31,7 +32,11 @@ from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 
-__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "XlaError", "check"]
+__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
+           "XlaError", "check"]
+
+# Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
+DEFAULT_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +172,44 @@ def xla_error(e: BaseException, name: str) -> XlaError:
     msg = (f"XLA failed to {what} {name} ({kind}): {type(e).__name__}: {first}\n  refsim traced the call; nothing "
            f"was compared. conformance.explain(fn, *args, ...) shows the stage that fails.")
     return cls(msg, stage=stage, error=e, unsupported=unsupported, name=name)
+
+
+class CheckTimeout(TimeoutError):
+    """XLA did not finish a checked call within `check`'s timeout (a device-side infinite loop, a
+    collective waiting for a peer). XLA cannot cancel a running computation: it keeps running
+    in the background, holding its devices, and this process cannot exit normally until it ends
+    (end the process, e.g. ``os._exit(1)``, once the timeout is reported).
+    `.name` is the program, `.timeout` the seconds waited."""
+
+    def __init__(self, name: str, timeout: float):
+        self.name, self.timeout = name, timeout
+        super().__init__(
+            f"check: XLA did not finish {name} within timeout={timeout:g} s (a device-side infinite loop, or a "
+            "collective waiting for a peer?). The computation cannot be cancelled: it keeps running in the "
+            "background and holds its devices, and this process will not exit normally until it ends; end it "
+            "(e.g. os._exit(1)) once this is reported. Pass a larger timeout= if the call is only slow.")
+
+
+def wait_for_xla(out, name: str, timeout: float | None) -> None:
+    """Return when every jax.Array in `out` is computed; `CheckTimeout` after `timeout` seconds
+    (None: wait as long as it takes). Polls `jax.Array.is_ready` from this thread: a thread
+    blocked in XLA would abort the interpreter at exit, and JAX dispatches asynchronously, so
+    the call itself returns at once."""
+    import jax
+
+    if timeout is None:
+        jax.block_until_ready(out)
+        return
+    pending = [x for x in jax.tree_util.tree_leaves(out) if callable(getattr(x, "is_ready", None))]
+    deadline, pause = time.monotonic() + timeout, 0.0005
+    while True:
+        pending = [x for x in pending if not x.is_ready()]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise CheckTimeout(name, timeout)
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
 
 
 # -- building the callable -------------------------------------------------------------------------
@@ -432,7 +475,8 @@ def _run_xla(call, placed, kwargs, label):
 
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
-          repro_dir: str | None = None, name: str | None = None, **kwargs) -> CheckResult:
+          repro_dir: str | None = None, name: str | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+          **kwargs) -> CheckResult:
     """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
 
     Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
@@ -441,23 +485,44 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
     XLA failing to compile or run the call raises `XlaError` (a ConformanceError and a
     jax.errors.JaxRuntimeError; `.stage` "compiler" or "backend").
-    `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
-    output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare` policies.
+    An exception of the program itself (``fn(*args)`` raises it under JAX too) reaches the
+    caller as itself. `policy`: "auto" (exact where the result is exact, else ``ulps`` units of
+    roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare`
+    policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
+    limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
     Other keyword arguments are passed to `fn`.
     """
     import contextlib
 
     import jax
 
+    validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
+                             none_means="for no limit")
     call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
                                                  in_shardings, out_shardings)
     label = name or _name(fn)
     scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
     with scope:
         t0 = time.perf_counter()
-        traced = prepare(call, placed, kwargs)
+        untraceable = None
+        try:
+            traced = prepare(call, placed, kwargs)
+        except NotCheckable as e:
+            if e.reason != "trace failed":
+                raise
+            untraceable = e
+        if untraceable is not None:
+            # The program's own error (a bug in fn, a bad argument) is what the call raises under
+            # JAX too: the caller gets it as itself, from the call. A call that runs works eagerly
+            # but cannot be traced to one jaxpr: not checkable.
+            wait_for_xla(call(*placed, **kwargs), label, timeout)
+            raise untraceable
         t1 = time.perf_counter()
         out = _run_xla(call, placed, kwargs, label)
+        try:
+            wait_for_xla(out, label, timeout)
+        except _jax_runtime_error() as e:  # an execution failure surfaces when the results are awaited
+            raise xla_error(e, label) from e
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})

@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
     from conformance import validation
 
-    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), default=8,
+    ap.add_argument("--devices", type=validation.device_count_option("--devices"), default=8,
                     help="virtual CPU devices (default 8)")
     ap.add_argument("--repro-dir", metavar="DIR", help="where reproducers go (default: a temporary folder)")
     ap.add_argument("script", help="the Python script to run")

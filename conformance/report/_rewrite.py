@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from conformance.report.files import writing
 from conformance.report.results import CaseResult
 
 
@@ -58,11 +59,12 @@ def atomic_write(path: str, data: bytes) -> None:
     """Write through a temporary file and rename, so a reader never sees half a document."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        with writing(path):  # a failure names the file, its folder and the fix
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
     except BaseException:
         _remove_quietly(tmp)  # never leave a .tmp file behind
         raise
