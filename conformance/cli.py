@@ -5,6 +5,7 @@
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
         [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
         [--force]
+    python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
     python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
     python -m conformance mutate ...     (conformance.engine.mutate)
@@ -47,6 +48,7 @@ class Command(NamedTuple):
 COMMANDS = {
     "run": Command("conformance.cli:run_main",
                    "run the conformance suites (the default CPU run: 8 virtual devices)"),
+    "hunt": Command("conformance.hunt:main", "draw random programs for N minutes, keep every distinct failure"),
     "merge": Command("conformance.engine.merge:main", "merge the report folders of a plan's shards into one"),
     "bisect": Command("conformance.debug.cli:main",
                       "find the first equation where XLA and refsim disagree (conformance.debug)", True),

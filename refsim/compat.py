@@ -772,3 +772,24 @@ def legacy_entry_points() -> list:
                 continue
         found.append((mod, attr, kind, value))
     return found
+
+
+# --- the SPMD partitioner ------------------------------------------------------------------
+
+def partitioners() -> tuple:
+    """The SPMD partitioners the installed JAX can compile with: ("shardy", "gspmd") where
+    ``jax_use_shardy_partitioner`` can be switched off (jax 0.10 … 0.12), else ("shardy",)."""
+    from jax._src import config
+
+    return ("shardy", "gspmd") if hasattr(config, "use_shardy_partitioner") else ("shardy",)
+
+
+def use_partitioner(name: str):
+    """Context manager compiling with partitioner `name` ("shardy" or "gspmd"), by JAX's own
+    ``jax_use_shardy_partitioner`` config state (a context manager in jax 0.10 … 0.12)."""
+    from jax._src import config
+
+    if name not in partitioners():
+        raise ValueError(f"partitioner={name!r}; this JAX (jax {'.'.join(map(str, jax_version()))}) has "
+                         f"{partitioners()}.")
+    return config.use_shardy_partitioner(name == "shardy")

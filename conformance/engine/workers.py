@@ -24,6 +24,7 @@ timed-out task's reproducer with it), so this module sits below the runner that 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import collections
 import contextlib
@@ -199,9 +200,24 @@ class _Worker:
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
                      "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
+        details = {"worker_exit": how, "exitcode": code, "stderr_tail": tail}
+        fatal = self._fatal_line(self.log_offset)
+        if fatal:
+            details["fatal_line"] = fatal   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
-                          details={"worker_exit": how, "exitcode": code, "stderr_tail": tail})
+                          details=details)
+
+    def _fatal_line(self, offset: int) -> str:
+        """The last fatal-log line ("F<date> ... file.cc:N] ...") the worker wrote since `offset`."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
+        return lines[-1].strip() if lines else ""
 
     def timeout_result(self, case_timeout: float, opts: dict, write_repro) -> CaseResult:
         """The "timeout" record of the task in flight: its layout, the worker's last stderr lines

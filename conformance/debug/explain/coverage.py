@@ -39,7 +39,7 @@ def _modules_of(source: str, staged) -> Iterator[Module]:
 
 
 def corpus_modules(names=None) -> Iterator[Module]:
-    from conformance import corpus
+    from conformance.cases import corpus
     from conformance.debug.explain.program import from_corpus
 
     for prog in (corpus.PROGRAMS if not names else [corpus.by_name(n) for n in names]):

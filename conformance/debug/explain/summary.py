@@ -24,6 +24,19 @@ def summarize(exp) -> dict:
 
 def stage_of_reproducer(path: str) -> dict:
     """`summarize(explain(...))` of the case a reproducer file holds; {"error": ...} if it cannot run."""
+    import jax
+
+    # a reproducer may set JAX's config when it is loaded (the sharded suite's GSPMD cases switch the
+    # partitioner): the process that explains it gets its own setting back
+    shardy = getattr(jax.config, "jax_use_shardy_partitioner", None)
+    try:
+        return _stage_of_reproducer(path)
+    finally:
+        if shardy is not None:
+            jax.config.update("jax_use_shardy_partitioner", shardy)
+
+
+def _stage_of_reproducer(path: str) -> dict:
     try:
         from conformance.debug import loader
         from conformance.debug.explain.core import explain

@@ -13,7 +13,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["run", "--suite", "nope"], "'nope': choose from collectives, layouts, programs, errors, mpmd, all"),
+    (["run", "--suite", "nope"], "'nope': choose from collectives, layouts, programs, errors, mpmd, sharded, all"),
     (["run", "--examples", "0"], "0 must be >= 1"),
     (["run", "--devices", "two"], "'two' is not an integer"),
 ])

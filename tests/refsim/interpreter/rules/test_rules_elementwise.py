@@ -288,6 +288,16 @@ def test_select_n_int_selector_and_complex_parts():
     assert _ref(lax.complex, np.float32([1]), np.float32([2]))[0] == 1 + 2j
 
 
+def test_bitcast_convert_type_keeps_a_scalar_a_scalar():
+    # found by the sharded-programs generator: a rank-0 operand came back with shape (1,)
+    # 1.0f is 0x3F800000; -2.0f is 0xC0000000 (sign, exponent 128, zero mantissa)
+    for value, bits in ((1.0, 0x3F800000), (-2.0, -0x40000000)):
+        out = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.int32), np.float32(value))[0]
+        assert np.shape(out) == () and np.asarray(out).dtype == np.int32 and int(out) == bits, (value, out)
+    out = refsim_eval(lambda v: lax.bitcast_convert_type(v, np.uint8), np.float32(1.0))[0]
+    assert np.asarray(out).tolist() == [0, 0, 0x80, 0x3F]   # little-endian bytes, as XLA orders them
+
+
 def test_bitcast_convert_type_matches_jax():
     x = np.float32([1.0, -2.5, np.inf])
     for dt in (np.int32, np.uint16, np.uint8):

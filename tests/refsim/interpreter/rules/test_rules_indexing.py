@@ -104,3 +104,17 @@ def test_stacked_indexing_with_per_device_indices(m):
     stacked_matches_loop(fn, [lambda pos: rng.integers(-5, 5, (4, 5)).astype(np.float32),
                               lambda pos: np.int32(rng.integers(-2, 6)),
                               lambda pos: rng.integers(0, 3, (2, 2)).astype(np.float32)], m, call="indexing")
+
+
+def test_scatter_max_with_duplicates_on_a_transposed_operand():
+    # found by the sharded-programs hunt: vmap moves the batch axis, so the scatter's operand is a
+    # transposed view; the combine-in-rounds path wrote into a copy and returned the operand unchanged.
+    # By hand: row 1 of each batch is max(0, both updates), the updates being u[:, b, :].
+    f = lambda a, u: a.at[jnp.array([1, -1])].max(u, mode="promise_in_bounds")  # noqa: E731
+    a = np.zeros((2, 2, 3), np.int32)
+    u = np.arange(12, dtype=np.int32).reshape(2, 2, 3) - 5
+    got = refsim_eval(jax.vmap(f, in_axes=(1, 1)), a, u)[0]
+    assert np.asarray(got).tolist() == [[[0, 0, 0], [1, 2, 3]], [[0, 0, 0], [4, 5, 6]]]
+    g = lambda a, u: a.at[jnp.array([0, 0])].min(u)  # noqa: E731   # scatter-min, same path
+    got = refsim_eval(jax.vmap(g, in_axes=(1, 1)), a, u)[0]
+    assert np.asarray(got).tolist() == [[[-5, -4, -3], [0, 0, 0]], [[-2, -1, 0], [0, 0, 0]]]
