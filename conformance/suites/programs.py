@@ -20,6 +20,7 @@ from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
 from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
 from conformance.verdict.compare import compare
 from conformance.verdict.elements import close
+from conformance.verdict.xfails import comparison_failure
 import refsim
 
 NAME = "programs"
@@ -60,11 +61,15 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
     return flatten(task_chunks(examples=examples, seed=seed, devices=devices))
 
 
-def _close(e, a, tol, ulp=0) -> str:
+def _close(e, a, tol, ulp=0, failure=None) -> str:
     """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`
-    (or its ulp bound, for programs using transcendentals); a complex number part by part."""
+    (or its ulp bound, for programs using transcendentals); a complex number part by part. A
+    disagreement under the comparator puts its signature (`verdict.xfails.comparison_failure`) in
+    the dict `failure`, so an xfails entry can match it."""
     if not tol:
         res = compare(e, a, ulp=ulp or None)
+        if not res.ok and failure is not None:
+            failure.update(comparison_failure(res))
         return "" if res.ok else res.report()
     ea = {s.device_id: s for s in e.shards}
     aa = {s.device_id: s for s in a.shards}
@@ -110,9 +115,11 @@ def check_corpus(name: str, xla) -> Outcome:
         if len(want) != len(got):
             return Outcome("fail", f"{name}: refsim gave {len(want)} outputs, xla {len(got)}")
         for k, (e, a) in enumerate(zip(want, got)):
-            msg = _close(e, a, prog.tol, prog.ulp)
+            failure: dict = {}
+            msg = _close(e, a, prog.tol, prog.ulp, failure)
             if msg:
-                return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS))
+                return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS),
+                               details={"failure": failure} if failure else {})
     if xla_fn is None:
         return Outcome("unsupported", f"{prog.xla_note}; refsim agrees with the NumPy reference",
                        examples=len(CORPUS_SEEDS))
