@@ -86,6 +86,8 @@ def targets(results: dict) -> list[tuple]:
 
 
 def main(argv=None) -> int:
+    from conformance import validation
+
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the code paths, not the figures")
     ap.add_argument("--parts", default=",".join(PARTS),
@@ -93,8 +95,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also append every JSON line to FILE")
     ap.add_argument("--against", metavar="DIR",
                     help="conformance part: side by side with the checkout in DIR (default $BENCH_BASELINE)")
-    ap.add_argument("--examples", type=int, default=20, help="conformance side by side: --examples (default 20)")
-    ap.add_argument("--passes", type=int, default=2, help="conformance side by side: interleaved passes (default 2)")
+    ap.add_argument("--examples", type=validation.option("--examples", integer=True, low=1),
+                    default=20, help="conformance side by side: --examples (default 20)")
+    ap.add_argument("--passes", type=validation.option("--passes", integer=True, low=1),
+                    default=2, help="conformance side by side: interleaved passes (default 2)")
     ap.add_argument("--docs", metavar="PAGE", help="render this run into PAGE (e.g. docs/performance.md)")
     args = ap.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]

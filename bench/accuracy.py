@@ -4,20 +4,27 @@ For every float primitive in `refsim.interpreter.accuracy.OPS` and each of float
 float64, draws N inputs over the op's domain (log-uniform magnitudes, both signs where
 the domain allows, plus the domain's edges) and reports the largest distance in ulps of
 
-- refsim's rule from the correctly rounded result (float32: the float64 result rounded
-  once; float64: not measured, no wider reference is installed),
-- XLA:CPU (`jax.jit` of the primitive) from the correctly rounded result,
+- refsim's rule from the correctly rounded result (float32: NumPy's long double result, or
+  its float64 one where long double is no wider or the op has no long double loop, rounded
+  once; whole ulps; float64: from NumPy's long double result, in fractions of an ulp (a
+  correctly rounded result is within 0.5), where `np.longdouble` has a 64-bit significand
+  (x86-64 Linux) and the op has a long double loop (not SciPy's functions); else not measured),
+- XLA:CPU (`jax.jit` of the primitive) from the same references,
 - refsim from XLA:CPU.
 
-The figures in `refsim/interpreter/accuracy.py` and docs/primitives.md come from this
-script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on x86-64). It prints one table
-and one JSON line per (op, dtype).
+A second table measures refsim float64 alone against long double on more samples
+(`--f64-samples`, 2M by default). The figures in `refsim/interpreter/accuracy.py` and
+docs/primitives.md come from this script (seed 0, 200000 samples, jax 0.10.2 and 0.12.0 on
+x86-64). It prints one table
+and one JSON line per (op, dtype). refsim's results do not depend on the host (refsim.libm);
+the XLA:CPU and NumPy reference figures may (NumPy dispatches to SIMD kernels per CPU).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import types
 
 import numpy as np
 
@@ -65,12 +72,50 @@ def _mixed(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _reference(name: str, args: list[np.ndarray]) -> np.ndarray:
-    """The correctly rounded float32 result: the op in float64, rounded once."""
+    """The correctly rounded float32 result: the op in long double (where it is wider than
+    float64 and the op has a long double loop: not CPU-dispatched, the same on every x86-64
+    host) or else in float64, rounded once."""
     from refsim.interpreter.accuracy import REFERENCE_F64
 
-    wide = [a.astype(np.float64) for a in args]
+    wide = reference_f64(name, args)
+    if wide is not None:
+        return wide.astype(np.float32)
     with np.errstate(all="ignore"):
-        return np.asarray(REFERENCE_F64[name](*wide)).astype(np.float32)
+        return np.asarray(REFERENCE_F64[name](*[a.astype(np.float64) for a in args])).astype(np.float32)
+
+
+def long_double_is_wide() -> bool:
+    """Whether np.longdouble carries at least 64 significand bits (x86-64 Linux: the x87
+    80-bit format; aarch64 Linux: IEEE quad), enough to round a float64 reference from it."""
+    return np.finfo(np.longdouble).nmant >= 63
+
+
+def reference_f64(name: str, args: list[np.ndarray]) -> np.ndarray | None:
+    """The op in np.longdouble (not rounded: float64 results are measured against it in
+    fractions of an ulp); None where long double is no wider than float64 or the op has no
+    long double loop (SciPy's special functions)."""
+    from refsim.interpreter.accuracy import REFERENCE_F64
+
+    if not long_double_is_wide():
+        return None
+    wide = [a.astype(np.longdouble) for a in args]
+    with np.errstate(all="ignore"):
+        try:
+            out = np.asarray(REFERENCE_F64[name](*wide))
+        except TypeError:
+            return None
+    return out if out.dtype == np.longdouble else None
+
+
+def ulp_error(a: np.ndarray, ref: np.ndarray) -> float:
+    """max |a - ref| in ulps of ref's float64 neighbourhood (fractional: a correctly rounded
+    result is within 0.5), ref a wider (long double) array; finite normal results only."""
+    ref64 = ref.astype(np.float64)
+    ok = np.isfinite(ref64) & np.isfinite(a) & (np.abs(ref64) >= np.finfo(np.float64).tiny)
+    if not ok.any():
+        return 0.0
+    ulp = np.spacing(np.abs(ref64[ok])).astype(np.longdouble)
+    return float(np.max(np.abs(a[ok].astype(np.longdouble) - ref[ok]) / ulp))
 
 
 def _refsim(name: str, args: list[np.ndarray]) -> np.ndarray:
@@ -121,24 +166,68 @@ def measure(samples: int = 200_000, seed: int = 0, dtypes=(np.float32, np.float6
                 row["refsim_vs_correct_ulp"] = float(_ulp_distance(ours[fin], ref[fin]).max())
                 row["xla_vs_correct_ulp"] = float(_ulp_distance(theirs[fin], ref[fin]).max())
                 row["xla_vs_correct_mixed"] = _mixed(theirs[fin], ref[fin])
+            else:
+                ref = reference_f64(name, args)
+                if ref is not None:
+                    row["refsim_vs_correct_ulp"] = ulp_error(ours[~sub], ref[~sub])
+                    row["xla_vs_correct_ulp"] = ulp_error(theirs[~sub], ref[~sub])
             rows.append(row)
     return rows
 
 
+def refsim_rule(name: str, args: list[np.ndarray]) -> np.ndarray:
+    """refsim's rule for primitive `name` applied to plain arrays (no JAX tracing, so float64
+    operands stay float64 without jax_enable_x64)."""
+    from refsim.interpreter.registry import RULES, load_rules
+
+    load_rules()
+    with np.errstate(all="ignore"):
+        return np.asarray(RULES[name](types.SimpleNamespace(nm=0), *args))
+
+
+def measure_f64_exact(samples: int = 2_000_000, seed: int = 0, ops=None) -> list[dict]:
+    """refsim float64 against the long double result, on more samples than `measure` (no XLA
+    involved): one row per op that has a long double reference; [] where long double is no
+    wider than float64."""
+    from refsim.interpreter.accuracy import OPS
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, spec in OPS.items():
+        if ops is not None and name not in ops:
+            continue
+        args = [_samples(lo, hi, samples, np.float64, rng) for lo, hi in spec.domains]
+        n = min(len(a) for a in args)
+        args = [a[:n] for a in args]
+        ref = reference_f64(name, args)
+        if ref is not None:
+            rows.append({"bench": "accuracy_f64", "op": name, "dtype": "float64", "samples": n,
+                         "refsim_vs_correct_ulp": ulp_error(refsim_rule(name, args), ref)})
+    return rows
+
+
 def main(argv=None) -> int:
+    from conformance import validation
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--samples", type=int, default=200_000)
+    p.add_argument("--samples", type=validation.option("--samples", integer=True, low=1), default=200_000)
+    p.add_argument("--f64-samples", type=validation.option("--f64-samples", integer=True, low=1), default=2_000_000,
+                   help="samples for refsim float64 against long double alone (no XLA)")
     p.add_argument("--json", default=None, help="append the JSON lines to this file")
     a = p.parse_args(argv)
     rows = measure(a.samples)
+    exact = measure_f64_exact(a.f64_samples)
     print(f"{'op':<12}{'dtype':<9}{'refsim~correct':>15}{'xla~correct':>12}{'(mixed)':>9}"
           f"{'refsim~xla':>11}{'(mixed)':>9}{'ftz':>6}")
     for r in rows:
-        print(f"{r['op']:<12}{r['dtype']:<9}{r.get('refsim_vs_correct_ulp', float('nan')):>15.0f}"
-              f"{r.get('xla_vs_correct_ulp', float('nan')):>12.0f}{r.get('xla_vs_correct_mixed', float('nan')):>9.1f}"
+        prec = ".0f" if r["dtype"] == "float32" else ".2f"  # float64: fractional, against long double
+        print(f"{r['op']:<12}{r['dtype']:<9}{r.get('refsim_vs_correct_ulp', float('nan')):>15{prec}}"
+              f"{r.get('xla_vs_correct_ulp', float('nan')):>12{prec}}{r.get('xla_vs_correct_mixed', float('nan')):>9.1f}"
               f"{r['refsim_vs_xla_ulp']:>11.0f}{r['refsim_vs_xla_mixed']:>9.1f}{r['subnormal_disagreements']:>6}")
+    for r in exact:
+        print(f"{r['op']:<12}float64 refsim~exact {r['refsim_vs_correct_ulp']:.2f} ulp ({r['samples']} samples)")
     sink = open(a.json, "a") if a.json else None
-    for r in rows:
+    for r in rows + exact:
         line = json.dumps(r)
         print(line)
         if sink:

@@ -152,11 +152,13 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 MiB on 8 devices, no 2-D mesh")
-    ap.add_argument("--mib", type=float)
-    ap.add_argument("--devices", type=int, nargs="+")
-    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--mib", type=validation.option("--mib", low=0))
+    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), nargs="+")
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1))
     ap.add_argument("--no-2d", action="store_true", help="leave out the 64 x 64 mesh")
     args = ap.parse_args(argv)
     recs = run(args.quick, args.mib, args.devices, args.repeat, None if not args.no_2d else False)

@@ -88,10 +88,14 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mib", type=float, default=64)
-    ap.add_argument("--devices", type=int, nargs="+", default=[8, 64, 512, 4096])
-    ap.add_argument("--repeat", type=int, default=5, help="interleaved passes (default 5)")
+    ap.add_argument("--mib", type=validation.option("--mib", low=0), default=64)
+    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1),
+                    nargs="+", default=[8, 64, 512, 4096])
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1),
+                    default=5, help="interleaved passes (default 5)")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     args = ap.parse_args(argv)
     recs = run(args.mib, args.devices, args.repeat, args.clock)

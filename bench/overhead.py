@@ -29,10 +29,12 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 and 64 devices")
-    ap.add_argument("--devices", type=int, nargs="+")
-    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), nargs="+")
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1))
     args = ap.parse_args(argv)
     recs = run(args.quick, args.devices, args.repeat)
     show(recs)

@@ -298,15 +298,19 @@ def show(records: list[dict]) -> None:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 and 64 devices on 1 MiB")
-    ap.add_argument("--devices", type=int, nargs="+")
-    ap.add_argument("--mib", type=float, nargs="+")
-    ap.add_argument("--repeat", type=int)
-    ap.add_argument("--timeout", type=float, help="seconds per child process (default 300)")
+    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), nargs="+")
+    ap.add_argument("--mib", type=validation.option("--mib", low=0), nargs="+")
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1))
+    ap.add_argument("--timeout", type=validation.seconds_option("--timeout"),
+                    help="seconds per child process (default 300)")
     ap.add_argument("--program", choices=("five", "tiny"), default="five",
                     help="five collectives on --mib MiB (default), or the overhead program (one element per device)")
-    ap.add_argument("--xla-devices", type=int, nargs="*", help=f"device counts XLA runs at (default {XLA_DEVICES})")
+    ap.add_argument("--xla-devices", type=validation.option("--xla-devices", integer=True, low=1),
+                    nargs="*", help=f"device counts XLA runs at (default {XLA_DEVICES})")
     ap.add_argument("--child", choices=("refsim", "xla"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:

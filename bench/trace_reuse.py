@@ -2,7 +2,7 @@
 refsim's trace reuse (`refsim.interpreter.trace_cache`).
 
 One example is: refsim runs the program on a 2x4 mesh in one device order, XLA (through
-xla_backend, on the 8 CPU devices) runs it on the same mesh, and `conformance.compare`
+xla_backend, on the 8 CPU devices) runs it on the same mesh, and `conformance.verdict.compare`
 checks every device's shard. The XLA side compiles once per mesh either way (jax.jit's
 cache is keyed by devices; warmed before timing); refsim either traces once for all orders
 or once per order. The refsim-only rate isolates what the cache saves. After one untimed
@@ -57,7 +57,7 @@ def run(orders: int = 20, repeat: int = 5) -> list[dict]:
 
     import refsim
     import xla_backend
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from refsim import P
     from refsim.interpreter import trace_cache
 
@@ -147,9 +147,12 @@ def replace_block(page: str, block: str) -> str:
 
 
 def main(argv=None):
+    from conformance import validation
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--orders", type=int, default=20)
-    ap.add_argument("--repeat", type=int, default=5, help="interleaved passes per mode (default 5)")
+    ap.add_argument("--orders", type=validation.option("--orders", integer=True, low=1), default=20)
+    ap.add_argument("--repeat", type=validation.option("--repeat", integer=True, low=1),
+                    default=5, help="interleaved passes per mode (default 5)")
     ap.add_argument("--markdown", action="store_true", help="also print the docs block of this run")
     ap.add_argument("--docs", metavar="PAGE", help="rewrite the block between the markers in PAGE with this run")
     args = ap.parse_args(argv)

@@ -144,7 +144,7 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
             if line.startswith("SIGNATURE "):
                 sig = json.loads(line[len("SIGNATURE "):])
                 return tuple(sig) if sig else None
-        from conformance.results import CaseResult
+        from conformance.report.results import CaseResult
 
         how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
         res = CaseResult(case_id=case.case_id, suite="sharded", family=case.family, dtype=case.dtype, status="error",
@@ -160,8 +160,8 @@ def _check_main(path: str, with_xfails: bool = False) -> int:
     from xla_backend import platform
 
     platform.configure()
-    from conformance import runner
-    from conformance import xfails as xfails_mod
+    from conformance.engine import runner
+    from conformance.verdict import xfails as xfails_mod
     from conformance.suites.base import ProgramTask
 
     with open(path, "rb") as fh:
@@ -238,13 +238,14 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     xplat.configure(platform, devices)
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from conformance import runner, timing
-    from conformance import xfails as xfails_mod
+    from conformance.engine import runner
+    from conformance.report import timing
+    from conformance.verdict import xfails as xfails_mod
     from conformance.report import open_report_dir, prepare_report_dir
-    from conformance.results import summarize
+    from conformance.report.results import summarize
     from conformance.suites import base
     from conformance.suites import sharded as suite_mod
-    from conformance import workers
+    from conformance.engine import workers
 
     report_dir = report_dir or tempfile.mkdtemp(prefix="conformance-hunt-")
     prepare_report_dir(report_dir)
@@ -304,7 +305,8 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     interrupted = False
     with stop:
         try:
-            for res in workers.run_in_workers([], processes=processes, platform=platform, devices=devices,
+            for res in workers.run_in_workers([], run_task=runner.run_task, write_repro=runner.write_repro,
+                                              processes=processes, platform=platform, devices=devices,
                                               opts=opts, case_timeout=case_timeout, more=feed()):
                 counts["done"] += 1
                 task = by_id.get(res.case_id)

@@ -9,6 +9,7 @@ import os
 import re
 
 from refsim import compat
+from xla_backend.limits import MAX_DEVICE_COUNT
 
 DEFAULT_CPU_DEVICES = 8
 _FLAG = "--xla_force_host_platform_device_count"
@@ -32,6 +33,9 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
         devices = int(os.environ.get("XLA_BACKEND_DEVICES", DEFAULT_CPU_DEVICES))
     if devices < 1:
         raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
+    if devices > MAX_DEVICE_COUNT:  # XLA would answer with the help text of its flags
+        raise ValueError(f"devices={devices}: the CPU device count must be <= {MAX_DEVICE_COUNT} (XLA reads "
+                         f"{_FLAG} as a 32-bit int).")
     if platform == "cpu":
         if backends_initialised():
             import jax

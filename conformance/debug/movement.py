@@ -88,8 +88,9 @@ def compare_device_put(x, source, target, *, runner: MovementRunner | None = Non
     element is more than `max_ulp` ULP apart (ints/bools: unequal; NaN equals NaN)."""
     import refsim
 
-    if max_ulp < 0:
-        raise ValueError(f"max_ulp={max_ulp!r} must be >= 0 (0: bit-exact, NaN equals NaN).")
+    from conformance.validation import check
+
+    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     x = np.asarray(x)
     want = refsim.device_put(refsim.device_put(x, source), target)
     got = (runner or xla_device_put)(x, source, target)

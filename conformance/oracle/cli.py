@@ -17,15 +17,18 @@ import os
 import runpy
 import sys
 
+from conformance.arguments import Parser   # one-line errors, exit 2, as the other subcommands
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.cli import _Parser   # one-line errors, exit 2, as the other subcommands
-
-    ap = _Parser(prog="python -m conformance check",
+    ap = Parser(prog="python -m conformance check",
                                  description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
     ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
-    ap.add_argument("--devices", type=int, default=8, help="virtual CPU devices (default 8)")
+    from conformance import validation
+
+    ap.add_argument("--devices", type=validation.device_count_option("--devices"), default=8,
+                    help="virtual CPU devices (default 8)")
     ap.add_argument("--repro-dir", metavar="DIR", help="where reproducers go (default: a temporary folder)")
     ap.add_argument("script", help="the Python script to run")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
@@ -40,8 +43,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not os.path.isfile(args.script):
         ap.error(f"script {args.script!r} does not exist; pass the path of a Python file")
-    if args.devices < 1:
-        ap.error(f"--devices={args.devices}; pass a positive device count")
     if args.report and os.path.isdir(args.report):
         ap.error(f"--report {args.report!r} is a folder; pass a file name such as oracle.json")
     from xla_backend import platform

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import threading
 
 from refsim import compat as _compat
@@ -98,12 +99,47 @@ def _signature(fn):
 
 def _static_of(sig, args, kwargs):
     """jit's (static_argnums, static_argnames) as given to a function of signature `sig`
-    (pjit takes them positionally too)."""
+    (pjit takes them positionally too); None where not given. `0` is a given argnum."""
     try:
         bound = sig.bind_partial(*args, **kwargs).arguments
     except (AttributeError, TypeError):              # no signature, or bad arguments JAX itself reports
         bound = kwargs
-    return bound.get("static_argnums") or (), bound.get("static_argnames") or ()
+    return bound.get("static_argnums"), bound.get("static_argnames")
+
+
+def _index_tuple(x) -> tuple:
+    try:
+        return (operator.index(x),)
+    except TypeError:
+        return tuple(map(operator.index, x))
+
+
+def _str_tuple(x) -> tuple:
+    return (x,) if isinstance(x, str) else tuple(x)
+
+
+def infer_static(fun, argnums, argnames) -> tuple[tuple, tuple]:
+    """(static_argnums, static_argnames) of ``jax.jit(fun, static_argnums=, static_argnames=)``
+    completed as JAX completes them (jax._src.api_util.infer_argnums_and_argnames): given only
+    numbers, the names of those positional-or-keyword parameters are static too, and given only
+    names, their positions; given both, each is used as given. So a static argument passed by
+    keyword, or a static_argnames argument passed by position, is static as it is for JAX."""
+    if argnums is None and argnames is None:
+        return (), ()
+    nums = () if argnums is None else _index_tuple(argnums)
+    names = () if argnames is None else _str_tuple(argnames)
+    if argnums is not None and argnames is not None:
+        return nums, names
+    sig = _signature(fun)
+    if sig is None:                                  # e.g. a builtin: JAX infers nothing either
+        return nums, names
+    params = [(k, p) for k, p in sig.parameters.items()]
+    pos_or_kw = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    if argnums is None:
+        nums = tuple(i for i, (k, p) in enumerate(params) if p.kind == pos_or_kw and k in names)
+    else:
+        names = tuple(k for i, (k, p) in enumerate(params) if p.kind == pos_or_kw and i in nums)
+    return nums, names
 
 
 def _wrapping(entry: str, original, session, via: str | None = None):
@@ -119,15 +155,15 @@ def _wrapping(entry: str, original, session, via: str | None = None):
         out = original(*args, **kwargs)
         if busy():
             return out
-        has_fun = (bool(args) and callable(args[0])) or any(k in kwargs for k in ("fun", "f"))
+        fun = args[0] if args and callable(args[0]) else kwargs.get("fun", kwargs.get("f"))
         # jit's static arguments are closed over, not traced, when the oracle traces a call
-        static = _static_of(sig, args, kwargs) if entry == "jit" else ((), ())
-        if has_fun:
-            return Checked(out, entry, session, static, via)
+        given = _static_of(sig, args, kwargs) if entry == "jit" else (None, None)
+        if fun is not None:
+            return Checked(out, entry, session, infer_static(fun, *given), via)
 
         @functools.wraps(out)
         def decorate(fun):
-            return Checked(out(fun), entry, session, static, via)
+            return Checked(out(fun), entry, session, infer_static(fun, *given), via)
         return decorate
 
     build._conformance_original = original

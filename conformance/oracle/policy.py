@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from conformance import compare
+from conformance.verdict import compare
 
 #: Primitives whose floating results are exact (no rounding): the program stays bit-exact.
 EXACT_PRIMITIVES = frozenset({
@@ -68,11 +68,12 @@ class ScaledBound(compare.SumBound):
 
     @classmethod
     def of(cls, array, ulps: int = DEFAULT_ULPS) -> "ScaledBound":
-        shards = {int(s.device_id): np.asarray(s.data) for s in array.shards}
-        finite = [np.abs(d[np.isfinite(d)]).max() for d in shards.values() if np.isfinite(d).any()]
+        # The reference is refsim's shard itself (narrow floats widened to float32, exactly):
+        # no float64 copy, so a large output costs no extra full-size arrays here.
+        shards = {int(s.device_id): _reference(np.asarray(s.data)) for s in array.shards}
+        finite = [m for m in (_max_abs_finite(d) for d in shards.values()) if m is not None]
         scale = float(max(finite)) if finite else 0.0
-        ref = {d: v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for d, v in shards.items()}
-        return cls(n=1, exact=ref, abs_sum={d: np.float64(scale) for d in shards}, ulps=int(ulps))
+        return cls(n=1, exact=shards, abs_sum={d: np.float64(scale) for d in shards}, ulps=int(ulps))
 
     def why(self, exact: bool = False) -> str:
         """The rule the elements outside the bound were held to (compare's mismatch text)."""
@@ -94,8 +95,43 @@ class ScaledBound(compare.SumBound):
         return self.ulps * compare.unit_roundoff(out_dtype) * self.scale + tiny
 
     def reference_and_bound(self, device_id: int, out_dtype):
+        """(refsim's shard, the allowed |diff|): one bound for every element, broadcast (no copy)."""
         ref = np.asarray(self.exact[device_id])
-        return ref, np.full(ref.shape, self.allowed(out_dtype))
+        return ref, np.broadcast_to(np.float64(self.allowed(out_dtype)), ref.shape)
+
+    def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
+        """No element is held to bit equality (refsim's value is a reference, not the exact one)."""
+        return np.broadcast_to(False, np.shape(self.exact[device_id]))
+
+    def allowed_nonfinite(self, device_id: int, out_dtype):
+        """Nothing beyond what the comparison already admits: NaN where refsim has NaN, an
+        infinity where refsim has that infinity (broadcast masks, no full-size arrays)."""
+        shape = np.shape(self.exact[device_id])
+        no = np.broadcast_to(False, shape)
+        return no, no, no
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    """`x` as the comparison reads it: NumPy's own float and complex types as they are, the
+    ml_dtypes narrow floats (bfloat16, float8, ...) widened exactly to float32."""
+    if x.dtype.kind in "fc" and x.dtype.type.__module__ == "numpy":
+        return x
+    return x.astype(np.float32)
+
+
+def _max_abs_finite(x: np.ndarray):
+    """max |x| (the modulus for complex) over the finite elements, None if there are none; for
+    real x two reductions and no temporaries when every element is finite (max and min
+    propagate NaN, and an infinity shows in them)."""
+    if x.size == 0:
+        return None
+    if x.dtype.kind != "c":
+        ends = (float(np.max(x)), float(np.min(x)))
+        if all(np.isfinite(e) for e in ends):
+            return max(abs(e) for e in ends)
+    with np.errstate(invalid="ignore", over="ignore"):
+        fin = np.abs(x[np.isfinite(x)])
+    return float(fin.max()) if fin.size else None
 
 
 def rounds(primitives) -> list[str]:

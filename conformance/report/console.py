@@ -3,13 +3,13 @@
 `ProgressReporter` is a `Reporter`: a rich progress bar with cases done/total, the
 pass / fail / other counts and examples per second; each failure, error and stale
 xfail is printed above the bar as it happens. `print_table` prints the summary the
-runner computes (`conformance.results.summarize`): one row per suite × family × dtype.
+runner computes (`conformance.report.results.summarize`): one row per suite × family × dtype.
 """
 from __future__ import annotations
 
 import time
 
-from conformance.results import STATUSES, CaseResult
+from conformance.report.results import STATUSES, CaseResult
 
 __all__ = ["ProgressReporter", "print_table", "summary_line", "versions_line"]
 
@@ -118,7 +118,8 @@ def versions_line(plan: dict) -> str:
 
 def print_table(summary: dict, console=None, *, results=None):
     """Print the final table (family × dtype, grouped by suite, against pass / fail / error / xfail / xpass /
-    unsupported / examples, with a total row), the speed line, and a warning per stale xfail.
+    unsupported / examples, with a total row), the speed line, a warning per stale xfail, and the verdict: AGREE,
+    DISAGREE, or INCOMPLETE naming the missing cases when the summary does not cover its plan.
 
     Stale entries are named from `results` (status "xpass") or ``summary["stale_xfails"]``;
     without either, their count is warned about. Returns the rich Table.
@@ -156,7 +157,7 @@ def print_table(summary: dict, console=None, *, results=None):
     console.print(table)
     console.print(summary_line(summary))
     if summary.get("phases"):
-        from conformance.timing import line
+        from conformance.report.timing import line
 
         console.print(line(summary["phases"], summary.get("wall_seconds", 0.0)), soft_wrap=True)
     versions = versions_line(summary.get("plan") or {})
@@ -176,7 +177,15 @@ def print_table(summary: dict, console=None, *, results=None):
     if not stale and by.get("xpass"):
         console.print(f"[yellow]warning:[/] {by['xpass']} stale xfail entr{'y' if by['xpass'] == 1 else 'ies'} "
                       "(status xpass): remove them from the platform's xfails file")
-    console.print("[bold green]AGREE[/]" if ok else
-                  f"[bold red]DISAGREE[/]: {by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)"
-                  + (f", {by['timeout']} timeout(s)" if by.get("timeout") else ""))
+    bad = (f"{by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)"
+           + (f", {by['timeout']} timeout(s)" if by.get("timeout") else ""))
+    if not summary.get("complete", True):
+        from conformance.report.results import missing_text
+
+        # never AGREE: the cases that did not run may disagree
+        console.print(f"[bold yellow]INCOMPLETE[/]: {escape(missing_text(summary))}"
+                      + (f"; among the cases that ran: {bad}" if by.get("fail") or by.get("error") or by.get("timeout")
+                         else ""), soft_wrap=True)
+    else:
+        console.print("[bold green]AGREE[/]" if ok else f"[bold red]DISAGREE[/]: {bad}")
     return table

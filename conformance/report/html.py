@@ -15,10 +15,12 @@ import html
 import numpy as np
 
 from conformance.report._rewrite import RewritingReporter
-from conformance.results import STATUSES, CaseResult, summarize
+from conformance.report.results import STATUSES, CaseResult, missing_text, summarize
+from conformance.report.results import verdict as summary_verdict
 
 __all__ = ["HtmlReporter", "case_details", "device_errors", "layout_entry", "mesh_entry", "render_page"]
 
+_NOT_SHOWN = ("case_ids",)  # plan entries too long for the "Run" table (results.jsonl has them)
 _REPRO_LIMIT = 256 * 1024  # characters of a reproducer shown inline; the full file stays at repro_path
 
 
@@ -50,7 +52,7 @@ def layout_entry(label: str, sharding, shape) -> dict:
 
 
 def device_errors(comparison) -> dict[str, int]:
-    """Mismatching elements per device id of a `conformance.compare.ComparisonResult`.
+    """Mismatching elements per device id of a `conformance.verdict.compare.ComparisonResult`.
 
     A structural mismatch of a shard (wrong index, shard shape or dtype) counts as one.
     """
@@ -82,7 +84,7 @@ def case_details(case, comparison=None, *, expected=None) -> dict:
             if s is not None:
                 out["layouts"].append(layout_entry(f"input {i}", s, a.shape))
     if expected is not None:
-        from conformance.compare import as_outputs
+        from conformance.verdict.compare import as_outputs
 
         for k, arr in enumerate(as_outputs(expected)):
             out["layouts"].append(layout_entry(f"output {k}", arr.sharding, arr.shape))
@@ -164,7 +166,7 @@ def _failure_section(r: CaseResult, n: int, repro: str | None) -> str:
     if r.message:
         parts.append(f"<pre class=\"message\">{_e(r.message)}</pre>")
     if d.get("stage"):
-        from conformance.explain.summary import stage_line
+        from conformance.debug.explain.summary import stage_line
 
         parts.append(f'<p class="stage">{_e(stage_line(d["stage"]))}</p>')
     if d.get("description") and d["description"].strip() not in (d.get("report") or ""):
@@ -245,15 +247,21 @@ def render_page(results: list[CaseResult], plan: dict, summary: dict | None = No
         summary = summarize(results, wall_seconds=0.0, compile_seconds=sum(r.compile_seconds for r in results))
     sections = {} if sections is None else sections
     by = summary.get("by_status", {})
-    ok = summary.get("ok", not (by.get("fail") or by.get("error") or by.get("timeout")))
-    verdict = ("AGREE" if ok else "DISAGREE") if finished else "IN PROGRESS"
+    verdict = summary_verdict(summary) if finished else "IN PROGRESS"
     out = [f"<h1>refsim vs XLA conformance: {_e(verdict)}</h1>"]
     if not finished:
         out.append('<p class="warn">The run has not finished (or crashed): this page shows the cases done so far.</p>')
+    elif verdict == "INCOMPLETE":
+        out.append(f'<p class="warn">This report does not cover its whole plan, so it is not a pass: '
+                   f'{_e(missing_text(summary))}.</p>')
     plan_items = [(k, v if not isinstance(v, (list, tuple)) else ", ".join(map(str, v)))
-                  for k, v in plan.items() if isinstance(v, (str, int, float, bool, list, tuple)) or v is None]
+                  for k, v in plan.items() if k not in _NOT_SHOWN
+                  and (isinstance(v, (str, int, float, bool, list, tuple)) or v is None)]
     out.append("<h2>Run</h2>" + _kv_table(plan_items))
     stats = [("cases", summary.get("cases", len(results))), ("examples", summary.get("examples", 0))]
+    if not summary.get("complete", True):
+        stats[1:1] = [("planned cases", summary.get("planned_cases", "?")),
+                      ("missing cases", summary.get("missing_cases", "?"))]
     stats += [(s, by.get(s, 0)) for s in STATUSES]
     if finished:
         stats += [("wall time", f"{summary.get('wall_seconds', 0.0):.1f} s"),

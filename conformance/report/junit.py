@@ -5,18 +5,19 @@ One ``<testsuite>`` per conformance suite, one ``<testcase>`` per case (``classn
 ``<failure>``, a crash or a wrongly rejected case an ``<error>``; "xfail" and
 "unsupported" cases are ``<skipped>`` with their reason, and "xpass" (a stale xfails
 entry) passes with a warning in ``<system-out>``. The file is rewritten atomically
-every `every` cases and at the end, so a crash always leaves a valid document.
+every `every` cases and at the end, so a crash always leaves a valid document. A document that
+does not cover its plan (written mid-run, or an INCOMPLETE run) has ``complete=false`` and one
+failing test case saying what is missing: it never reads as a pass.
 """
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import socket
 import xml.etree.ElementTree as ET
 
-from conformance.report._rewrite import RewritingReporter
-from conformance.results import CaseResult
+from conformance.report._rewrite import RewritingReporter, atomic_write
+from conformance.report.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
 
@@ -47,7 +48,7 @@ def _case_element(r: CaseResult) -> ET.Element:
     if r.repro_path:
         body += f"\n\nreproducer: {r.repro_path}"
     if r.details.get("stage"):
-        from conformance.explain.summary import stage_line
+        from conformance.debug.explain.summary import stage_line
 
         body += f"\n{stage_line(r.details['stage'])}"
     if r.status == "fail":
@@ -85,14 +86,35 @@ def _counts(results) -> dict:
     }
 
 
+def _incomplete_element(results, plan: dict, summary: dict | None) -> ET.Element:
+    """The ``<testcase>`` that fails a document which does not cover its plan, so that a CI system
+    reading only the JUnit file never shows a partial run as a pass."""
+    from conformance.report.results import missing_text
+
+    if summary is None:  # written mid-run: the run is still going, or was killed
+        planned = plan.get("cases")
+        text = (f"the run has not finished (or was killed): {len(results)} of "
+                f"{planned if planned is not None else '?'} planned cases recorded so far")
+    else:
+        text = missing_text(summary) or "the run does not cover its plan"
+    tc = ET.Element("testcase", classname="conformance.run", name="every planned case ran", time="0.000")
+    el = ET.SubElement(tc, "error", message=_clean(_first_line(text)), type="incomplete")
+    el.text = _clean(text + "\n\nThe verdict is INCOMPLETE: the cases that did not run are not a pass. Resume the "
+                            "run with --resume (or merge the missing shards) to complete it.")
+    return tc
+
+
 def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: str | None = None,
-           complete: bool = True) -> bytes:
+           complete: bool = True, summary: dict | None = None) -> bytes:
     """The JUnit document (UTF-8 bytes) for `results`, suites in order of first appearance.
 
-    `plan` entries become ``<property>`` elements of every suite; ``complete=False``
-    marks a document written mid-run (property ``complete`` = ``false``).
+    `plan` entries become ``<property>`` elements of every suite (not its ``case_ids``); ``complete=False``
+    marks a document that does not cover its plan (property ``complete`` = ``false``): written
+    mid-run (`summary` None) or for an INCOMPLETE summary. Such a document also holds one
+    ``<error type="incomplete">`` test case (suite ``run``) naming what is missing, so it never
+    reads as a pass.
     """
-    plan = dict(plan or {})
+    plan = {k: v for k, v in (plan or {}).items() if k != "case_ids"}
     timestamp = timestamp or datetime.datetime.now().replace(microsecond=0).isoformat()
     by_suite: dict[str, list[CaseResult]] = {}
     for r in results:
@@ -117,29 +139,17 @@ def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: st
         ET.SubElement(props, "property", name="complete", value="true" if complete else "false")
         for r in rs:
             ts.append(_case_element(r))
+    if not complete:
+        marker = _incomplete_element(results, plan, summary)
+        ts = ET.SubElement(root, "testsuite", name="run", tests="1", failures="0", errors="1", skipped="0",
+                           time="0.000", timestamp=timestamp, hostname=_clean(host))
+        props = ET.SubElement(ts, "properties")
+        ET.SubElement(props, "property", name="complete", value="false")
+        ts.append(marker)
+        root.set("tests", str(total["tests"] + 1))
+        root.set("errors", str(total["errors"] + 1))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a document."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)  # never leave a .tmp file behind
-        raise
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 class JUnitReporter(RewritingReporter):
@@ -153,4 +163,6 @@ class JUnitReporter(RewritingReporter):
         self._timestamp = datetime.datetime.now().replace(microsecond=0).isoformat()
 
     def _render(self, summary, finished: bool) -> bytes:
-        return to_xml(list(self.results.values()), self._plan, timestamp=self._timestamp, complete=finished)
+        complete = finished and (summary or {}).get("complete", True)
+        return to_xml(list(self.results.values()), self._plan, timestamp=self._timestamp, complete=complete,
+                      summary=summary if finished else None)

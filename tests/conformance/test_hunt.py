@@ -12,7 +12,7 @@ import pytest
 
 from conformance import coverage
 from conformance.hunt import signature
-from conformance.results import CaseResult
+from conformance.report.results import CaseResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,7 +132,7 @@ def test_coverage_cli_rejects_a_missing_folder(argv, capsys):
 def test_explaining_a_gspmd_reproducer_leaves_the_partitioner_alone(tmp_path):
     import jax
 
-    from conformance.explain.summary import stage_of_reproducer
+    from conformance.debug.explain.summary import stage_of_reproducer
 
     path = tmp_path / "repro.py"
     path.write_text("import jax\njax.config.update('jax_use_shardy_partitioner', False)\nKIND = 'nonsense'\n")

@@ -12,7 +12,7 @@ from hypothesis.errors import InvalidArgument
 
 import refsim
 import xla_backend
-from conformance.compare import compare
+from conformance.verdict.compare import compare
 from conformance.hunt import check_in_subprocess
 from conformance.strategies import OPS, ShardedProgram, meshes, sharded_programs
 from conformance.strategies._sharded_ops import ALIASES
@@ -68,7 +68,8 @@ def test_every_draw_traces_with_the_modelled_shapes(case):
 
 def run_judged(case: ShardedProgram) -> str:
     """The runner's verdict on `case` with the CPU xfails applied (a known JAX / XLA bug is "xfail")."""
-    from conformance import runner, xfails
+    from conformance.engine import runner
+    from conformance.verdict import xfails
     from conformance.suites.base import ProgramTask
 
     task = ProgramTask(case.case_id, "sharded", case.family, case.dtype, [case], None)

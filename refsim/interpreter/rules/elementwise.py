@@ -2,15 +2,18 @@
 
 Operands are broadcast over their mesh dims (views) and, for rank-0 literals, over the
 local dims. Narrow floats (bf16, f16, f8) are computed in float32 and rounded back,
-as XLA:CPU does. Where NumPy and XLA differ, the kernel follows XLA (StableHLO spec
+as XLA:CPU does; transcendentals are refsim's own host-independent functions
+(`refsim.libm`: computed in float64 and rounded once to the operand's type). Where NumPy and XLA differ, the kernel follows XLA (StableHLO spec
 for ``divide``, ``remainder``, ``shift_*``, ``maximum``/``minimum`` and ``clamp``;
 XLA:CPU for ``convert`` of out-of-range floats).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import scipy.special as sp
 
+from refsim import libm
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
 from refsim.values import complex_from_parts
@@ -140,16 +143,6 @@ def _round(x, rounding_method):
     return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t)  # x - t is exact
 
 
-def _logistic(x):
-    if U.is_complex(x.dtype):
-        return 1 / (1 + np.exp(-x))
-    return sp.expit(x)
-
-
-def _rsqrt(x):
-    return 1 / np.sqrt(x)
-
-
 def _clz(x):
     bits = x.dtype.itemsize * 8
     ux = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
@@ -165,17 +158,6 @@ def _population_count(x):
     return np.bitwise_count(x.view(np.dtype(f"u{x.dtype.itemsize}"))).astype(x.dtype)
 
 
-def _pow(x, y):
-    """x ** y; an integer exponent with a float base is converted to the base's type."""
-    if U.is_int(x.dtype) and U.is_int(y.dtype):
-        return np.power(x, y)
-    return np.power(x, U.as_dtype(y, x.dtype))
-
-
-def _atan2(y, x):
-    return np.arctan2(y, x)
-
-
 def _nextafter(x, y):
     return np.nextafter(x, y)
 
@@ -188,18 +170,12 @@ def _one_minus_square(x):
 
 
 _FLOAT_UNARY = {
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p, "expm1": np.expm1,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
-    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "sqrt": np.sqrt,
-    "rsqrt": _rsqrt, "cbrt": np.cbrt, "logistic": _logistic, "floor": np.floor,
-    "ceil": np.ceil, "erf": sp.erf, "erfc": sp.erfc, "erf_inv": sp.erfinv,
-    "lgamma": sp.gammaln, "digamma": sp.psi, "bessel_i0e": sp.i0e, "bessel_i1e": sp.i1e,
+    "sqrt": np.sqrt, "floor": np.floor, "ceil": np.ceil, "bessel_i0e": sp.i0e, "bessel_i1e": sp.i1e,
 }
-_FLOAT_BINARY = {
-    "atan2": _atan2, "igamma": sp.gammainc, "igammac": sp.gammaincc,
-    "zeta": sp.zeta,
-}
+_FLOAT_BINARY = {"igamma": sp.gammainc, "igammac": sp.gammaincc, "zeta": sp.zeta}
+# transcendentals: refsim.libm's host-independent functions (float64, rounded once);
+# pow has its own rule below (an integer exponent)
+_LIBM = tuple(n for n in libm.NAMES if n != "pow")
 _SAME_UNARY = {
     "neg": np.negative, "sign": _sign, "square": np.square, "population_count": _population_count,
     "clz": _clz, "copy": np.copy, "copy_p": np.copy, "stop_gradient": np.asarray,
@@ -259,8 +235,16 @@ def _make_rule(name, kernel):
     return rule
 
 
+def _libm_kernel(name):
+    def kernel(*xs):
+        return libm.evaluate(name, *xs)
+
+    return kernel
+
+
 def _register_table():
     tables = [
+        ({name: name for name in _LIBM}, _libm_kernel),
         (_FLOAT_UNARY, _in_dtype_kernel), (_FLOAT_BINARY, _in_dtype_kernel),
         (_SAME_UNARY, _in_dtype_kernel), (_SAME_BINARY, _in_dtype_kernel),
         (_COMPARE, _bool_out), (_LOGICAL, lambda f: f), (_NATIVE_BINARY, lambda f: f),
@@ -285,9 +269,12 @@ def abs_rule(ctx, x):
 
 @register("pow")
 def pow_rule(ctx, x, y):
-    """x ** y (StableHLO power); the exponent may be an integer array with a float base."""
+    """x ** y (StableHLO power); an integer exponent with a float base is converted to the
+    base's compute type first; float powers are refsim.libm's."""
     x, y = _operands(ctx, [x, y])
-    return _in_dtype_kernel(_pow)(x, y)
+    if U.is_int(x.dtype) and U.is_int(y.dtype):
+        return np.power(x, y)
+    return libm.evaluate("pow", x, U.as_dtype(y, U.compute_dtype(x.dtype)))
 
 
 @register("round")
@@ -464,12 +451,52 @@ def convert_element_type_rule(ctx, x, *, new_dtype, weak_type, sharding):
     return convert(x, new_dtype)
 
 
+def _nbits(dtype: np.dtype) -> int:
+    """Bits per element as jax.dtypes.itemsize_bits counts them: int4/uint4/float4 are
+    4 bits although NumPy (ml_dtypes) stores each in a whole byte."""
+    if dtype.itemsize == 1 and dtype != np.dtype(bool):
+        # ml_dtypes' int4 is not an np.integer subtype, so ask iinfo first
+        try:
+            return int(ml_dtypes.iinfo(dtype).bits)
+        except ValueError:
+            return int(ml_dtypes.finfo(dtype).bits)
+    return 8 * dtype.itemsize
+
+
+def _bits_of(x: np.ndarray, nbits: int) -> np.ndarray:
+    """The bit pattern of each element, shape ``x.shape + (nbits,)``, least significant first."""
+    raw = np.ascontiguousarray(x).view(np.uint8).reshape(x.shape + (x.dtype.itemsize,))
+    return np.unpackbits(raw, axis=-1, bitorder="little")[..., :nbits]
+
+
+def _from_bits(bits: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Inverse of _bits_of: a sub-byte element sits in the low bits of its byte (ml_dtypes)."""
+    pad = 8 * dtype.itemsize - bits.shape[-1]
+    if pad:
+        bits = np.concatenate([bits, np.zeros(bits.shape[:-1] + (pad,), np.uint8)], axis=-1)
+    raw = np.packbits(bits, axis=-1, bitorder="little")
+    return np.ascontiguousarray(raw).view(dtype)[..., 0]
+
+
 @register("bitcast_convert_type")
 def bitcast_convert_type_rule(ctx, x, *, new_dtype):
-    """StableHLO bitcast_convert: a wider source gains a trailing dim of its byte ratio,
-    a narrower source loses its trailing dim (little-endian element order, as XLA)."""
+    """StableHLO bitcast_convert: a wider source gains a trailing dim of its bit-width ratio,
+    a narrower source loses its trailing dim, element 0 in the least significant bits (as
+    XLA). Widths follow jax's _bitcast_convert_type_shape_rule: int4/uint4/float4 pack
+    two to a byte (int4[4] -> float16 is one 16-bit word), not one byte each as NumPy."""
     new = np.dtype(new_dtype)
-    x = np.ascontiguousarray(x).reshape(np.shape(x))   # ascontiguousarray makes a scalar 1-D
+    old_bits, new_bits = _nbits(x.dtype), _nbits(new)
+    if x.dtype == new:
+        return x
+    if old_bits % 8 or new_bits % 8:
+        bits = _bits_of(x, old_bits)
+        if old_bits > new_bits:
+            bits = bits.reshape(x.shape + (old_bits // new_bits, new_bits))
+        elif old_bits < new_bits:
+            bits = bits.reshape(x.shape[:-1] + (new_bits,))
+        return _from_bits(bits, new)
+    # np.ascontiguousarray makes a 0-d operand 1-d; keep its rank
+    x = np.ascontiguousarray(x).reshape(x.shape)
     if new.itemsize == x.dtype.itemsize:
         return x.view(new)
     if new.itemsize < x.dtype.itemsize:

@@ -61,9 +61,14 @@ def cholesky_rule(ctx, x, *, symmetrize_input=False):
 
 # --- LU with partial pivoting ----------------------------------------------------------------
 
+def _cabs1(z: np.ndarray) -> np.ndarray:
+    """LAPACK's pivot magnitude (izamax/icamax): |Re z| + |Im z|; |z| for real z."""
+    return np.abs(z.real) + np.abs(z.imag) if U.is_complex(z.dtype) else np.abs(z)
+
+
 def lu_factor(a: np.ndarray):
-    """getrf: P A = L U with row partial pivoting (first maximal |pivot|, as LAPACK's i?amax),
-    vectorised over all leading dims. Returns (packed LU, pivots int32 0-based, permutation)."""
+    """getrf: P A = L U with row partial pivoting (the first row of maximal magnitude, as
+    LAPACK's i?amax: |Re| + |Im| for complex, cabs1, not |z|), vectorised over all leading dims. Returns (packed LU, pivots int32 0-based, permutation)."""
     a = np.array(a, copy=True)
     m, n = a.shape[-2:]
     k = min(m, n)
@@ -75,7 +80,7 @@ def lu_factor(a: np.ndarray):
     rows = np.arange(flat.shape[0])
     with np.errstate(all="ignore"):
         for j in range(k):
-            p = j + np.argmax(np.abs(flat[:, j:, j]), axis=1)
+            p = j + np.argmax(_cabs1(flat[:, j:, j]), axis=1)
             fp[:, j] = p
             # swap rows j and p of the matrix and the permutation
             rj, rp = flat[rows, j].copy(), flat[rows, p].copy()
