@@ -12,10 +12,11 @@ an xfail, a case the platform cannot run is skipped as unsupported, and a stale 
 entry passes with a warning.
 
 Oracle mode (docs/oracle.md): ``pytest --conformance-oracle [--conformance-oracle-report FILE]``
-checks the top-level calls of `jax.jit`, `jax.shard_map` and `jax.pmap` programs (and
-`jax.experimental.shard_map.shard_map` / `jax.experimental.pjit.pjit` ones) that a test suite
-makes against refsim (a disagreement fails the test that made the call) and prints
-``conformance oracle: N calls checked, D disagreed, S not checkable``. The fixture
+checks every distributed program a test suite executes (jit, pjit, pmap, eager shard_map,
+transformations applied outside jit, eager operations on sharded arrays; seen where JAX
+executes them, `conformance.oracle.intercept`) against refsim (a disagreement fails the test
+that made the call) and prints ``conformance oracle: N calls checked, D disagreed, S not
+checkable; E distributed executions seen, M not intercepted`` and the census. The fixture
 `conformance_check` is `conformance.check` with reproducers under the test's tmp_path.
 """
 from __future__ import annotations
@@ -41,9 +42,8 @@ def pytest_addoption(parser):
     group.addoption("--conformance-xfails", default=None, metavar="FILE",
                     help="expected failures (default xfails/<platform>.txt)")
     group.addoption("--conformance-oracle", action="store_true", default=False,
-                    help="oracle mode: also run every top-level jax.jit/shard_map/pmap (and jax.experimental "
-                         "shard_map/pjit) call of a distributed "
-                         "program on refsim and fail the test on a disagreement")
+                    help="oracle mode: also run every distributed program the tests execute (jit, pjit, pmap, "
+                         "shard_map, eager ops on sharded arrays) on refsim and fail the test on a disagreement")
     group.addoption("--conformance-oracle-report", default=None, metavar="FILE",
                     help="oracle mode: write the JSON report (counts, reasons, one record per call) to FILE")
 
@@ -66,8 +66,7 @@ def _start_oracle(config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
-    # Before conftests and test modules are imported, so the jax.jit/shard_map/pmap they call
-    # at import time (decorators) are the oracle's.
+    # Before conftests and test modules are imported, so programs they run at import time are seen.
     if getattr(early_config.known_args_namespace, "conformance_oracle", False):
         _start_oracle(early_config)
 

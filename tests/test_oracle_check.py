@@ -204,7 +204,7 @@ def test_static_arguments_of_a_jit_are_closed_over_in_oracle_mode():
     assert int(out) == 3 * 28                                           # XLA's value, untouched
     (rec,) = session.calls
     assert rec["outcome"] == "agree" and rec["policy"] == ["exact"], rec   # an int32 sum is exact
-    assert jax.jit is not step and not isinstance(jax.jit(lambda a: a), intercept.Checked)
+    assert type(step) is type(jax.jit(lambda a: a))           # JAX's own jit object, not a wrapper
 
 
 def repeat_add(n, a):
@@ -239,22 +239,6 @@ def test_static_arguments_by_number_or_name_and_position_or_keyword_as_jax(jit_k
         intercept.uninstall()
     assert int(out) == int(deco) == 3 * 28                                    # 3 * (0 + 1 + ... + 7)
     assert [c["outcome"] for c in session.calls] == ["agree", "agree"], session.calls
-
-
-def test_infer_static_completes_numbers_and_names_as_jax_does():
-    from conformance.oracle.intercept import infer_static
-
-    def f(a, b, *rest, c=1, **kw):
-        return a
-
-    assert infer_static(f, None, None) == ((), ())
-    assert infer_static(f, 0, None) == ((0,), ("a",))
-    assert infer_static(f, (1, 5), None) == ((1, 5), ("b",))            # 5: a *rest position, no name
-    assert infer_static(f, -1, None) == ((-1,), ())                      # negative numbers name nothing
-    assert infer_static(f, None, "b") == ((1,), ("b",))
-    assert infer_static(f, None, ("c", "zz")) == ((), ("c", "zz"))        # keyword-only: no position
-    assert infer_static(f, 0, "c") == ((0,), ("c",))                     # both given: used as given
-    assert infer_static(len, 0, None) == ((0,), ())                      # no signature: as given
 
 
 def scale_rows(a, w):

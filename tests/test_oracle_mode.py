@@ -86,7 +86,10 @@ def test_pytest_oracle_mode_counts_checks_and_fails_the_miscompiled_test(tmp_pat
     assert rec["test_callback_is_not_checkable"]["reason"] == "host callback"
     for c in data["calls"]:
         assert {"test", "entry", "outcome", "policy", "seconds"} <= set(c) and c["seconds"] >= 0
-    assert {c["entry"] for c in data["calls"]} == {"jit", "pmap"}
+    assert {c["entry"] for c in data["calls"]} == {"jit", "jit(shard_map)", "pmap"}
+    # the census: every distributed execution seen, by the path it ran through
+    assert data["census"] == {"seen": 5, "by_path": {"jit call": 4, "pmap": 1}, "not_intercepted": {}}, data
+    assert "census: 5 seen (jit call 4, pmap 1), 4 checked (80.0% of distributed executions)" in out, out
 
 
 def test_cli_check_runs_a_script_in_oracle_mode(tmp_path):

@@ -15,6 +15,7 @@ the way the program states it:
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,9 @@ class Traced:
     out_tree: Any
     primitives: frozenset
     sharded_io: bool
+    #: out_shardings of the jit being executed (refsim shardings, None where not stated), when
+    #: `closed` is that jit's body (`from_execution`); None when `closed` came from `trace`
+    stated_out: list | None = None
 
     @property
     def distributed(self) -> bool:
@@ -174,6 +178,40 @@ def trace(fn, args: tuple, kwargs: dict, static=((), ())) -> Traced:
     return Traced(fn, closed, list(leaves), jax.tree_util.tree_structure(out_shape), prims, sharded)
 
 
+_FACTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _facts(jaxpr) -> tuple[frozenset, bool]:
+    """(primitive names, states a multi-device layout) of a jaxpr, computed once per jaxpr object
+    (a jit executed many times is walked once)."""
+    try:
+        return _FACTS[jaxpr]
+    except (KeyError, TypeError):
+        pass
+    facts = (primitive_names(jaxpr), states_multi_device_layout(jaxpr))
+    try:
+        _FACTS[jaxpr] = facts
+    except TypeError:
+        pass
+    return facts
+
+
+def from_execution(params: dict, args, fn=None) -> Traced:
+    """A jit execution as JAX runs it, nothing traced: `params` are the jit equation's (its body
+    `jaxpr`, `in_shardings`, `out_shardings`, ...), `args` its flat arguments (one per invar of
+    the body). The body is what refsim evaluates; the stated out_shardings lay its outputs out."""
+    closed = params["jaxpr"]
+    n_in = len(closed.jaxpr.invars)
+    if len(args) != n_in:
+        raise NotCheckable("oracle error", f"the jit body takes {n_in} inputs, the execution passed {len(args)}")
+    outs = tuple(params.get("out_shardings", ()))
+    prims, states = _facts(closed.jaxpr)
+    sharded = (any(_multi_device(x) for x in args) or states
+               or any(_multi_device_sharding(s) for s in (*params.get("in_shardings", ()), *outs)))
+    stated = [_refsim_sharding(s) for s in outs] if len(outs) == len(closed.jaxpr.outvars) else None
+    return Traced(fn, closed, list(args), None, prims, sharded, stated_out=stated)
+
+
 def take_host_copies(traced: Traced) -> None:
     """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
     refsim reads them; call it before XLA runs the call, which may donate its inputs."""
@@ -184,7 +222,7 @@ def is_shard_map_program(traced: Traced) -> bool:
     """True when the program (under top-level jits) is one shard_map producing every output."""
     from refsim.interpreter import api
 
-    return api.ends_in_shard_map(_unwrap_jit(traced.closed)[0].jaxpr)
+    return api.ends_in_shard_map(_unwrap_jit(traced.closed, traced.stated_out)[0].jaxpr)
 
 
 def check_replayable(traced: Traced) -> None:
@@ -198,10 +236,10 @@ def check_replayable(traced: Traced) -> None:
 
 
 # -- refsim's evaluation ----------------------------------------------------------------------
-def _unwrap_jit(closed):
+def _unwrap_jit(closed, stated=None):
     """(innermost closed jaxpr, stated out_shardings) through top-level jit equations that
-    take the program's inputs in order and return its outputs."""
-    stated = None
+    take the program's inputs in order and return its outputs (`stated`: those of the jit whose
+    body `closed` is, if any)."""
     while True:
         j = closed.jaxpr
         if len(j.eqns) != 1 or closed.consts or j.constvars:
@@ -214,7 +252,7 @@ def _unwrap_jit(closed):
         outs = eqn.params.get("out_shardings")
         if outs is not None:
             stated = [_refsim_sharding(s) for s in outs] if stated is None else [
-                _refsim_sharding(s) or prev for s, prev in zip(outs, stated)]
+                prev or _refsim_sharding(s) for s, prev in zip(outs, stated)]   # the outer jit's last word
         closed = eqn.params["jaxpr"]
 
 
@@ -270,7 +308,7 @@ def _explicit_out_layout(var, mesh, manual: set):
 def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
-    closed, stated = _unwrap_jit(traced.closed)
+    closed, stated = _unwrap_jit(traced.closed, traced.stated_out)
     n = len(closed.jaxpr.outvars)
     stated = [stated[k] if stated is not None and k < len(stated) else None for k in range(n)]
     try:

@@ -1,0 +1,208 @@
+"""Oracle mode is invisible to the program it checks (docs/oracle.md, "How calls are seen"):
+JAX's own objects and caches, `disable_jit`, JAX's test counters and compile logs behave as
+without it; programs are seen by what executes (private entry points, transformations applied
+outside jit, eager operations on sharded arrays), and what runs past the hooks is counted."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src import util as jax_util
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+from conformance.oracle import intercept
+from conformance.oracle import session as sess
+from xla_backend import faults
+
+MESH = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+RING = [(i, (i + 1) % 4) for i in range(4)]
+
+
+def _x():
+    return jax.device_put(np.arange(32, dtype=np.float32).reshape(4, 8), NamedSharding(MESH, P("x", "y")))
+
+
+@contextlib.contextmanager
+def oracle():
+    session = sess.Session()
+    session.context = "transparent"
+    intercept.install(session)
+    try:
+        yield session
+    finally:
+        intercept.uninstall()
+
+
+@contextlib.contextmanager
+def events():
+    """JAX's test events (what jax._src.test_util's count_* helpers count), counted here."""
+    counts = collections.Counter()
+    prev = jax_util.test_event_listener
+    jax_util.test_event_listener = lambda name, *args: counts.update([name])
+    try:
+        yield counts
+    finally:
+        jax_util.test_event_listener = prev
+
+
+def _three_calls():
+    """A new program (a fresh function: its own trace and compile), called three times."""
+    f = jax.jit(lambda a: jax.lax.mul(a, a))
+    x = _x()
+    with events() as counts:
+        outs = [f(x) for _ in range(3)]
+    return counts, outs
+
+
+def test_jit_objects_keep_type_eval_shape_lower_and_trace():
+    plain = jax.jit(lambda a: a)
+    out_sh = NamedSharding(MESH, P("x"))
+    with oracle():
+        f = jax.jit(lambda a: a * 2, out_shardings=out_sh)
+        x = _x()
+        assert type(f) is type(plain)                          # JAX's PjitFunction, not a wrapper
+        assert jax.eval_shape(f, x).sharding == out_sh          # eval_shape special-cases PjitFunction
+        assert f.trace(x).jaxpr.eqns and f.lower(x).compile()(x).sharding == out_sh
+        f(x)
+
+
+def test_counters_see_the_users_work_only():
+    base, _ = _three_calls()
+    with oracle() as session:
+        got, outs = _three_calls()
+    # by hand: one trace, one C++ dispatch miss, one lowering and one compile for three calls
+    assert (got["trace_to_jaxpr"], got["jit_cpp_cache_miss"], got["lower_jaxpr_to_module"],
+            got["pxla_cached_compilation"]) == (1, 1, 1, 1), got
+    assert got == base, (got, base)                            # and every other event as without the oracle
+    assert [c["outcome"] for c in session.calls] == ["agree"] * 3, session.calls   # all three checked
+    np.testing.assert_array_equal(np.asarray(outs[2]), np.asarray(_x()) ** 2)
+
+
+def test_the_oracle_logs_no_compilation_of_its_own(caplog):
+    f = jax.jit(lambda a: jax.lax.add(a, a))
+    x = _x()
+    with oracle(), jax.log_compiles(True), caplog.at_level(logging.DEBUG, logger="jax"):
+        f(x)
+        f(x)
+    compiles = [r for r in caplog.records if "Compiling" in r.getMessage()]
+    assert len(compiles) == 1, [r.getMessage() for r in compiles]       # f's own compile, once
+
+
+def test_disable_jit_runs_the_python_as_often_as_without_the_oracle():
+    runs = []
+
+    def body(a):
+        runs.append(1)
+        return a * 2
+
+    f = jax.jit(body)
+    x = _x()
+    with oracle() as session:
+        with jax.disable_jit():
+            f(x)
+            f(x)
+        assert len(runs) == 2                                   # under disable_jit: one run per call
+        f(x)
+        f(x)
+    assert len(runs) == 3                                       # then one trace for two calls
+    vias = collections.Counter(c["via"] for c in session.calls)
+    # under disable_jit `a * 2` runs eagerly on the sharded array (jnp's multiply is itself a jit,
+    # disabled too, so lax.mul runs as an eager op); then f's two calls
+    assert vias == {"eager op": 2, "jit call": 2}, session.calls
+    assert all(c["outcome"] == "agree" for c in session.calls)
+
+
+def _ring(a):
+    return jax.lax.ppermute(a, "y", RING)
+
+
+def test_private_entry_points_are_checked():
+    from jax._src.pjit import pjit as private_pjit
+    from jax._src.shard_map import shard_map as private_shard_map
+
+    x = _x()
+    with oracle() as session:
+        ring = private_pjit(private_shard_map(_ring, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y")))
+        with faults.inject("ppermute_pairs_reversed"):
+            ring(x)
+        ring(x)
+    assert [(c["via"], c["outcome"]) for c in session.calls] == [("jit call", "disagree"), ("jit call", "agree")]
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jvp", "vmap"])
+def test_transformations_applied_outside_jit_are_checked(transform):
+    ring = jax.jit(jax.shard_map(_ring, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y")))
+    x = _x()
+    w = np.arange(32, dtype=np.float32).reshape(4, 8)
+    run = {
+        "grad": lambda: jax.grad(lambda a: jnp.sum(ring(a) * w))(x),
+        "vjp": lambda: jax.vjp(ring, x)[1](x),
+        "jvp": lambda: jax.jvp(ring, (x,), (x,)),
+        "vmap": lambda: jax.vmap(ring, in_axes=0)(jnp.stack([x, x])),
+    }[transform]
+    with oracle() as session:
+        run()
+        n = len(session.calls)
+        with faults.inject("ppermute_pairs_reversed"):
+            run()
+    ours = [c for c in session.calls[:n] if c["via"] == "transformation outside jit"]
+    assert ours and all(c["outcome"] == "agree" for c in session.calls[:n]), session.calls
+    assert any(c["outcome"] == "disagree" for c in session.calls[n:]), session.calls[n:]
+
+
+def test_grad_outside_jit_is_a_correct_gradient():
+    # the gradient of sum(ring(a) * w) is w shifted back along 'y' (hand computation): the
+    # oracle checks it and the caller gets XLA's value
+    ring = jax.jit(jax.shard_map(_ring, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y")))
+    w = np.arange(32, dtype=np.float32).reshape(4, 8)
+    with oracle() as session:
+        g = jax.grad(lambda a: jnp.sum(ring(a) * w))(_x())
+    blocks = w.reshape(4, 4, 2)                                 # [row, block along y, 2]
+    want = np.roll(blocks, -1, axis=1).reshape(4, 8)            # device i's cotangent came from i+1
+    np.testing.assert_array_equal(np.asarray(g), want)
+    assert session.calls and all(c["outcome"] == "agree" for c in session.calls)
+
+
+def test_eager_ops_on_sharded_arrays_are_checked():
+    x = _x()
+    with oracle() as session:
+        y = jax.lax.add(x, x)                                   # dispatch.apply_primitive: a one-op jit
+        z = jax.lax.sin(y)
+    np.testing.assert_array_equal(np.asarray(y), 2 * np.asarray(x))
+    assert [(c["via"], c["name"], c["outcome"]) for c in session.calls] == [
+        ("eager op", "add", "agree"), ("eager op", "sin", "agree")], session.calls
+    assert z.sharding == x.sharding
+
+
+def test_single_device_eager_ops_are_skipped_not_checked():
+    with oracle() as session:
+        jax.lax.add(np.float32(1), np.float32(2))
+    assert session.calls == [] and session.counts()["census"]["seen"] == 0
+
+
+def test_ahead_of_time_compiled_calls_are_counted_as_not_intercepted():
+    x = _x()
+    with oracle() as session:
+        compiled = jax.jit(lambda a: a * 3).lower(x).compile()
+        compiled(x)
+        compiled(x)
+    assert session.calls == []
+    census = session.counts()["census"]
+    assert census["not_intercepted"] == {"ahead-of-time compiled call": 2}, census
+    line = sess.summary_lines(session.counts())[0]
+    assert line.endswith("0 distributed executions seen, 2 not intercepted"), line
+
+
+def test_programs_compiled_before_install_are_seen():
+    f = jax.jit(lambda a: jax.lax.neg(a))
+    x = _x()
+    f(x)
+    f(x)                                                        # on C++'s fast path now
+    with oracle() as session:
+        f(x)
+    assert [c["outcome"] for c in session.calls] == ["agree"]
