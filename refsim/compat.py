@@ -679,6 +679,14 @@ def quiet_jax_config():
     return stack
 
 
+def dispatch_module():
+    """`jax._src.dispatch`: `_batched_device_put_impl(*xs, devices=, srcs=, copy_semantics=,
+    dst_avals=)` runs every `jax.device_put` outside a trace (jax 0.10 … 0.12)."""
+    from jax._src import dispatch
+
+    return dispatch
+
+
 def aot_compiled_class():
     """`jax.stages.Compiled`: `jit(f).lower(...).compile()`; its `__call__` runs the executable
     directly (no jit dispatch), so oracle mode can only count those calls."""

@@ -79,7 +79,8 @@ def test_counters_see_the_users_work_only():
     assert (got["trace_to_jaxpr"], got["jit_cpp_cache_miss"], got["lower_jaxpr_to_module"],
             got["pxla_cached_compilation"]) == (1, 1, 1, 1), got
     assert got == base, (got, base)                            # and every other event as without the oracle
-    assert [c["outcome"] for c in session.calls] == ["agree"] * 3, session.calls   # all three checked
+    assert [(c["via"], c["outcome"]) for c in session.calls] == [("device_put", "agree")] + [("jit call", "agree")] * 3
+    # (the input's device_put is a reshard, checked too)
     np.testing.assert_array_equal(np.asarray(outs[2]), np.asarray(_x()) ** 2)
 
 
@@ -206,3 +207,51 @@ def test_programs_compiled_before_install_are_seen():
     with oracle() as session:
         f(x)
     assert [c["outcome"] for c in session.calls] == ["agree"]
+
+
+def test_device_put_reshards_are_checked_by_placement(monkeypatch):
+    from jax._src import dispatch
+
+    x = _x()
+    target = NamedSharding(MESH, P("y", "x"))
+    with oracle() as session:
+        y = jax.device_put(x, target)                           # device to device: a reshard
+        jax.device_put(np.arange(8, dtype=np.int32), NamedSharding(MESH, P(("x", "y"))))   # host to devices
+        jax.device_put(np.float32(1), jax.devices()[0])         # one device: not counted
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+    assert [(c["via"], c["outcome"], c["policy"]) for c in session.calls] == [("device_put", "agree", ["exact"])] * 2
+
+    real = dispatch._batched_device_put_impl
+
+    def reversed_rows(*xs, **kw):                               # a device_put that misplaces the rows
+        ys = real(*xs, **kw)
+        return [jax.make_array_from_callback(y.shape, y.sharding, lambda idx, v=np.asarray(y)[::-1]: v[idx])
+                for y in ys]
+
+    monkeypatch.setattr(dispatch, "_batched_device_put_impl", reversed_rows)
+    with oracle() as session:
+        jax.device_put(x, target)
+    (rec,) = session.calls
+    assert (rec["via"], rec["outcome"]) == ("device_put", "disagree"), rec
+    (err,) = session.pop_failures("transparent")
+    assert "values differ" in str(err)
+
+
+def test_census_is_in_the_report_and_adds_up_across_workers():
+    x = _x()
+    with oracle() as session:
+        jax.jit(lambda a: a + 1)(x)
+        jax.lax.neg(x)
+        jax.jit(lambda a: a * 2).lower(x).compile()(x)
+    one = session.report()
+    assert one["census"] == {"seen": 2, "by_path": {"jit call": 1, "eager op": 1},
+                             "not_intercepted": {"ahead-of-time compiled call": 1}}, one["census"]
+    both = sess.merge([one, one])
+    assert both["census"] == {"seen": 4, "by_path": {"jit call": 2, "eager op": 2},
+                              "not_intercepted": {"ahead-of-time compiled call": 2}}
+    lines = sess.summary_lines(both)
+    assert lines[0] == ("conformance oracle: 4 calls checked, 0 disagreed, 0 not checkable; "
+                        "4 distributed executions seen, 2 not intercepted"), lines
+    # 4 checked of 6 distributed executions (4 seen + 2 not intercepted)
+    assert lines[2] == ("  census: 4 seen (jit call 2, eager op 2), 4 checked (66.7% of distributed executions), "
+                        "0 not checkable, 2 not intercepted (ahead-of-time compiled call x2)"), lines

@@ -360,6 +360,50 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     return res, ref, pols
 
 
+# -- device_put: a reshard is data movement, exact ------------------------------------------------
+def device_put_hosts(xs) -> list:
+    """Each device_put input's global value on the host (taken before XLA may donate it)."""
+    import jax
+
+    out = []
+    for x in xs:
+        if isinstance(x, jax.Array):
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):
+                raise NotCheckable("non-array argument", f"device_put of a {x.dtype} array")
+            if not x.is_fully_addressable:
+                raise NotCheckable("multi-process array", "a device_put input spans devices of other processes")
+        out.append(np.array(x, copy=True))
+    return out
+
+
+def finish_device_put(hosts, targets, ys) -> CheckResult:
+    """`jax.device_put` of `hosts` (global values) to `targets` gave `ys`: each device must hold
+    its block of the value, where the target states a NamedSharding laid out by it ("program"),
+    else by the sharding XLA gave the result ("xla"). Exact."""
+    import jax
+
+    import refsim
+    from xla_backend import convert
+
+    ref, xla, where = [], [], []
+    for h, t, y in zip(hosts, targets, ys):
+        t = getattr(t, "sharding", t)                         # a Format: its sharding
+        stated = isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)
+        try:
+            sh = convert.from_jax_sharding(t if stated else y.sharding)
+            got = convert.to_refsim(y)
+        except (TypeError, ValueError, NotImplementedError) as e:
+            raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+        ref.append(refsim.device_put(h.astype(got.dtype, copy=False), sh))
+        xla.append(got)
+        where.append("program" if stated else "xla")
+    pols = [compare.EXACT] * len(ref)
+    cmp = compare.compare(ref, xla, tolerances=pols)
+    summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))])
+    return CheckResult(name="device_put", entry="device_put", comparison=cmp, outputs=summaries,
+                       provenance=_provenance(ref), seconds={})
+
+
 def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tuple[str | None, str]:
     """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be)."""
     try:

@@ -23,6 +23,8 @@ It hooks the Python side of JAX's jit dispatch (`refsim.compat.JIT_EXECUTION_HOO
   explanations off for this thread, so JAX's counters and logs see only the user's work;
 * under `jax.disable_jit()` no jit runs and nothing is checked twice: a program's Python runs
   exactly as often as without the oracle (eager operations on sharded arrays are still seen);
+* `jax.device_put` onto or off several devices (`dispatch._batched_device_put_impl`) is a
+  reshard: each device must hold its block of the value (exact);
 * ahead-of-time compiled calls (`jit(f).lower(...).compile()(...)`) run their executable
   directly; they are counted as "not intercepted".
 """
@@ -237,6 +239,21 @@ def _hook_execute(original):
     return _pjit_call_impl_python
 
 
+def _hook_device_put(original):
+    def _batched_device_put_impl(*xs, devices, srcs, copy_semantics, dst_avals):
+        s = _SESSION[0]
+        if s is None or not s.active or busy():
+            return original(*xs, devices=devices, srcs=srcs, copy_semantics=copy_semantics, dst_avals=dst_avals)
+        with own_work():
+            pending = s.before_device_put(xs, devices)
+        ys = original(*xs, devices=devices, srcs=srcs, copy_semantics=copy_semantics, dst_avals=dst_avals)
+        if pending is not None:
+            with own_work():
+                s.after_device_put(pending, ys)
+        return ys
+    return _batched_device_put_impl
+
+
 def _hook_aot(original):
     def __call__(self, *args, **kwargs):
         s = _SESSION[0]
@@ -282,6 +299,7 @@ def install(session) -> None:
     _patch(pjit, "_run_python_pjit", _hook_user_call)
     _patch(_compat.jit_primitive(), "impl", _hook_impl)
     _patch(_compat.aot_compiled_class(), "__call__", _hook_aot)
+    _patch(_compat.dispatch_module(), "_batched_device_put_impl", _hook_device_put)
     _compat.clear_jit_dispatch_caches()
 
 

@@ -29,9 +29,11 @@ from conformance.oracle.policy import DEFAULT_ULPS
 
 #: How a distributed execution reached XLA (`intercept`): a jit object called by the program or a
 #: library (`jax.jit`, `pjit`, JAX's private names, test utilities), `jax.pmap`, one operation of
-#: an eager `shard_map` body, an eager operation on sharded arrays, or a jit equation run by a
-#: transformation applied outside jit (grad / vjp / jvp / vmap / linearize of a jit).
-PATHS = ("jit call", "pmap", "eager shard_map", "eager op", "transformation outside jit", "jit equation")
+#: an eager `shard_map` body, an eager operation on sharded arrays, `jax.device_put` onto or off
+#: several devices (a reshard), or a jit equation run by a transformation applied outside jit
+#: (grad / vjp / jvp / vmap / linearize of a jit).
+PATHS = ("jit call", "pmap", "eager shard_map", "eager op", "device_put", "transformation outside jit",
+         "jit equation")
 
 
 @dataclasses.dataclass
@@ -140,6 +142,37 @@ class Session:
         self.failures[self.context].append(err)
         if self.echo is not None:
             self.echo(str(err))
+
+    def before_device_put(self, xs, targets):
+        """Before `jax.device_put(xs, targets)`: None unless some input or target spans several
+        devices (a single-device put is not counted); else the inputs' host copies."""
+        t0 = time.perf_counter()
+        if not (any(prog._multi_device(x) for x in xs)
+                or any(prog._multi_device_sharding(getattr(t, "sharding", t)) for t in targets)):
+            return None
+        self.seen["device_put"] += 1
+        try:
+            hosts = chk.device_put_hosts(xs)
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable("device_put", "device_put", "device_put", e, time.perf_counter() - t0, None)
+            return None
+        return (hosts, list(targets), t0, time.perf_counter())
+
+    def after_device_put(self, pending, ys) -> None:
+        hosts, targets, t0, t1 = pending
+        t2 = time.perf_counter()
+        try:
+            res = chk.finish_device_put(hosts, targets, ys)
+            rec = self._record("device_put", "device_put", "device_put", "agree" if res.ok else "disagree",
+                               policy=res.policies, overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
+            if not res.ok:
+                rec["repro"] = None
+                err = chk.ConformanceError(res, "no reproducer: a device_put is checked by its placement alone")
+                self.failures[self.context].append(err)
+                if self.echo is not None:
+                    self.echo(str(err))
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable("device_put", "device_put", "device_put", e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
 
     def not_intercepted(self, reason: str) -> None:
         """Count a distributed execution that ran past the hooks (e.g. an ahead-of-time compiled call)."""
