@@ -404,3 +404,52 @@ def test_a_disagreement_beside_a_float0_output_is_caught_and_reproduced(tmp_path
     assert mod.check(mod.run()) == []
     with faults.inject("ppermute_pairs_reversed"):
         assert mod.check(mod.run())
+
+
+# -- placement only where the program states it -----------------------------------------------------
+
+def test_partial_manual_shard_map_outputs_are_placed_by_xla_over_the_automatic_axes():
+    # manual over 'x' only: out_specs say nothing about 'y', and XLA's partitioner keeps the
+    # result split over 'y' (P('x', 'y')); that is its choice, so the values are compared on its
+    # layout (they used to be a "disagreement" with 0 differing elements)
+    f = jax.jit(jax.shard_map(lambda a: a * 2, mesh=MESH, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}))
+    x = _placed(np.arange(64, dtype=np.float32).reshape(8, 8), P("x", "y"))
+    assert f(x).sharding.spec == P("x", "y")                        # what XLA does here
+    res = conformance.check(f, x)
+    assert res.ok and res.outputs[0].placement == "xla" and res.outputs[0].max_abs_diff == 0
+    # a wrong value over the manual axis is still caught (a collective miscompiled)
+    ring = jax.jit(jax.shard_map(lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), mesh=MESH,
+                                 in_specs=P("x"), out_specs=P("x"), axis_names={"x"}))
+    assert conformance.check(ring, x).ok
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError):
+        conformance.check(jax.jit(jax.shard_map(lambda a: jax.lax.ppermute(a, "x", [(0, 1)]), mesh=MESH,
+                                                in_specs=P("x"), out_specs=P("x"), axis_names={"x"})), x)
+
+
+def test_compiler_placement_is_taken_only_where_it_agrees_with_out_specs_on_the_manual_axes():
+    from conformance.oracle.program import _compiler_placed
+    from refsim import Mesh, NamedSharding as RNS, PartitionSpec as RP
+
+    mesh = Mesh((2, 4), ("x", "y"))
+
+    class Out:
+        def __init__(self, spec, shape=(8, 8)):
+            self.sharding, self.shape = RNS(mesh, spec), shape
+
+    manual = {"x"}
+    assert _compiler_placed(Out(RP("x", "y")), P("x"), mesh, manual) is not None      # 'y' is automatic
+    assert _compiler_placed(Out(RP(None, "y")), P(), mesh, manual) is not None
+    assert _compiler_placed(Out(RP(("x", "y"))), P("x"), mesh, manual) is not None    # 'y' minor to 'x'
+    assert _compiler_placed(Out(RP("y", "x")), P("x"), mesh, manual) is None          # 'x' on the wrong dimension
+    assert _compiler_placed(Out(RP(None, None)), P("x"), mesh, manual) is None        # 'x' lost
+    assert _compiler_placed(Out(RP("x")), P("x"), Mesh((2, 4), ("x", "y"), device_ids=np.arange(8)[::-1].reshape(2, 4)),
+                            manual) is None                                           # another mesh
+
+
+def test_jit_outputs_without_out_shardings_are_compared_on_xlas_layout():
+    f = jax.jit(lambda a: a * 2)
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    res = conformance.check(f, x)
+    assert res.ok and res.outputs[0].placement == "xla" and res.outputs[0].devices == 8
+    g = jax.jit(lambda a: a * 2, out_shardings=NamedSharding(MESH, P("y")))
+    assert conformance.check(g, x).outputs[0].placement == "program"

@@ -305,6 +305,37 @@ def _explicit_out_layout(var, mesh, manual: set):
     return NamedSharding(mesh, spec)
 
 
+def _entry_axes(entry) -> tuple:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _on_axes(spec, axes: set, ndim: int) -> tuple:
+    """`spec`'s entries over `axes` only, one tuple per dimension (other axes dropped)."""
+    ents = list(spec) + [None] * (ndim - len(spec))
+    return tuple(tuple(a for a in _entry_axes(e) if a in axes) for e in ents[:ndim])
+
+
+def _compiler_placed(xla_out, out_spec, mesh, manual: set):
+    """XLA's sharding of a partially manual shard_map's output when it agrees with `out_spec` on
+    the manual axes (it differs only over the automatic axes, which the program leaves to the
+    partitioner), else None: the output is then laid out as stated and a misplaced block shows."""
+    from refsim.layouts.named_sharding import NamedSharding
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    sh = getattr(xla_out, "sharding", None)
+    if not isinstance(sh, NamedSharding) or sh.mesh != mesh or out_spec is None:
+        return None
+    spec = PartitionSpec.from_jax(out_spec) if not isinstance(out_spec, PartitionSpec) else out_spec
+    if sh.spec.unreduced or sh.spec.reduced or spec.unreduced or spec.reduced:
+        return None
+    ndim = len(xla_out.shape)
+    if _on_axes(sh.spec, manual, ndim) != _on_axes(spec, manual, ndim):
+        return None
+    return sh
+
+
 def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
@@ -324,7 +355,17 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
             # Explicit axes) lay a result out anew
             layouts = [s if s is not None else _explicit_out_layout(v, mesh, manual)
                        for v, s in zip(closed.jaxpr.outvars, stated)]
-            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), ["program"] * n
+            where = ["program"] * n
+            if manual != set(mesh.axis_names):
+                # over the automatic axes the placement is the partitioner's choice, not the
+                # program's: such an output is compared by value on XLA's layout
+                specs = closed.jaxpr.eqns[-1].params.get("out_specs", ())
+                for k in range(n):
+                    if layouts[k] is None and k < len(specs) and k < len(xla_outs):
+                        placed = _compiler_placed(xla_outs[k], specs[k], mesh, manual)
+                        if placed is not None:
+                            layouts[k], where[k] = placed, "xla"
+            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), where
         layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
         outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
     except UnsupportedPrimitive as e:
