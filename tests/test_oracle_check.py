@@ -83,7 +83,9 @@ def test_scaled_bound_scale_skips_non_finite_elements_and_uses_the_complex_modul
     b = policy.ScaledBound.of(placed([1.5, -2.0], ml_dtypes.bfloat16))
     ref, bound = b.reference_and_bound(1, ml_dtypes.bfloat16)
     assert ref.dtype == np.float32 and ref.tolist() == [-2.0] and b.scale == 2.0
-    assert bound.tolist() == [256 * 2.0 ** -8 * 2.0 + float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)]
+    # bfloat16: the float32 bound plus 8 units of bfloat16, of the scale 2
+    assert bound.tolist() == [(256 * 2.0 ** -24 + 8 * 2.0 ** -8) * 2.0
+                              + float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)]
     # NaN only where refsim has NaN, an infinity only where refsim has it
     arr = placed([np.nan, np.inf, 1.0, 2.0], np.float32)
     tol = policy.ScaledBound.of(arr)
@@ -453,3 +455,89 @@ def test_jit_outputs_without_out_shardings_are_compared_on_xlas_layout():
     assert res.ok and res.outputs[0].placement == "xla" and res.outputs[0].devices == 8
     g = jax.jit(lambda a: a * 2, out_shardings=NamedSharding(MESH, P("y")))
     assert conformance.check(g, x).outputs[0].placement == "program"
+
+
+# -- narrow floats: the bound is the float32 one plus a few units of the output dtype ------------
+
+def _matmul_scaled(factor):
+    """A planted fault: XLA's dot_general returns its product times `factor`."""
+    import contextlib
+
+    from jax.extend.core import primitives
+
+    from refsim import compat as _compat
+
+    @contextlib.contextmanager
+    def patch():
+        prim = primitives.dot_general_p
+        default, per_platform, entry_cls = _compat.lowering_tables()
+        saved = [(t, t[prim]) for t in [default, *per_platform.values()] if prim in t]
+
+        def scaled(orig):
+            def rule(ctx, *args, **params):
+                (aval,) = ctx.avals_out
+                (out,) = orig(ctx, *args, **params)
+                return [faults.apply(ctx, lambda a: (a.astype(jnp.float32) * factor).astype(a.dtype), out, aval, aval)]
+            return rule
+        try:
+            for t, entry in saved:
+                t[prim] = entry_cls(scaled(entry.rule), entry.inline)
+            yield
+        finally:
+            for t, entry in saved:
+                t[prim] = entry
+    return faults.Fault(f"dot_general_times_{factor}", f"dot_general returns its product times {factor}", patch=patch)
+
+
+def test_narrow_float_bound_is_the_float32_bound_plus_eight_units_of_the_dtype():
+    import ml_dtypes
+
+    from refsim import Mesh, NamedSharding as RNS, PartitionSpec as RP, device_put
+
+    sh = RNS(Mesh((1,), ("x",)), RP())
+    ref = device_put(np.array([0.5, -2.0, 1.0], ml_dtypes.bfloat16), sh)
+    b = policy.ScaledBound.of(ref)
+    # by hand: scale 2, (256 * 2**-24 + 8 * 2**-8) * 2 = 0.0625 + 2**-15 (+ bfloat16's smallest subnormal)
+    want = (256 * 2.0 ** -24 + 8 * 2.0 ** -8) * 2 + float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)
+    assert b.narrow_ulps == 8 and b.allowed(ml_dtypes.bfloat16) == pytest.approx(want, rel=1e-12)
+    f16 = policy.ScaledBound.of(device_put(np.array([4.0], np.float16), sh))
+    assert f16.allowed(np.float16) == pytest.approx((256 * 2.0 ** -24 + 8 * 2.0 ** -11) * 4 + 2.0 ** -24, rel=1e-12)
+    f32 = policy.ScaledBound.of(device_put(np.array([4.0], np.float32), sh))
+    assert f32.narrow_ulps == 0 and f32.allowed(np.float32) == pytest.approx(256 * 2.0 ** -24 * 4, rel=1e-6)
+    assert "8 ulp of the dtype" in b.describe()
+
+
+def _bf16(*shape, seed=0, scale=1.0):
+    import ml_dtypes
+
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(ml_dtypes.bfloat16)
+
+
+def test_bfloat16_matmul_off_by_ten_percent_disagrees():
+    a, b = _bf16(64, 64, seed=1), _bf16(64, 64, seed=2, scale=0.125)
+    mm = jax.jit(jnp.matmul)
+    assert conformance.check(mm, a, b).ok                                          # healthy: agrees
+    with faults.inject(_matmul_scaled(1.1)), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(mm, a, b)
+    assert "8 ulp of the dtype" in str(info.value)
+    # under the former default (256 units of bfloat16: twice the output's magnitude) it passed
+    out = info.value.result.outputs[0]
+    assert 8 < out.ulps < 256                    # |diff| in units of 2**-8 * max|output|
+
+
+def test_healthy_bfloat16_transformer_block_agrees():
+    import importlib.util
+    import os
+
+    import ml_dtypes
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "gpu_oracle.py")
+    spec = importlib.util.spec_from_file_location("gpu_oracle", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    progs = {name: (fn, args, kw) for name, fn, args, kw in mod.programs(ml_dtypes.bfloat16)}
+    for name in ("transformer_block_forward", "transformer_train_step"):
+        fn, args, kw = progs[name]
+        res = conformance.check(fn, *args, **kw)
+        assert res.ok, res.report()
+        assert all(o.policy.endswith("8 ulp of the dtype, of max|output|") or o.policy == "exact" for o in res.outputs)
