@@ -121,3 +121,47 @@ def test_cli_check_without_a_script_is_one_line_and_exit_2():
     proc = subprocess.run([sys.executable, "-m", "conformance", "check"], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "missing SCRIPT.py" in proc.stderr and "Traceback" not in proc.stderr
+
+
+DEVICES_SUITE = '''\
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def test_devices():
+    assert jax.device_count() == 4
+    mesh = jax.make_mesh((4,), ("x",))
+    jax.jit(lambda a: a * 2)(jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("x"))))
+'''
+
+
+def _pytest(tmp_path, *opts):
+    (tmp_path / "test_devices.py").write_text(DEVICES_SUITE)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path),
+         "--rootdir", str(tmp_path), *opts], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_conformance_devices_sets_the_cpu_device_count_in_oracle_mode(tmp_path):
+    # no conftest sets the device count: --conformance-devices does, before JAX starts
+    proc = _pytest(tmp_path, "--conformance-oracle", "--conformance-devices", "4")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "1 passed" in out, out
+    m = SUMMARY.search(out)
+    assert m and m.groups() == ("2", "0", "0"), out                     # the device_put and the jit
+    bad = _pytest(tmp_path, "--conformance-oracle", "--conformance-devices", "0")
+    assert bad.returncode == 4 and "--conformance-devices=0" in bad.stderr + bad.stdout, bad.stderr
+
+
+def test_readme_and_oracle_page_run_as_scripts_without_xla_flags(tmp_path):
+    # their blocks set up the 8 devices they need (docs are code: also as a plain script)
+    import re
+
+    for page in ("README.md", os.path.join("docs", "oracle.md")):
+        with open(os.path.join(ROOT, page)) as fh:
+            blocks = re.findall(r"^```python\n(.*?)^```", fh.read(), re.S | re.M)
+        script = tmp_path / (os.path.basename(page) + ".py")
+        script.write_text("\n".join(blocks))
+        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, (page, proc.stdout[-2000:], proc.stderr[-3000:])
