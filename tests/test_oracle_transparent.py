@@ -255,3 +255,30 @@ def test_census_is_in_the_report_and_adds_up_across_workers():
     # 4 checked of 6 distributed executions (4 seen + 2 not intercepted)
     assert lines[2] == ("  census: 4 seen (jit call 2, eager op 2), 4 checked (66.7% of distributed executions), "
                         "0 not checkable, 2 not intercepted (ahead-of-time compiled call x2)"), lines
+
+
+def test_an_execution_that_raises_keeps_its_events_and_is_not_counted():
+    from jax._src import pjit as pjit_internal
+
+    x = _x()
+    f = jax.jit(lambda a: a + 1)
+    real = pjit_internal._pjit_call_impl_python
+
+    def failing(*args, **params):                  # XLA fails after JAX lowered the program
+        jax_util.test_event("jit_cpp_cache_miss")
+        raise RuntimeError("INTERNAL: planted execution failure")
+
+    with oracle() as session, events() as counts:
+        pjit_internal._pjit_call_impl_python = _wrap_inner(failing)
+        try:
+            with pytest.raises(RuntimeError, match="planted execution failure"):
+                f(x)
+        finally:
+            pjit_internal._pjit_call_impl_python = real
+    assert counts["jit_cpp_cache_miss"] == 1, counts
+    assert session.calls == [] and session.counts()["census"]["seen"] == 0
+
+
+def _wrap_inner(failing):
+    """The hook as `install` builds it, around `failing` in place of JAX's function."""
+    return intercept._hook_execute(failing)

@@ -224,14 +224,17 @@ def _hook_execute(original):
         held = _STATE.held
         try:
             result = original(*args, **params)
-        finally:
+        except BaseException:
             _STATE.events, _STATE.held = prev_mode, prev_held
+            _replay(held)                          # it raised: JAX ran it through Python anyway
+            if pending is not None:
+                s.abandon(pending)
+            raise
+        _STATE.events, _STATE.held = prev_mode, prev_held
         # JAX's C++ fast path would have run a call whose fast path the hook declined: no cache
         # miss, no Python-side argument handling, so none of its events
         if held and _key(result[1], args) not in _DECLINED:
-            util = _compat.test_event_module()
-            for name, ev_args in held:
-                util.test_event(name, *ev_args)
+            _replay(held)
         if pending is not None:
             with own_work():
                 s.after(pending, result[0])
@@ -252,6 +255,12 @@ def _hook_device_put(original):
                 s.after_device_put(pending, ys)
         return ys
     return _batched_device_put_impl
+
+
+def _replay(held) -> None:
+    util = _compat.test_event_module()
+    for name, ev_args in held:
+        util.test_event(name, *ev_args)
 
 
 def _hook_aot(original):

@@ -174,6 +174,10 @@ class Session:
         except Exception as e:  # noqa: BLE001 - see `before`
             self._not_checkable("device_put", "device_put", "device_put", e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
 
+    def abandon(self, pending: _Pending) -> None:
+        """XLA raised on the execution (the user's error, which reaches the user): not counted."""
+        self.seen[pending.via] -= 1
+
     def not_intercepted(self, reason: str) -> None:
         """Count a distributed execution that ran past the hooks (e.g. an ahead-of-time compiled call)."""
         self.missed[reason] += 1
