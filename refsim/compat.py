@@ -229,6 +229,12 @@ def to_numpy(x):
     return data.view(key_numpy_dtype(impl)).reshape(data.shape[:data.ndim - key_nd])
 
 
+def key_base_array(x):
+    """The uint32 jax.Array holding a key array's words (`PRNGKeyArray._base_array`, jax 0.10 …
+    0.12): read off the devices without running `jax.random.key_data` (a jit)."""
+    return x._base_array
+
+
 def jax_key_dtype(np_dtype):
     """The JAX key dtype a refsim structured key dtype stands for (None for other dtypes)."""
     import numpy as np

@@ -541,3 +541,28 @@ def test_healthy_bfloat16_transformer_block_agrees():
         res = conformance.check(fn, *args, **kw)
         assert res.ok, res.report()
         assert all(o.policy.endswith("8 ulp of the dtype, of max|output|") or o.policy == "exact" for o in res.outputs)
+
+
+def test_a_disagreement_by_nan_after_growth_past_one_over_u_is_numerically_unstable():
+    # a conjugate-gradient loop on a singular operator (JAX's pjit_test
+    # test_sparse_linalg_cg_indexing): refsim's value grew to 1e18 from inputs of 1, XLA's
+    # rounding met 0/0 instead; that is no verdict on XLA, so the call is not checkable
+    from conformance.oracle.check import _numerically_unstable
+    from refsim import Mesh, NamedSharding as RNS, PartitionSpec as RP, device_put
+
+    sh = RNS(Mesh((1,), ("x",)), RP())
+    put = lambda v: device_put(np.array(v, np.float32), sh)  # noqa: E731
+    inputs = [put([1.0, -0.5])]
+    ref, nan = put([1e18, 2.0]), put([np.nan, 2.0])
+    pols = policy.choose([ref], {"while", "mul"})
+    cmp = compare.compare([ref], [nan], tolerances=pols)
+    why = _numerically_unstable(inputs, [ref], pols, cmp)
+    assert "1e+18 times the largest input" in why and "nan-introduced" in why, why
+    # a NaN where the values stayed of the inputs' size is a disagreement
+    small = put([3.0, 2.0])
+    pols = policy.choose([small], {"while", "mul"})
+    assert _numerically_unstable(inputs, [small], pols, compare.compare([small], [nan], tolerances=pols)) == ""
+    # and so is a plain wrong value after the same growth
+    wrong = put([2e18, 2.0])
+    pols = policy.choose([ref], {"while", "mul"})
+    assert _numerically_unstable(inputs, [ref], pols, compare.compare([ref], [wrong], tolerances=pols)) == ""

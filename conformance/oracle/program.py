@@ -101,21 +101,50 @@ def primitive_names(jaxpr) -> frozenset:
     return frozenset(seen)
 
 
+def host_array(x):
+    """A fully addressable jax.Array copied off its devices as a refsim.Array, each device's own
+    data, without running or caching anything in JAX: indices and replica ids come from refsim's
+    equal sharding (not JAX's cached `devices_indices_map`), a key array's words from its base
+    array (not `jax.random.key_data`, a jit), so the oracle leaves JAX's caches as it found them.
+    TypeError for a sharding refsim has no equivalent of (a GSPMDSharding, a PmapSharding)."""
+    from refsim.array import Array, Shard
+    from xla_backend import convert
+
+    sh = convert.from_jax_sharding(x.sharding)
+    shape = tuple(x.shape)
+    index, replica = sh.devices_indices_map(shape), sh.device_replica_id_map(shape)
+    impl = compat.prng_impl_of(x.dtype)
+    src = compat.key_base_array(x) if impl is not None else x
+    dtype = compat.physical_dtype(x.dtype)
+    by_dev = {}
+    for s in src.addressable_shards:
+        d = int(s.device.id)
+        data = np.array(np.asarray(s.data), copy=True)
+        if impl is not None:
+            nd = len(tuple(impl.key_shape))
+            data = np.ascontiguousarray(data).view(dtype).reshape(data.shape[:data.ndim - nd])
+        ix = tuple(slice(i.start, i.stop) if isinstance(i, slice) else int(i) for i in index[d])
+        by_dev[d] = Shard(d, ix, data, int(replica[d]))
+    return Array(shape, dtype, sh, [by_dev[d] for d in index if d in by_dev])
+
+
 def _host_copy(x):
     """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data)."""
     import jax
 
-    from xla_backend import convert
-
     if isinstance(x, jax.core.Tracer):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            return compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
+        if compat.prng_impl_of(x.dtype) is not None:
+            # refsim's structured key array (the key words, one field per impl), global
+            try:
+                return np.asarray(host_array(x))
+            except TypeError:
+                return compat.to_numpy(x)
         try:
-            return convert.to_refsim(x)
+            return host_array(x)
         except TypeError:                                   # e.g. a PmapSharding or GSPMDSharding
             return np.asarray(x)
     if isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
@@ -396,7 +425,7 @@ def xla_outputs(out) -> list:
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an output spans devices of other processes")
         try:
-            res.append(convert.to_refsim(x))
+            res.append(host_array(x))
         except (TypeError, ValueError, NotImplementedError) as e:   # e.g. an unreduced output sharding
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     return res
