@@ -229,6 +229,13 @@ def to_numpy(x):
     return data.view(key_numpy_dtype(impl)).reshape(data.shape[:data.ndim - key_nd])
 
 
+def has_logical_device_ids(sharding) -> bool:
+    """True for a NamedSharding whose devices are renumbered by a private `_logical_device_ids`
+    (JAX's efficient reshard between device orders, `dispatch._different_device_order_reshard`,
+    jax 0.10 … 0.12): its blocks are not where its mesh and spec alone put them."""
+    return getattr(sharding, "_logical_device_ids", None) is not None
+
+
 def key_base_array(x):
     """The uint32 jax.Array holding a key array's words (`PRNGKeyArray._base_array`, jax 0.10 …
     0.12): read off the devices without running `jax.random.key_data` (a jit)."""

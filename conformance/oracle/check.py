@@ -30,6 +30,7 @@ from conformance.oracle import program as prog
 from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
+from refsim import compat
 
 __all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
 
@@ -411,10 +412,17 @@ def device_put_hosts(xs) -> list:
     out = []
     for x in xs:
         if isinstance(x, jax.Array):
-            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):
-                raise NotCheckable("non-array argument", f"device_put of a {x.dtype} array")
             if not x.is_fully_addressable:
                 raise NotCheckable("multi-process array", "a device_put input spans devices of other processes")
+            if compat.prng_impl_of(x.dtype) is not None:
+                try:
+                    out.append(np.asarray(prog.host_array(x)))   # refsim's structured key array
+                    continue
+                except TypeError:
+                    out.append(compat.to_numpy(x))
+                    continue
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):
+                raise NotCheckable("non-array argument", f"device_put of a {x.dtype} array")
         out.append(np.array(x, copy=True))
     return out
 
@@ -437,7 +445,10 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
             got = prog.host_array(y)
         except (TypeError, ValueError, NotImplementedError) as e:
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
-        ref.append(refsim.device_put(h.astype(got.dtype, copy=False), sh))
+        try:
+            ref.append(refsim.device_put(h if h.dtype == got.dtype else h.astype(got.dtype), sh))
+        except (ValueError, TypeError) as e:                # e.g. a target with unreduced axes
+            raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
         xla.append(got)
         where.append("program" if stated else "xla")
     pols = [compare.EXACT] * len(ref)

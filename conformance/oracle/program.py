@@ -110,6 +110,8 @@ def host_array(x):
     from refsim.array import Array, Shard
     from xla_backend import convert
 
+    if compat.has_logical_device_ids(x.sharding):
+        raise TypeError(f"{x.sharding!r} renumbers its devices (logical device ids); refsim has no equivalent")
     sh = convert.from_jax_sharding(x.sharding)
     shape = tuple(x.shape)
     index, replica = sh.devices_indices_map(shape), sh.device_replica_id_map(shape)
