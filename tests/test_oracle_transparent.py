@@ -282,3 +282,12 @@ def test_an_execution_that_raises_keeps_its_events_and_is_not_counted():
 def _wrap_inner(failing):
     """The hook as `install` builds it, around `failing` in place of JAX's function."""
     return intercept._hook_execute(failing)
+
+
+def test_a_call_on_a_deleted_array_raises_as_without_the_oracle_and_is_not_counted():
+    x = _x()
+    x.delete()
+    with oracle() as session:
+        with pytest.raises(RuntimeError, match="deleted"):
+            jax.jit(lambda a: a + 1)(x)
+    assert session.calls == [] and session.counts()["census"]["seen"] == 0

@@ -47,6 +47,7 @@ class _Pending:
     ctx: dict
     t0: float
     t1: float
+    record: dict | None = None      # set when the execution was recorded as not checkable already
 
 
 def _label(fun, via: str, params: dict) -> str:
@@ -90,8 +91,8 @@ class Session:
             traced = prog.from_execution(params, args, fun)
         except Exception as e:  # noqa: BLE001 - see the docstring
             self.seen[via] += 1
-            self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
-            return None
+            rec = self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
+            return _Pending(None, name, entry, via, ctx, t0, time.perf_counter(), rec)
         if not traced.distributed:
             self.skipped += 1
             return None
@@ -100,14 +101,16 @@ class Session:
             prog.check_replayable(traced)
             prog.take_host_copies(traced)
         except Exception as e:  # noqa: BLE001 - see the docstring
-            self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
-            return None
+            rec = self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
+            return _Pending(None, name, entry, via, ctx, t0, time.perf_counter(), rec)
         return _Pending(traced, name, entry, via, ctx, t0, time.perf_counter())
 
     def after(self, pending: _Pending, out_flat) -> None:
         """After XLA ran it: evaluate the same jaxpr on refsim and compare; record the outcome."""
         t2 = time.perf_counter()
         p = pending
+        if p.record is not None:                 # not checkable, recorded by `before`
+            return
         out = list(out_flat)
         tree = p.ctx.get("out_tree")
         if tree is not None and getattr(tree, "num_leaves", -1) == len(out):
@@ -175,8 +178,11 @@ class Session:
             self._not_checkable("device_put", "device_put", "device_put", e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
 
     def abandon(self, pending: _Pending) -> None:
-        """XLA raised on the execution (the user's error, which reaches the user): not counted."""
+        """XLA raised on the execution (the user's error, which reaches the user): not counted,
+        nor recorded (e.g. a call on a deleted array)."""
         self.seen[pending.via] -= 1
+        if pending.record is not None and pending.record in self.calls:
+            self.calls.remove(pending.record)
 
     def not_intercepted(self, reason: str) -> None:
         """Count a distributed execution that ran past the hooks (e.g. an ahead-of-time compiled call)."""
@@ -187,7 +193,7 @@ class Session:
             reason, detail = e.reason, e.detail
         else:
             reason, detail = "oracle error", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        self._record(name, entry, via, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
+        return self._record(name, entry, via, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
 
     def _record(self, name, entry, via, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
         rec = {"test": self.context, "entry": entry, "via": via,
