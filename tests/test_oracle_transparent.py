@@ -291,3 +291,20 @@ def test_a_call_on_a_deleted_array_raises_as_without_the_oracle_and_is_not_count
         with pytest.raises(RuntimeError, match="deleted"):
             jax.jit(lambda a: a + 1)(x)
     assert session.calls == [] and session.counts()["census"]["seen"] == 0
+
+
+def test_the_oracle_reads_results_under_a_users_transfer_guard():
+    x = _x()
+    f = jax.jit(lambda a: a * 2)
+    with jax.transfer_guard("disallow"):
+        try:                                                # does this JAX guard copies off CPU devices?
+            np.asarray(f(x))
+            guarded = False
+        except Exception:  # noqa: BLE001 - JaxRuntimeError (0.12) or its base class
+            guarded = True
+    with oracle() as session, jax.transfer_guard("disallow"):
+        out = f(x)                                          # the oracle copies inputs and outputs to the host
+        if guarded:
+            with pytest.raises(Exception, match="[Dd]isallowed"):
+                np.asarray(out)                             # the user's own copy is still refused
+    assert [c["outcome"] for c in session.calls] == ["agree"], session.calls

@@ -412,6 +412,8 @@ def device_put_hosts(xs) -> list:
     out = []
     for x in xs:
         if isinstance(x, jax.Array):
+            if getattr(getattr(x.sharding, "spec", None), "unreduced", None):
+                raise NotCheckable("refsim error", f"device_put of an array with unreduced axes {x.sharding.spec}")
             if not x.is_fully_addressable:
                 raise NotCheckable("multi-process array", "a device_put input spans devices of other processes")
             if compat.prng_impl_of(x.dtype) is not None:
@@ -440,6 +442,8 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     for h, t, y in zip(hosts, targets, ys):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         stated = isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)
+        if getattr(getattr(y.sharding, "spec", None), "unreduced", None):
+            raise NotCheckable("refsim error", f"device_put to a sharding with unreduced axes {y.sharding.spec}")
         try:
             sh = convert.from_jax_sharding(t if stated else y.sharding)
             got = prog.host_array(y)
