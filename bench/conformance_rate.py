@@ -1,6 +1,6 @@
 """Conformance rate: examples per second of the default conformance run, and its compile share.
 
-With the conformance runner present (`conformance.runner`), this is its default run
+With the conformance runner present (`conformance.engine.runner`), this is its default run
 (`run(suite="all", examples=DEFAULT_EXAMPLES)`, no progress bar, no shrinking so a failure
 costs no extra time), in this process on 8 virtual CPU devices; `--quick` runs the
 collectives suite with one draw per family. Its summary gives examples/s and the seconds
@@ -9,7 +9,7 @@ executable through xla_backend's cache, and the figure reports compiles and cach
 
 Without the runner (or with ``--source loop``) it times a loop over strategy-drawn
 collective cases (`collective_calls` over `meshes(max_devices=8)`, fixed seed), each run on
-refsim and XLA:CPU and compared with `conformance.compare`, and says so in the record.
+refsim and XLA:CPU and compared with `conformance.verdict.compare`, and says so in the record.
 
 Side by side (`side_by_side`, ``--against DIR``): the default ``python -m conformance run``
 (same seed and examples, no shrinking, its own default worker count) of this checkout and of
@@ -40,9 +40,9 @@ QUICK = dict(examples=8)
 
 
 def runner_available() -> bool:
-    """Whether the conformance runner (`conformance.runner`) is installed in this checkout."""
+    """Whether the conformance runner (`conformance.engine.runner`) is installed in this checkout."""
     try:
-        return importlib.util.find_spec("conformance.runner") is not None
+        return importlib.util.find_spec("conformance.engine.runner") is not None
     except ModuleNotFoundError:
         return False
 
@@ -73,7 +73,7 @@ def run(quick: bool = False, examples: int | None = None, source: str = "auto") 
     if source not in ("auto", "runner", "loop"):
         raise ValueError(f"source={source!r}; choose 'auto', 'runner' or 'loop'.")
     if source == "runner" and not runner_available():
-        raise ModuleNotFoundError("source='runner' but conformance.runner is not installed in this checkout; "
+        raise ModuleNotFoundError("source='runner' but conformance.engine.runner is not installed in this checkout; "
                                   "use source='loop' or 'auto'.")
     note = None
     if source != "loop" and runner_available():
@@ -91,7 +91,7 @@ def _run_runner(quick: bool, examples: int | None) -> list[dict]:
 
     platform.configure("cpu", 8)
     import xla_backend
-    from conformance import runner
+    from conformance.engine import runner
 
     suite = "collectives" if quick else "all"
     draws = examples or (1 if quick else runner.DEFAULT_EXAMPLES)
@@ -100,7 +100,7 @@ def _run_runner(quick: bool, examples: int | None) -> list[dict]:
     after = xla_backend.stats()
     sm = res.summary
     wall = sm["wall_seconds"]
-    rec = dict(bench="conformance_rate", source=f"conformance.runner.run(suite={suite!r}, examples={draws})",
+    rec = dict(bench="conformance_rate", source=f"conformance.engine.runner.run(suite={suite!r}, examples={draws})",
                runner_available=True, examples=sm["examples"], distinct_cases=sm["cases"], seconds=wall,
                examples_per_s=sm["examples_per_second"],
                xla_compiles=after["compiles"] - before["compiles"],
@@ -119,7 +119,7 @@ def _run_loop(quick: bool, examples: int | None, note: str | None) -> list[dict]
     platform.configure("cpu", 8)
     import refsim
     import xla_backend
-    from conformance import compare
+    from conformance.verdict import compare
 
     count = examples or (QUICK["examples"] if quick else 200)
     calls = draw_examples(count)
@@ -144,7 +144,7 @@ def _run_loop(quick: bool, examples: int | None, note: str | None) -> list[dict]
             status["error"] += 1
     wall = time.perf_counter() - t0
     st = xla_backend.stats()
-    why = note or ("conformance.runner not available" if not runner_available() else "source='loop'")
+    why = note or ("conformance.engine.runner not available" if not runner_available() else "source='loop'")
     rec = dict(bench="conformance_rate", source=f"collective_calls loop ({why})",
                runner_available=runner_available(), examples=len(calls),
                distinct_cases=len({c.case_id for c in calls}), seconds=wall, examples_per_s=len(calls) / wall,
@@ -228,7 +228,7 @@ def side_by_side(against: str, *, examples: int = 20, seed: int = 0, passes: int
 
 
 def show_side_by_side(records: list[dict]) -> None:
-    from conformance.timing import LABELS
+    from conformance.report.timing import LABELS
 
     rows = []
     for r in records:

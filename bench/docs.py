@@ -42,7 +42,7 @@ projects): run these commands from the repository root, or from anywhere with
 Method: things compared are timed in equal, interleaved passes (a, b, a, b, ...), so a burst of
 load from other processes hits both alike; each figure is the median of its passes, with the
 range of the passes in brackets. Ratios are ratios of medians. Each scaling and overhead cell is
-its own process, so its peak memory is its own. `tests/test_bench_smoke.py` runs every part in a
+its own process, so its peak memory is its own. `tests/bench/test_bench_smoke.py` runs every part in a
 tiny configuration so the code cannot rot; it asserts no timings."""
 
 NOTES = {
@@ -59,7 +59,7 @@ and of the baseline commit, each in a fresh process, in interleaved passes: base
 with an empty compilation cache ("cold"), this commit again on the cache the cold pass wrote
 ("rerun": a second run on the same machine). examples/s is the runner's own figure (drawing
 included, interpreter start-up not). The phases are the cold pass's work split by
-`conformance.timing`; with one worker per core they overlap, so they add up to more than the wall
+`conformance.report.timing`; with one worker per core they overlap, so they add up to more than the wall
 time.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
@@ -80,7 +80,7 @@ Results invariant over the axis (psum, all_gather) are stored once and read back
 all_to_all's transposing copy splits arrays of 8 MiB or more over threads (one per CPU this process
 may use, at most 8; ``REFSIM_NUM_THREADS`` sets it) while `np.copyto` uses one thread: the row
 "all_to_all, 1 thread" is the same call with ``REFSIM_NUM_THREADS=1``.""",
-    "stablehlo": """For every program of `conformance.corpus`: refsim's jaxpr interpretation (the entry point of its
+    "stablehlo": """For every program of `conformance.cases.corpus`: refsim's jaxpr interpretation (the entry point of its
 kind, trace cached) beside `refsim.stablehlo.interpret` on the module JAX lowered and on XLA's
 compiled per-device module (each walked once beforehand: the `load` column), timed in equal,
 interleaved passes; each time is the median of the passes (range in brackets where the run
@@ -137,7 +137,7 @@ def _conformance(recs: list) -> str:
         r = next(r for r in recs if r.get("bench") == "conformance_rate")
         return (f"Only this commit was measured ({r['source']}): {r['examples']} examples, "
                 f"{r['examples_per_s']:.1f} examples/s, {100 * r['compile_share']:.0f}% compiling.")
-    from conformance.timing import LABELS
+    from conformance.report.timing import LABELS
 
     sp = next(r for r in recs if r.get("bench") == "conformance_speedup")
     rows = []

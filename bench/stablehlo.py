@@ -1,6 +1,6 @@
 """refsim.stablehlo beside refsim's jaxpr interpreter, program by program on the corpus.
 
-For every program of `conformance.corpus` that lowers on this platform: the time refsim
+For every program of `conformance.cases.corpus` that lowers on this platform: the time refsim
 takes to run it from its jaxpr (`refsim.shard_map` / `jit` / `pmap`, trace cached: the
 second and later calls), and the time `refsim.stablehlo.interpret` takes on the module JAX
 lowered and on XLA's compiled per-device module (module walked once beforehand: `load`
@@ -32,7 +32,7 @@ def _measure(prog, repeat: int) -> dict:
     import numpy as np
 
     import refsim.stablehlo as sh
-    from conformance.explain.program import from_corpus
+    from conformance.debug.explain.program import from_corpus
     from refsim import compat
 
     rec = dict(bench="stablehlo", program=prog.name, family=prog.family, kind=prog.kind)
@@ -54,7 +54,7 @@ def _measure(prog, repeat: int) -> dict:
         compiled = staged.compiled()
     except Exception as e:  # noqa: BLE001 - XLA:CPU cannot compile it (ragged-all-to-all)
         return _timed(rec, fns, repeat) | dict(status=f"lowered only ({type(e).__name__})")
-    from conformance.explain.stages import flat_in_shardings, shards_by_index
+    from conformance.debug.explain.stages import flat_in_shardings, shards_by_index
 
     ids = compat.partition_device_ids(compiled)
     shards = [shards_by_index(np.asarray(a)[None], s, ids) for a, s in zip(gargs, flat_in_shardings(compiled))]
@@ -80,7 +80,7 @@ def run(quick: bool = False, names=None, repeat: int | None = None) -> list[dict
     from xla_backend import platform
 
     platform.configure("cpu", 8)
-    from conformance import corpus
+    from conformance.cases import corpus
 
     progs = [corpus.by_name(n) for n in (names or (QUICK if quick else [p.name for p in corpus.PROGRAMS]))]
     repeat = repeat or (2 if quick else 5)

@@ -72,8 +72,8 @@ def known_difference(program, result, got) -> str | None:
     """The xfails entry (xfails/cpu.txt) that expects this disagreement, as "SIGNATURE: REASON",
     checked as the conformance runner checks it (the failure's signature, and a platform model
     applied to XLA's values); None when no entry explains it."""
-    from conformance import platform_models
-    from conformance import xfails
+    from conformance.verdict import platform_models
+    from conformance.verdict import xfails
 
     entry = xfails.load(None, platform="cpu").lookup(program.case_id)
     if entry is None:
@@ -105,7 +105,7 @@ def run(quick: bool = False, count: int | None = None, repeat: int | None = None
     platform.configure("cpu", 8)
     import refsim
     import xla_backend
-    from conformance import compare
+    from conformance.verdict import compare
 
     count = count or (QUICK["count"] if quick else 60)
     repeat = repeat or (QUICK["repeat"] if quick else PASSES)

@@ -2,7 +2,7 @@
 refsim's trace reuse (`refsim.interpreter.trace_cache`).
 
 One example is: refsim runs the program on a 2x4 mesh in one device order, XLA (through
-xla_backend, on the 8 CPU devices) runs it on the same mesh, and `conformance.compare`
+xla_backend, on the 8 CPU devices) runs it on the same mesh, and `conformance.verdict.compare`
 checks every device's shard. The XLA side compiles once per mesh either way (jax.jit's
 cache is keyed by devices; warmed before timing); refsim either traces once for all orders
 or once per order. The refsim-only rate isolates what the cache saves. After one untimed
@@ -57,7 +57,7 @@ def run(orders: int = 20, repeat: int = 5) -> list[dict]:
 
     import refsim
     import xla_backend
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from refsim import P
     from refsim.interpreter import trace_cache
 

@@ -1,13 +1,15 @@
-"""`python -m conformance`: run the suites, or dispatch to the bisector and the mutation tool.
+"""`python -m conformance`: run the suites, or dispatch to another subcommand (`COMMANDS`).
 
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
         [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
-    python -m conformance merge DIR... --out DIR   (conformance.merge)
+        [--force]
+    python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
+    python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
     python -m conformance bisect ...     (conformance.debug.cli)
-    python -m conformance mutate ...     (conformance.mutate)
-    python -m conformance explain ...    (conformance.explain.cli)
+    python -m conformance mutate ...     (conformance.engine.mutate)
+    python -m conformance explain ...    (conformance.debug.explain.cli)
     python -m conformance check [--report FILE] SCRIPT.py [ARGS...]   (conformance.oracle.cli)
 
 `run` (and `merge`) exit 0 (AGREE) when every planned case ran and agreed (or is an expected
@@ -20,21 +22,52 @@ distributed process was lost (`conformance.results`, docs/reports.md).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from typing import NamedTuple
 
 from conformance import validation
-from conformance.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
+from conformance.arguments import Parser as _Parser
+from conformance.report.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
 from conformance.suites import SUITES
+from xla_backend import limits, platform
+
+
+class Command(NamedTuple):
+    """A subcommand: the function that runs it (`module:function`, called with the arguments after
+    the subcommand's name), its help line, and whether the CPU platform gets its devices first."""
+
+    target: str
+    help: str
+    configure_platform: bool = False
+
+
+#: Every subcommand of `python -m conformance`, in --help order. The modules are imported when
+#: their subcommand runs, after the platform is configured (JAX reads it once, when it loads).
+COMMANDS = {
+    "run": Command("conformance.cli:run_main",
+                   "run the conformance suites (the default CPU run: 8 virtual devices)"),
+    "hunt": Command("conformance.hunt:main", "draw random programs for N minutes, keep every distinct failure"),
+    "merge": Command("conformance.engine.merge:main", "merge the report folders of a plan's shards into one"),
+    "bisect": Command("conformance.debug.cli:main",
+                      "find the first equation where XLA and refsim disagree (conformance.debug)", True),
+    "mutate": Command("conformance.engine.mutate:main", "measure the suite's power against injected miscompiles"),
+    "explain": Command("conformance.debug.explain.cli:main",
+                       "which stage (lowering, compiler, backend) changed a reproducer's result", True),
+    "check": Command("conformance.oracle.cli:main",
+                     "run a script with its distributed JAX calls checked against refsim"),
+}
 
 _positive = validation.option("count", integer=True, low=1)
+_devices = validation.device_count_option("--devices")
 _seed = validation.option("--seed", integer=True, low=0, what="hypothesis and NumPy seeds are non-negative")
 _seconds = validation.seconds_option("--shrink-seconds", zero=True, what="0: no shrinking")
 _timeout = validation.seconds_option("--case-timeout")
 
 
 def _shard(text: str) -> tuple:
-    from conformance.plan import parse_shard
+    from conformance.engine.plan import parse_shard
 
     try:
         return parse_shard(text)
@@ -42,11 +75,6 @@ def _shard(text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: `python -m conformance run: error: ... (see --help)`, exit 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _suite(text: str) -> str:
@@ -67,7 +95,7 @@ def _cores() -> int:
 
 def _compile_cache(value: str | None) -> str | None:
     """The persistent compilation cache folder for `--compile-cache` (None for 'off')."""
-    from conformance.compile_cache import OFF, default_dir
+    from conformance.engine.compile_cache import OFF, default_dir
 
     if value is None:
         return default_dir()
@@ -75,17 +103,18 @@ def _compile_cache(value: str | None) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, SHRINK_SECONDS
+    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
-    sub = ap.add_subparsers(dest="command", metavar="{run,merge,bisect,mutate,explain,check}", parser_class=_Parser)
-    run = sub.add_parser("run", help="run the conformance suites (the default CPU run: 8 virtual devices)")
+    sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
+    run = sub.add_parser("run", help=COMMANDS["run"].help)
     run.add_argument("--platform", default="cpu", help="JAX platform: cpu (default), cuda, rocm, tpu or a PJRT plugin")
-    run.add_argument("--devices", type=_positive, default=None,
+    run.add_argument("--devices", type=_devices, default=None,
                      help="device count (virtual devices on CPU, default 8; other platforms and --distributed: "
                           "default every device)")
     run.add_argument("--examples", type=_positive, default=DEFAULT_EXAMPLES,
-                     help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}); the run time scales with it")
+                     help=f"hypothesis draws per family (default {DEFAULT_EXAMPLES}, at most {MAX_EXAMPLES} without "
+                          "--force); the run time scales with it")
     run.add_argument("--suite", type=_suite, default="all", help=f"one of {', '.join(SUITES)}, or all (default)")
     run.add_argument("--report", metavar="DIR", help="write results.jsonl, junit.xml, report.html and repros/ here")
     run.add_argument("--seed", type=_seed, default=0, help="seed of every draw, an int >= 0 (default 0)")
@@ -112,21 +141,40 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"seconds a case may run before it is killed with its worker and recorded as timeout "
                           f"(default {DEFAULT_CASE_TIMEOUT:g}); with --distributed: seconds a process may take to "
                           "send a case's results before the run ends naming it (default 600)")
-    sub.add_parser("merge", help="merge the report folders of a plan's shards into one", add_help=False)
-    sub.add_parser("bisect", help="find the first equation where XLA and refsim disagree (conformance.debug)",
-                   add_help=False)
-    sub.add_parser("mutate", help="measure the suite's power against injected miscompiles", add_help=False)
-    sub.add_parser("explain", help="which stage (lowering, compiler, backend) changed a reproducer's result",
-                   add_help=False)
-    sub.add_parser("check", help="run a script with its distributed JAX calls checked against refsim", add_help=False)
+    run.add_argument("--force", action="store_true",
+                     help="run even above this machine's ceilings: --processes (2 per CPU core, and what memory "
+                          f"holds), --devices on CPU (what memory holds in every worker), --examples ({MAX_EXAMPLES})")
+    for name, command in COMMANDS.items():
+        if name != "run":  # each parses its own arguments
+            sub.add_parser(name, help=command.help, add_help=False)
     return ap
 
 
+def check_ceilings(args) -> None:
+    """Refuse, before anything starts, a run that asks more of this machine than it holds: worker
+    processes above 2 per CPU core or above what memory holds, virtual CPU devices above what
+    memory holds in every worker (`xla_backend.limits`), draws per family above `MAX_EXAMPLES`.
+    ValueError (`limits.AboveCeiling`) naming the value, the ceiling, why, and --force."""
+    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, MAX_EXAMPLES
+
+    if args.force:
+        return
+    limits.check("--examples", args.examples, limits.Ceiling(
+        MAX_EXAMPLES, f"the documented maximum of draws per family: the plan draws them all before the first case "
+                      f"ends, each case runs all of its family's draws within one --case-timeout (default "
+                      f"{DEFAULT_CASE_TIMEOUT:g} s), and the run time grows with them (the default 20 take about 5 "
+                      "minutes on 2 CPU cores)"))
+    if not args.distributed:  # a distributed run's processes and devices are its launcher's
+        # on an accelerator --devices is a count to find (preflight), not one to create
+        cpu = args.platform == "cpu"
+        limits.check_run(processes=args.processes, devices=(args.devices or 8) if cpu else None, platform=args.platform)
+
+
 def run_command(args, console=None) -> int:
-    from conformance import preflight, runner
+    from conformance.engine import preflight, runner
 
     if args.distributed:
-        from conformance import distributed
+        from conformance.engine import distributed
 
         return distributed.run_command(args, console, report_result)
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
@@ -177,8 +225,8 @@ def _resume_command(args) -> str:
     """The command line that continues this run's report folder."""
     import shlex
 
-    argv = list(getattr(args, "argv", None) or ["run", "--report", str(args.report)])
-    return shlex.join(["python", "-m", "conformance"] + argv + ([] if "--resume" in argv else ["--resume"]))
+    argv = list(getattr(args, "argv", None) or ["--report", str(args.report)])  # the arguments after `run`
+    return shlex.join(["python", "-m", "conformance", "run"] + argv + ([] if "--resume" in argv else ["--resume"]))
 
 
 def _interrupted(args, stop) -> int:
@@ -204,45 +252,35 @@ def _interrupted(args, stop) -> int:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "bisect":
-        from xla_backend import platform
-
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is None:  # no subcommand, --help, or an unknown one: the parser says which there are
+        ap = build_parser()
+        ap.parse_args(argv)
+        ap.print_help()
+        return 2
+    if command.configure_platform:
         # As `python -m conformance.debug`: reproducers name device ids up to their mesh size, so
         # the CPU platform gets XLA_BACKEND_DEVICES (default 8) devices before JAX starts.
         platform.configure()
-        from conformance.debug import cli as debug_cli
+    module, _, function = command.target.partition(":")
+    return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
 
-        return int(debug_cli.main(argv[1:]) or 0)
-    if argv and argv[0] == "explain":
-        from xla_backend import platform
 
-        platform.configure()
-        from conformance.explain import cli as explain_cli
-
-        return int(explain_cli.main(argv[1:]) or 0)
-    if argv and argv[0] == "merge":
-        from conformance import merge
-
-        return int(merge.main(argv[1:]) or 0)
-    if argv and argv[0] == "mutate":
-        from conformance import mutate
-
-        return int(mutate.main(argv[1:]) or 0)
-    if argv and argv[0] == "check":
-        from conformance.oracle import cli as oracle_cli
-
-        return int(oracle_cli.main(argv[1:]) or 0)
+def run_main(argv) -> int:
+    """`python -m conformance run ARGS`: parse ARGS, run, report; the exit status."""
     ap = build_parser()
-    args = ap.parse_args(argv)
-    if args.command != "run":
-        ap.print_help()
-        return 2
+    args = ap.parse_args(["run", *argv])
     if args.resume and not args.report:
         ap.exit(2, f"{ap.prog} run: error: --resume needs --report DIR (the folder whose results.jsonl lists "
                    "finished cases)\n")
     args.argv = argv
-    from conformance import runner
+    from conformance.engine import runner
 
+    try:
+        check_ceilings(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         with runner.interruptible():  # SIGINT, SIGTERM, SIGHUP: one line, the reports INCOMPLETE
             lock = None

@@ -10,14 +10,14 @@ def main() -> int:
     from xla_backend import platform
 
     platform.configure("cpu", 8)
-
+    # everything else after the platform is chosen: JAX reads it once, when it loads
     import jax
     import numpy as np
     from rich.console import Console
 
     import refsim
     import xla_backend
-    from conformance.compare import compare
+    from conformance.verdict.compare import compare
     from refsim import Mesh, NamedSharding, P
 
     console = Console()

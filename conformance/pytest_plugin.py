@@ -27,6 +27,9 @@ import warnings
 
 import pytest
 
+# The suite (hypothesis, the [test] extra) and the oracle are imported inside the hooks that use
+# them: this module loads in every pytest run of an environment that has the project installed.
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("conformance", "refsim-vs-XLA conformance suites")
@@ -196,7 +199,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
         return
-    from conformance import runner, xfails
+    from conformance.engine import runner
+    from conformance.verdict import xfails
 
     plat = config.getoption("conformance_platform")
     devices = _devices(config)
@@ -224,7 +228,7 @@ class ConformanceFailure(Exception):
 
 
 class ConformanceItem(pytest.Item):
-    """One conformance case, run with `conformance.runner.run_task`."""
+    """One conformance case, run with `conformance.engine.runner.run_task`."""
 
     def __init__(self, *, task, entry, devices, **kw):
         super().__init__(**kw)
@@ -232,7 +236,7 @@ class ConformanceItem(pytest.Item):
         self.add_marker("conformance")
 
     def runtest(self):
-        from conformance import runner
+        from conformance.engine import runner
 
         factory = getattr(self.config, "_tmp_path_factory", None)  # pytest's basetemp (tmp_path's root)
         repro_dir = str(factory.getbasetemp() / "conformance-repros") if factory else None

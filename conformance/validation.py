@@ -23,7 +23,9 @@ import argparse
 import math
 import numbers
 
-__all__ = ["MAX_SECONDS", "check", "check_seconds", "option", "range_text", "seconds_option"]
+from xla_backend.limits import MAX_DEVICE_COUNT
+
+__all__ = ["MAX_SECONDS", "check", "check_seconds", "device_count_option", "option", "range_text", "seconds_option"]
 
 # The longest time-out or time budget accepted (about 11.6 days): larger values overflow the
 # platform's wait calls (select, threading) and are not meant anyway.
@@ -122,3 +124,9 @@ def option(flag: str, *, integer: bool = False, low=None, high=None, low_open: b
 def seconds_option(flag: str, *, zero: bool = False, what: str = ""):
     """`option` for a time-out or time budget (see `check_seconds`)."""
     return option(flag, low=0, low_open=not zero, high=MAX_SECONDS, what=what, unit=" of seconds")
+
+
+def device_count_option(flag: str = "--devices"):
+    """`option` for a CPU device count: an int in [1, 2**31 - 1] (XLA reads the count as a 32-bit int;
+    a larger value reached XLA's flag parser, which printed the help of its flags)."""
+    return option(flag, integer=True, low=1, high=MAX_DEVICE_COUNT, what="XLA reads the device count as a 32-bit int")

@@ -6,6 +6,7 @@ holds that line), so any module of refsim, xla_backend, conformance or bench may
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 
@@ -25,6 +26,14 @@ def unreduced_read_error(message: str) -> Exception:
 
         return jax.errors.JaxRuntimeError(message)
     return NotImplementedError(message)
+
+
+def xla_runtime_error(message: str) -> Exception:
+    """The error JAX raises when XLA refuses a program at compile or run time (UNIMPLEMENTED,
+    INVALID_ARGUMENT): `jax.errors.JaxRuntimeError` (a RuntimeError), jax 0.10 … 0.12."""
+    import jax
+
+    return jax.errors.JaxRuntimeError(message)
 
 
 def reshape_view(a, shape):
@@ -311,7 +320,7 @@ def eqn_source_line(eqn) -> str:
         return ""
 
 
-# --- xla_backend.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
+# --- conformance.faults: JAX's lowering-rule tables and the reshard dispatcher ---------------
 
 def lowering_tables():
     """(default table, per-platform tables, entry class) of `jax._src.interpreters.mlir`.
@@ -459,6 +468,32 @@ def stablehlo_verifies(data) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def tag_compile_errors():
+    """Inside: an exception raised while XLA compiles (`jax._src.compiler.backend_compile_and_load`,
+    the one call every jit / pmap compile goes through in jax 0.10 ... 0.12) carries
+    ``xla_stage = "compiler"``, so a caller can tell a compile failure from a failure at run time."""
+    from jax._src import compiler
+
+    original = compiler.backend_compile_and_load
+
+    def compile_and_load(*args, **kwargs):
+        try:
+            return original(*args, **kwargs)
+        except Exception as e:
+            try:
+                e.xla_stage = "compiler"
+            except AttributeError:  # an exception type without a __dict__: left untagged
+                pass
+            raise
+
+    compiler.backend_compile_and_load = compile_and_load
+    try:
+        yield
+    finally:
+        compiler.backend_compile_and_load = original
+
+
 def compile_edited_module(lowered, edit):
     """Compile `lowered` (a `jax.stages.Lowered`) after `edit(text) -> text` rewrote its
     StableHLO: the executable XLA builds from a module other than the one JAX lowered.
@@ -479,6 +514,130 @@ def compile_edited_module(lowered, edit):
         return lowered.compile()
     finally:
         comp._hlo, comp._executable = original, cached
+
+
+class _CompileCaptured(Exception):
+    pass
+
+
+def capture_compile(lowered, edit=None) -> dict:
+    """What XLA would be asked to compile for `lowered` (a `jax.stages.Lowered`), without
+    compiling: `lowered.compile()` runs with `jax._src.compiler.compile_or_get_cached` (the one
+    call jit / pmap compiles go through, jax 0.10 ... 0.12) replaced by a capture, on a fresh
+    copy of its module (`edit(text) -> text` applied, as `compile_edited_module`), so no cached
+    executable stands in for the compile. Returns {"module": StableHLO bytecode, "options":
+    serialised xla CompileOptions, "device_ids": the device assignment's ids in order,
+    "platform", "host_callbacks": how many the program has}."""
+    import numpy as np
+    from jax._src import compiler
+    from jax._src.interpreters import mlir
+
+    box: dict = {}
+    original = compiler.compile_or_get_cached
+
+    def capture(backend, computation, devices, compile_options, host_callbacks, *args, **kwargs):
+        box.update(module=mlir.module_to_bytecode(computation), options=compile_options.SerializeAsString(),
+                   device_ids=[int(d.id) for d in np.asarray(devices).reshape(-1)],
+                   platform=str(backend.platform), host_callbacks=len(host_callbacks or ()))
+        raise _CompileCaptured
+
+    compiler.compile_or_get_cached = capture
+    try:
+        compile_edited_module(lowered, edit or (lambda text: text))
+    except _CompileCaptured:
+        pass
+    finally:
+        compiler.compile_or_get_cached = original
+    if not box:
+        raise RuntimeError("capture_compile: lowered.compile() did not reach XLA's compile; this JAX compiles "
+                           "through another call than jax._src.compiler.compile_or_get_cached.")
+    return box
+
+
+def compile_captured(module: bytes, options: bytes, device_ids):
+    """Compile a `capture_compile` record on this process's devices; returns XLA's loaded executable."""
+    from jax._src import compiler, xla_bridge
+    from jax._src.interpreters import mlir
+    from jax._src.lib import xla_client as xc
+
+    from jax._src.lax import linalg
+
+    # LAPACK's kernels are bound lazily, when JAX lowers a linalg op; a module compiled in a process
+    # that lowered none calls unbound kernels (jax.export binds them the same way before running one)
+    getattr(linalg, "initialize_lapack", lambda: None)()
+    backend = xla_bridge.get_backend()
+    by_id = {d.id: d for d in backend.devices()}
+    missing = [i for i in device_ids if i not in by_id]
+    if missing:
+        raise ValueError(f"the program runs on devices {list(device_ids)}; this process has {sorted(by_id)}.")
+    opts = xc.CompileOptions.ParseFromString(options)
+    with mlir.make_ir_context():
+        mod = mlir_ir().Module.parse(module)
+        return compiler.backend_compile_and_load(backend, mod, xc.DeviceList(tuple(by_id[i] for i in device_ids)),
+                                                 opts, [])
+
+
+def executable_layout(exe, arg_shapes, out_shapes) -> dict:
+    """{"device_ids": partition order, "in_indices" / "out_indices": per argument / output, the
+    index tuple of each partition's block (XLA's parameter and output shardings)}."""
+    from jax._src import op_shardings
+    from jax._src.lib import xla_client as xc
+
+    devs = exe.local_devices()
+    n = len(devs)
+
+    def indices(shardings, shapes):
+        out = []
+        for k, shape in enumerate(shapes):
+            s = shardings[k] if shardings is not None and k < len(shardings) else None
+            if s is None:
+                out.append([tuple(slice(None) for _ in shape)] * n)
+            else:
+                hs = xc.HloSharding.from_proto(s) if isinstance(s, xc.OpSharding) else s
+                out.append([tuple(i) for i in op_shardings.op_sharding_to_indices(hs, tuple(shape), n)])
+        return out
+
+    return {"device_ids": [int(d.id) for d in devs],
+            "in_indices": indices(exe.get_parameter_shardings(), arg_shapes),
+            "out_indices": indices(exe.get_output_shardings(), out_shapes)}
+
+
+def execute_captured(exe, args, layout) -> list:
+    """Run `exe` on global NumPy `args` cut by `layout["in_indices"]`; returns per output the
+    stacked (partition, *shard) NumPy values."""
+    import jax
+    import numpy as np
+    from jax._src import sharding_impls
+
+    devs = exe.local_devices()
+    params = exe.get_parameter_shardings()
+    arrays = []
+    for k, a in enumerate(args):
+        a = np.asarray(a)
+        shards = [jax.device_put(np.array(a[idx]), d) for idx, d in zip(layout["in_indices"][k], devs)]
+        if len(devs) == 1:
+            sharding = jax.sharding.SingleDeviceSharding(devs[0])
+        else:
+            sharding = sharding_impls.GSPMDSharding(tuple(devs), params[k])
+        arrays.append(jax.make_array_from_single_device_arrays(a.shape, sharding, shards))
+    results = exe.execute_sharded(arrays)
+    return [np.stack([np.asarray(x) for x in per_device])
+            for per_device in results.disassemble_into_single_device_arrays()]
+
+
+def module_text(data: bytes) -> str:
+    """The text of a StableHLO module given as bytecode (in a fresh MLIR context)."""
+    from jax._src.interpreters import mlir
+
+    with mlir.make_ir_context():
+        return str(mlir_ir().Module.parse(data))
+
+
+def hlo_module_from_proto(data: bytes):
+    """An XLA HloModule from its serialised proto (`HloModule.as_serialized_hlo_module_proto`)."""
+    from jaxlib import _hlo
+
+    return _hlo.HloModule.from_serialized_hlo_module_proto(data)
 
 
 def lowered_kept_args(lowered, n_args: int) -> list:
@@ -724,3 +883,24 @@ def clear_jit_dispatch_caches() -> None:
         cache = getattr(pjit, name, None)
         if cache is not None:
             cache.clear()
+
+
+# --- the SPMD partitioner ------------------------------------------------------------------
+
+def partitioners() -> tuple:
+    """The SPMD partitioners the installed JAX can compile with: ("shardy", "gspmd") where
+    ``jax_use_shardy_partitioner`` can be switched off (jax 0.10 … 0.12), else ("shardy",)."""
+    from jax._src import config
+
+    return ("shardy", "gspmd") if hasattr(config, "use_shardy_partitioner") else ("shardy",)
+
+
+def use_partitioner(name: str):
+    """Context manager compiling with partitioner `name` ("shardy" or "gspmd"), by JAX's own
+    ``jax_use_shardy_partitioner`` config state (a context manager in jax 0.10 … 0.12)."""
+    from jax._src import config
+
+    if name not in partitioners():
+        raise ValueError(f"partitioner={name!r}; this JAX (jax {'.'.join(map(str, jax_version()))}) has "
+                         f"{partitioners()}.")
+    return config.use_shardy_partitioner(name == "shardy")

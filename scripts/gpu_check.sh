@@ -52,7 +52,7 @@ step run "${RUN_LIMIT:-240}" $PY -m conformance run --platform cuda --examples "
 step accuracy_cpu 40 env JAX_PLATFORMS=cpu $PY -m bench.accuracy --samples 200000 --json "$WORK/accuracy_cpu.jsonl"
 step oracle_cpu 60 env JAX_PLATFORMS=cpu XLA_BACKEND_DEVICES=1 $PY scripts/gpu_oracle.py --json "$WORK/oracle_cpu.jsonl"
 step confirm_cpu 30 env JAX_PLATFORMS=cpu $PY scripts/gpu_confirm.py
-step pytest_gpu 120 $PY -m pytest -q -p no:cacheprovider -m gpu tests/test_hardware_gpu.py
+step pytest_gpu 120 $PY -m pytest -q -p no:cacheprovider -m gpu tests/conformance/engine/test_hardware_gpu.py
 rm -rf "$WORK/report/repros/__pycache__"
 pack
 echo "packed: $OUT/gpu-check.tar.gz ($(du -h "$OUT/gpu-check.tar.gz" | cut -f1))" | tee -a "$LOG"

@@ -23,9 +23,9 @@ def _info(argv) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m xla_backend info")
     ap.add_argument("--platform", default=None, help="cpu, cuda, rocm, tpu or a PJRT plugin name")
-    from xla_backend.launch import _count_arg  # an int >= 1, as launch's counts
+    from xla_backend.launch import device_count_arg  # an int in [1, 2**31 - 1], as launch's counts
 
-    ap.add_argument("--devices", type=_count_arg, default=None,
+    ap.add_argument("--devices", type=device_count_arg, default=None,
                     help="CPU: number of virtual devices; other platforms: devices required")
     ap.add_argument("--hardware", action="store_true",
                     help="print the hardware record (device kinds, runtime versions, topology) instead")

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 
+from xla_backend import limits
 from xla_backend.distributed import ENV_COORDINATOR, ENV_HANDSHAKE, ENV_NUM_PROCESSES, ENV_PROCESS_ID
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -243,6 +244,9 @@ def run_local(command, *, processes=2, devices_per_process=4, platform="cpu", ti
     for name, value in (("processes", processes), ("devices_per_process", devices_per_process)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name}={value!r}: pass an int >= 1.")
+    if devices_per_process > limits.MAX_DEVICE_COUNT:
+        raise ValueError(f"devices_per_process={devices_per_process}: pass an int <= {limits.MAX_DEVICE_COUNT} (XLA "
+                         "reads the device count as a 32-bit int).")
     if shutil.which(command[0]) is None:
         raise ValueError(f"command {command[0]!r} is not an executable file or a program on PATH; "
                          "write the program after `--`, e.g. -- python my_script.py")
@@ -385,7 +389,7 @@ def _seconds_arg(name):
     return parse
 
 
-def _count_arg(text):
+def _count_arg(text, high=None, why=""):
     import argparse
 
     try:
@@ -394,7 +398,14 @@ def _count_arg(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    if high is not None and v > high:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1 and <= {high}{f' ({why})' if why else ''}")
     return v
+
+
+def device_count_arg(text):
+    """An argparse ``type=`` for a device count: an int in [1, `limits.MAX_DEVICE_COUNT`]."""
+    return _count_arg(text, limits.MAX_DEVICE_COUNT, "XLA reads the device count as a 32-bit int")
 
 
 def main_launch(argv) -> int:
@@ -411,9 +422,11 @@ def main_launch(argv) -> int:
         opts, command = argv, []
     ap = _OneLineParser.make(prog="python -m xla_backend launch",
                              description="Run a command as N local JAX processes.")
-    ap.add_argument("--processes", type=_count_arg, default=2)
-    ap.add_argument("--devices-per-process", type=_count_arg, default=4,
-                    help="CPU: virtual devices per process; GPU: devices per process (JAX_LOCAL_DEVICE_IDS)")
+    ap.add_argument("--processes", type=_count_arg, default=2,
+                    help="processes to start (default 2; at most 2 per CPU core and what memory holds without --force)")
+    ap.add_argument("--devices-per-process", type=device_count_arg, default=4,
+                    help="CPU: virtual devices per process (at most what memory holds in every process without "
+                         "--force); GPU: devices per process (JAX_LOCAL_DEVICE_IDS)")
     ap.add_argument("--platform", default=os.environ.get("XLA_BACKEND_PLATFORM", "cpu"))
     ap.add_argument("--timeout", type=_seconds_arg("--timeout"), default=600.0,
                     help="seconds before all are ended (default 600)")
@@ -423,9 +436,17 @@ def main_launch(argv) -> int:
     ap.add_argument("--no-join-check", action="store_true",
                     help="do not require the processes to join the distributed runtime")
     ap.add_argument("--quiet", action="store_true", help="print only the summary, not the processes' output")
+    ap.add_argument("--force", action="store_true",
+                    help="start the processes even above this machine's ceilings (xla_backend.limits)")
     args = ap.parse_args(opts)
     if not command:
         ap.error("no command given: write it after `--`, e.g. -- python my_script.py")
+    try:  # before any process starts: the value, the ceiling, why, and --force
+        limits.check_run(processes=args.processes, devices=args.devices_per_process, platform=args.platform,
+                         force=args.force, devices_flag="--devices-per-process")
+    except limits.AboveCeiling as e:
+        print(f"launch: error: {e}", file=sys.stderr)
+        return 2
     lock = threading.Lock()
 
     def echo(process_id, line):

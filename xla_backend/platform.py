@@ -9,6 +9,7 @@ import os
 import re
 
 from refsim import compat
+from xla_backend.limits import MAX_DEVICE_COUNT
 
 DEFAULT_CPU_DEVICES = 8
 _FLAG = "--xla_force_host_platform_device_count"
@@ -30,11 +31,14 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
     platform = (platform or os.environ.get("XLA_BACKEND_PLATFORM") or "cpu").lower()
     if devices is None:
         devices = int(os.environ.get("XLA_BACKEND_DEVICES", DEFAULT_CPU_DEVICES))
+    if devices < 1:
+        raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
+    if devices > MAX_DEVICE_COUNT:  # XLA would answer with the help text of its flags
+        raise ValueError(f"devices={devices}: the CPU device count must be <= {MAX_DEVICE_COUNT} (XLA reads "
+                         f"{_FLAG} as a 32-bit int).")
     if platform == "cpu":
         if not configure_cpu_devices(devices):
             return
-    elif devices < 1:
-        raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
     os.environ["JAX_PLATFORMS"] = platform
     os.environ["XLA_BACKEND_PLATFORM"] = platform
 
@@ -45,6 +49,9 @@ def configure_cpu_devices(devices: int) -> bool:
     count, since XLA reads the flag once."""
     if devices < 1:
         raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
+    if devices > MAX_DEVICE_COUNT:
+        raise ValueError(f"devices={devices}: the CPU device count must be <= {MAX_DEVICE_COUNT} (XLA reads "
+                         f"{_FLAG} as a 32-bit int).")
     if backends_initialised():
         import jax
 

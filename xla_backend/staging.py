@@ -11,7 +11,7 @@ callable, the inputs placed on the layout's devices and, on demand, the lowering
     ...     out = staged.call(*staged.args)
     >>> staged.lower().as_text()                # lowered once, on first use
 
-`xla_backend.shard_map` / `jit` / `pmap`, `conformance.check`, `conformance.explain` and the
+`xla_backend.shard_map` / `jit` / `pmap`, `conformance.check`, `conformance.debug.explain` and the
 debugger all build their programs here, so the program every tool compares is the one
 xla_backend runs. Devices correspond by id (refsim device id == JAX ``device.id``): a refsim
 `Mesh` becomes a `jax.sharding.Mesh` only through `xla_backend.jax_mesh`, pmap's device ids
@@ -303,6 +303,7 @@ class Wrapped:
         shardings = self.leaf_shardings(args) if leaf_shardings is None else leaf_shardings
         static = set(lay.static_argnums)
         leaves, tree = jax.tree_util.tree_flatten(_dynamic(args, lay.static_argnums))
+        _check_ranks(_dynamic(args, lay.static_argnums), shardings, lay.entry)
         if lay.entry == "shard_map":
             placed = [placement.to_device(x, self._named(s)) for x, s in zip(leaves, shardings)]
         else:
@@ -382,6 +383,31 @@ def wrap(fn: Callable, layout: Layout) -> Wrapped:
 def _dynamic(args: tuple, static_argnums) -> tuple:
     static = set(static_argnums)
     return tuple(a for i, a in enumerate(args) if i not in static)
+
+
+def _check_ranks(dynamic: tuple, shardings: list, entry: str) -> None:
+    """ValueError, as JAX raises it, for an argument whose rank is below its spec's length (a
+    Python list is a pytree: each element is an argument of its own, a scalar under ``P('i')``);
+    laid out anyway it failed inside JAX with a bare IndexError or AssertionError."""
+    import jax
+
+    what = "in_specs" if entry == "shard_map" else "in_shardings"
+    paths = jax.tree_util.tree_flatten_with_path(dynamic)[0]
+    for (path, x), s in zip(paths, shardings):
+        spec = s if entry == "shard_map" else getattr(s, "spec", None)
+        if spec is None or not hasattr(spec, "__len__"):
+            continue
+        ndim = np.ndim(x)
+        if len(spec) > ndim:
+            where = "args" + jax.tree_util.keystr(path)
+            in_seq = any(isinstance(k, jax.tree_util.SequenceKey) for k in path[1:])
+            hint = (" A Python list or tuple is a pytree, so each of its elements is an argument of its own, as "
+                    "in JAX: pass np.asarray(...) to give it as one array." if in_seq else "")
+            entry_text = ("entry " if entry == "shard_map" else "entry of spec ") + repr(spec_to_jax(spec))
+            raise ValueError(
+                f"{what} {entry_text} has length {len(spec)}, but {where} has shape "
+                f"{np.shape(x)}, of rank {ndim} ({ndim} < {len(spec)}): a spec names at most one mesh axis group "
+                f"per dimension of its argument.{hint}")
 
 
 # -- staged --------------------------------------------------------------------------------------

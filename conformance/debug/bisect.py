@@ -8,7 +8,9 @@ the cut is the program's arguments (the same data on both sides); after the last
 the outputs. Binary search finds adjacent cuts k-1 (all equal) and k (some value differs):
 equation k read equal inputs and produced a different value, so it is a diverging
 equation, in about log2(n) + 1 compiles. When no divergence is masked later in the
-program it is the first one.
+program it is the first one. A prefix XLA fails on (a compile error, or a fatal CHECK that ends
+the worker process the default runner compiles in) counts as differing, so the search ends at
+the first equation whose inclusion makes XLA fail (`Divergence.crash`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from conformance.debug import diff, naming
-from conformance.debug.region import Region, Runner, as_global, is_probeable, refsim_values, trace, xla_runner
+from conformance.debug.region import (Region, Runner, XlaCrash, as_global, is_probeable, isolated_runner,
+                                     refsim_values, trace)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Divergence:
     source: str
     inputs: tuple
     outputs: tuple
+    crash: str | None = None
 
     @property
     def primitive(self) -> str:
@@ -91,11 +95,13 @@ class Divergence:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One compiled prefix: the cut after equation `k` (-1: the arguments) and what it found."""
+    """One compiled prefix: the cut after equation `k` (-1: the arguments) and what it found
+    (`crash`: XLA's failure on that prefix, which counts as differing)."""
 
     k: int
     values: int
     differs: bool
+    crash: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +115,7 @@ class BisectResult:
     steps: tuple
     outputs: tuple
     max_ulp: float = 0
+    tolerance: str = "exact"  # the rule values were held to, in words
 
     @property
     def ok(self) -> bool:
@@ -127,9 +134,12 @@ class BisectResult:
             return (f"MATCH: refsim and XLA agree on all {len(self.outputs)} output(s) of the "
                     f"{self.region.kind} program ({self.n_eqns} equations, mesh {dict(mesh.shape)}).")
         d = self.divergence
+        head = (f"CRASH: XLA fails on the program once it includes equation #{d.index} (counting from 0) of "
+                f"{self.n_eqns} (found with {self.compiles} compiled prefixes): {d.crash}" if d.crash else
+                f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
+                f"(found with {self.compiles} compiled prefixes; tolerance: {self.tolerance})")
         lines = [
-            f"MISMATCH: first diverging equation is #{d.index} (counting from 0) of {self.n_eqns} "
-            f"(found with {self.compiles} compiled prefixes; tolerance {self.max_ulp:g} ULP)",
+            head,
             f"  primitive: {d.primitive}",
             f"  source:    {d.source or '(unknown)'}",
             "  equation:  " + d.text.replace("\n", "\n             "),
@@ -150,68 +160,129 @@ class BisectResult:
         lines.append("  devices: " + ", ".join(f"{dev}:{'ok' if ok else 'DIFF'}"
                                                for dev, ok in sorted(d.devices.items())))
         lines.append("  search: " + ", ".join(
-            f"{'args' if s.k < 0 else f'#{s.k}'} {'differs' if s.differs else 'equal'}" for s in self.steps))
+            f"{'args' if s.k < 0 else f'#{s.k}'} {'crashes' if s.crash else 'differs' if s.differs else 'equal'}"
+            for s in self.steps))
         return "\n".join(lines)
 
     __str__ = report
 
 
-def bisect(fn, *args, mesh, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
-           out_shardings=None, runner: Runner | None = None, max_ulp: float = 0) -> BisectResult:
+def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
+           out_shardings=None, runner: Runner | None = None, max_ulp: float = 0,
+           tolerance: str = "auto") -> BisectResult:
     """Run `fn` on refsim and on XLA; when they differ, find the first diverging equation.
 
     With `in_specs`/`out_specs` the program is `jax.shard_map(fn, mesh=mesh, ...)` and the
-    search runs over its body, per device; otherwise it is `jax.jit(fn, in_shardings=...,
-    out_shardings=...)` over global values. `runner(region, args)` compiles and runs a
-    prefix (default `xla_runner`: real XLA on the mesh's devices); tests pass a broken one.
-    Values differ where some element is more than `max_ulp` ULP apart (ints/bools: unequal).
+    search runs over its body, per device; with `in_shardings`/`out_shardings` (or a mesh
+    alone) it is `jax.jit(fn, ...)` over global values. Without layout keywords `fn` runs as
+    given, as `conformance.check` takes it: already under `jax.jit` / `jax.shard_map`
+    (`region.trace_called`), its jax.Array arguments where they are placed. `mesh` is a
+    jax.sharding.Mesh or a refsim Mesh. `runner(region, args)` compiles and runs a prefix
+    (default `isolated_runner`: real XLA on the mesh's devices, in a worker process, so a fatal
+    XLA CHECK is reported as the prefix XLA cannot take; `xla_runner` runs in this process);
+    tests pass a broken one.
+    Values are compared by `tolerance` (`conformance.debug.explain.tolerance`): "auto" (default) holds a
+    value computed only by exact primitives (data movement, selection, max / min, conversions, ...)
+    bit for bit and any other floating value to |xla - refsim| <= 256 units of roundoff of its
+    largest magnitude (16 for narrow floats); "exact" holds every value bit for bit. `max_ulp` > 0
+    instead accepts elements within that many ULP (ints / bools: unequal is a difference).
     """
     from conformance.validation import check
 
     check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    if tolerance not in ("auto", "exact"):
+        raise ValueError(f"tolerance={tolerance!r}; use 'auto' (exact where exact, else scaled to each value) or "
+                         "'exact' (bit for bit).")
+    if mesh is None and in_specs is None and out_specs is None and in_shardings is None and out_shardings is None:
+        from conformance.debug.region import trace_called
+
+        region, flat = trace_called(fn, args)
+        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
-    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp)
+    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
+
+
+def _rounded_vars(jaxpr) -> set:
+    """The variables of `jaxpr` whose value may have been rounded: an output of an equation whose
+    primitive (or a primitive of its sub-jaxprs) is not exact (`conformance.oracle.policy`), or
+    that reads a rounded variable."""
+    from conformance.oracle.policy import rounds
+    from conformance.oracle.program import primitive_names
+
+    out: set = set()
+    for e in jaxpr.eqns:
+        prims = {e.primitive.name}
+        for v in e.params.values():
+            for sub in (v if isinstance(v, (tuple, list)) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    prims |= set(primitive_names(inner))
+        if rounds(prims) or any(not _is_literal(v) and v in out for v in e.invars):
+            out.update(v for v in e.outvars if type(v).__name__ != "DropVar")
+    return out
+
+
+def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
+    """The allowed |xla - refsim| of one value: None (ULP / exact comparison) unless it rounds."""
+    from conformance.debug.explain import tolerance as T
+
+    if max_ulp or tolerance == "exact" or not rounded or not T._floating(np.asarray(value).dtype):
+        return None
+    return T.allowed(np.asarray(value))
 
 
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
-                  max_ulp: float = 0) -> BisectResult:
+                  max_ulp: float = 0, tolerance: str = "auto") -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
     from conformance.validation import check
 
     check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
-    runner = runner or xla_runner
+    runner = runner or isolated_runner
     jaxpr = region.jaxpr
     eqns = list(jaxpr.eqns)
     n = len(eqns)
     names = naming.Names(jaxpr)
     ref = refsim_values(region, args)
     live = _live_sets(jaxpr)
+    rounded = _rounded_vars(jaxpr) if tolerance == "auto" and not max_ulp else set()
+    words = (f"{max_ulp:g} ULP" if max_ulp else "bit-exact" if tolerance == "exact" or not rounded else
+             "exact values bit-exact, rounded floats within 256 (float32) / 16 (narrow) roundoffs of max|value|")
     steps: list[Step] = []
     cache: dict[int, list[ValueReport]] = {}
+
+    crashes: dict[int, str] = {}
 
     def check(k: int) -> bool:
         if k not in cache:
             vars_ = live[k]
             reports: list[ValueReport] = []
             if vars_:
-                arrays = runner(region.prefix(k + 1, vars_), args)
+                try:
+                    arrays = runner(region.prefix(k + 1, vars_), args)
+                except XlaCrash as e:
+                    crashes[k] = str(e)
+                    cache[k] = []
+                    steps.append(Step(k, len(vars_), True, str(e)))
+                    return True
                 if len(arrays) != len(vars_):
                     raise ValueError(f"runner returned {len(arrays)} values for {len(vars_)} probed variables; "
                                      "a runner must return one refsim.Array per outvar of the region it is given.")
                 for v, arr in zip(vars_, arrays):
                     local = tuple(v.aval.shape) if region.kind == "shard_map" else None
-                    devs = diff.compare_shards(as_global(region, ref[v], v.aval), arr, max_ulp, local)
+                    glob = as_global(region, ref[v], v.aval)
+                    devs = diff.compare_shards(glob, arr, max_ulp, local,
+                                               bound=_bound(glob, v in rounded, tolerance, max_ulp))
                     reports.append(ValueReport(names[v], names.aval(v), devs))
             cache[k] = reports
             steps.append(Step(k, len(vars_), any(not r.matched for r in reports)))
-        return any(not r.matched for r in cache[k])
+        return k in crashes or any(not r.matched for r in cache[k])
 
     final = n - 1
     outputs_differ = check(final)
     out_reports = tuple(r for r in cache[final] if _is_outvar(r.name, jaxpr, names))
     if not outputs_differ:
-        return BisectResult(region, names, n, None, tuple(steps), out_reports, max_ulp)
+        return BisectResult(region, names, n, None, tuple(steps), out_reports, max_ulp, words)
     lo, hi = -1, final
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -220,7 +291,9 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
         else:
             lo = mid
     div = _divergence(region, names, hi, cache[hi], cache.get(hi - 1), args)
-    return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp)
+    if hi in crashes:
+        div = dataclasses.replace(div, crash=crashes[hi])
+    return BisectResult(region, names, n, div, tuple(steps), out_reports, max_ulp, words)
 
 
 def _is_outvar(name: str, jaxpr, names) -> bool:

@@ -20,14 +20,17 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
                                                        "disagree on a conformance reproducer.")
     p.add_argument("target", help="reproducer file, optionally with a case name: FILE.py or FILE.py:NAME")
     p.add_argument("--max-ulp", type=validation.option("--max-ulp", low=0, what="0: bit-exact"), default=None,
-                   help="values within this many ULP count as equal (default 0: bit-exact)")
+                   help="values within this many ULP count as equal (instead of --tolerance)")
+    p.add_argument("--tolerance", choices=("auto", "exact"), default="auto",
+                   help="auto (default): exact values bit-exact, rounded floats within 256 (float32) / 16 (narrow "
+                        "floats) units of roundoff of each value's largest magnitude; exact: bit for bit")
     p.add_argument("--metric", choices=picture.METRICS, default="ulp", help="what the device grid shows")
     p.add_argument("--html", metavar="PATH", help="write the report and device grid as an HTML page")
     p.add_argument("--svg", metavar="PATH", help="write the device grid as SVG")
     p.add_argument("--png", metavar="PATH", help="write the device grid as PNG (needs matplotlib)")
     p.add_argument("--runner", metavar="MODULE:NAME",
                    help="the XLA-side runner (default conformance.debug.region:xla_runner); e.g. "
-                        "conformance.debug.planted:reverse_first_ppermute plants a miscompile. For a "
+                        "conformance.faults.jaxpr:reverse_first_ppermute plants a miscompile. For a "
                         "device_put case it is called as runner(x, source, target) (default "
                         "conformance.debug.movement:xla_device_put)")
     p.add_argument("--intermediates", metavar="DIR",
@@ -48,14 +51,16 @@ def main(argv=None) -> int:
     except (ValueError, ImportError, AttributeError) as e:
         print(f"error: --runner {args.runner}: {e}", file=sys.stderr)
         return 2
-    result = case.bisect(max_ulp=max_ulp, runner=runner)
+    result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
     print(f"reproducer {args.target} ({case.kind}, {len(case.inputs)} input(s))")
-    if case.tolerance != "exact" and args.max_ulp is None:
-        print(f"note: the reproducer compares with the {case.tolerance!r} policy; bisect compares bit-exactly. "
-              "If it stops at a legitimate rounding difference, pass --max-ulp N.")
+    if case.tolerance != "exact" and args.tolerance == "exact" and args.max_ulp is None:
+        print(f"note: the reproducer compares with the {case.tolerance!r} policy; --tolerance exact compares "
+              "bit-exactly. If it stops at a legitimate rounding difference, drop --tolerance exact.")
     print(result.report())
     if args.intermediates and case.kind == "device_put":
         print("no intermediates: a device_put case is one data movement with no equations")
+    elif args.intermediates and case.kind == "called":
+        print("no intermediates: dump them with refsim.jit(program, intermediates=DIR) on the program's function")
     elif args.intermediates:
         _dump_intermediates(case, args.intermediates)
         print(f"refsim intermediates written to {args.intermediates}")
@@ -86,7 +91,7 @@ def _import_runner(spec: str):
 
     module, _, name = spec.partition(":")
     if not module or not name:
-        raise ValueError("expected MODULE:NAME, e.g. conformance.debug.planted:reverse_first_ppermute")
+        raise ValueError("expected MODULE:NAME, e.g. conformance.faults.jaxpr:reverse_first_ppermute")
     runner = getattr(importlib.import_module(module), name)
     if not callable(runner):
         raise ValueError(f"{spec} is not callable; a runner is called as runner(region, args).")

@@ -64,20 +64,37 @@ class DeviceDiff:
     max_ulp: float
     max_abs: float
     bad: int
+    bound: float | None = None  # the allowed |xla - refsim| (None: ULP distance only)
 
     @property
     def matched(self) -> bool:
         return self.bad == 0
 
+    def bad_mask(self, max_ulp: float = 0) -> np.ndarray:
+        """The elements outside the rule: more than `max_ulp` ULP apart and, with a bound, more than
+        `bound` apart too."""
+        return outside(self.expected, self.actual, max_ulp, self.bound)
+
     def ranges(self, max_ulp: float = 0) -> list[str]:
         """The differing index ranges of this device's block, as `[a:b, c:d]` boxes."""
-        return differing_ranges(ulp_error(self.expected, self.actual) > max_ulp)
+        return differing_ranges(self.bad_mask(max_ulp))
 
 
-def compare_shards(ref_global: np.ndarray, array, max_ulp: float = 0, local_shape=None) -> dict[int, DeviceDiff]:
+def outside(expected, actual, max_ulp: float = 0, bound: float | None = None) -> np.ndarray:
+    """Elements more than `max_ulp` ULP apart and, when `bound` is given, more than `bound` apart
+    (|actual - expected|; NaN positions and infinities must match either way)."""
+    bad = ulp_error(expected, actual) > max_ulp
+    if bound is not None:
+        bad &= abs_error(expected, actual) > bound
+    return bad
+
+
+def compare_shards(ref_global: np.ndarray, array, max_ulp: float = 0, local_shape=None,
+                   bound: float | None = None) -> dict[int, DeviceDiff]:
     """Each shard of `array` (XLA's) against `ref_global[shard.index]` (refsim's), by device id.
 
     `local_shape` reshapes both blocks (a shard_map value's block without its size-1 mesh dims).
+    An element matches within `max_ulp` ULP or, with `bound`, within |xla - refsim| <= bound.
     """
     mesh = getattr(getattr(array, "sharding", None), "mesh", None)
     out = {}
@@ -97,10 +114,11 @@ def compare_shards(ref_global: np.ndarray, array, max_ulp: float = 0, local_shap
             pos = mesh.device_position(int(s.device_id)) if mesh is not None else None
         except (ValueError, AttributeError):
             pos = None
+        bad = (ulp > max_ulp) & (ae > bound) if bound is not None else ulp > max_ulp
         out[int(s.device_id)] = DeviceDiff(
             int(s.device_id), pos, tuple(s.index), exp, act,
             float(ulp.max()) if ulp.size else 0.0, float(ae.max()) if ae.size else 0.0,
-            int((ulp > max_ulp).sum()))
+            int(bad.sum()), bound)
     return out
 
 
@@ -144,7 +162,7 @@ def device_lines(result, max_ulp: float, max_devices: int, *, positions: bool = 
         where = f"device {dev} (mesh position {dd.position})" if positions else f"device {dev}"
         lines.append(f"    {where}: {dd.bad} of {dd.expected.size} elements differ at "
                      f"{', '.join(dd.ranges(max_ulp))}")
-        for loc in np.argwhere(ulp_error(dd.expected, dd.actual) > max_ulp)[:3]:
+        for loc in np.argwhere(dd.bad_mask(max_ulp))[:3]:
             loc = tuple(int(v) for v in loc)
             lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
                          f"xla {dd.actual[loc].item()!r}")

@@ -7,6 +7,11 @@ IN_SHARDINGS/OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OU
 "device_put" IN_SHARDINGS[0] places inputs()[0] on DEVICE_IDS and OUT_SHARDINGS reshards it
 onto OUT_DEVICE_IDS, default the same devices), `program`, `inputs()`, and optionally
 EXPECTED and TOLERANCE. `FILE.py:NAME` selects case NAME.
+
+A reproducer written by `conformance.check` (and oracle mode: `conformance.oracle.reproduce`,
+PROGRAM_NAME and WRAP instead of KIND) is read as a "called" case: `program()` is the callable
+as the user ran it (under its jax.jit / shard_map, or wrapped as WRAP says) and `inputs()` its
+(args, kwargs) placed as they were checked; explain and bisect take it as `conformance.check` did.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 
 KINDS = ("shard_map", "jit", "pmap", "device_put")
+CALLED = "called"
 _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"
 
 
@@ -46,9 +52,17 @@ class Reproducer:
     device_ids: Any = None
     expected: Any = None
     tolerance: str = "exact"
+    kwargs: Any = None
 
     def bisect_kwargs(self) -> dict:
-        """Keyword arguments of `conformance.debug.bisect` for this case (pmap as its shard_map)."""
+        """Keyword arguments of `conformance.debug.bisect` for this case (pmap as its shard_map; a
+        "called" case needs none: its program runs as given, with its keyword arguments bound)."""
+        if self.kind == CALLED:
+            if not self.kwargs:
+                return {}
+            import functools
+
+            return {"_fn": functools.partial(self.program, **self.kwargs)}
         if self.kind == "device_put":
             raise ValueError(f"{self.target} is a device_put case: one data movement with no equations, so "
                              "there is no program to bisect; call .bisect(), which compares it device by device.")
@@ -60,7 +74,7 @@ class Reproducer:
                                                           self.out_axes, self.device_ids)
         return dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, _fn=fn)
 
-    def bisect(self, *, runner=None, max_ulp: float = 0):
+    def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto"):
         """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
         is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
         from conformance.debug.bisect import bisect
@@ -73,7 +87,7 @@ class Reproducer:
 
         kw = self.bisect_kwargs()
         fn = kw.pop("_fn", self.program)
-        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, **kw)
+        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, tolerance=tolerance, **kw)
 
 
 def split_target(target: str) -> tuple[str, str | None]:
@@ -134,6 +148,8 @@ def _spec(p) -> PartitionSpec | None:
 
 def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
     """A Reproducer from a dict of reproducer fields (the module attributes' names)."""
+    if "KIND" not in fields and "PROGRAM_NAME" in fields and callable(fields.get("program")):
+        return _called(fields, target)
     kind = _get(fields, "KIND", target)
     if kind not in KINDS:
         raise ValueError(f"reproducer {target}: KIND={kind!r}; use one of {KINDS}.")
@@ -166,6 +182,15 @@ def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
         return _device_put(fields, target, mesh, named, common)
     return Reproducer(mesh=mesh, in_shardings=named(fields.get("IN_SHARDINGS")),
                       out_shardings=named(fields.get("OUT_SHARDINGS")), **common)
+
+
+def _called(fields: dict, target: str) -> Reproducer:
+    """A reproducer of `conformance.check` / oracle mode: the program as the user ran it."""
+    raw = _get(fields, "inputs", target)
+    got = raw() if callable(raw) else raw
+    args, kwargs = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict) else (got, {})
+    return Reproducer(target=target, kind=CALLED, mesh=None, program=fields["program"](), inputs=tuple(args),
+                      kwargs=dict(kwargs), tolerance=", ".join(sorted(set(fields.get("POLICIES", ["exact"])))))
 
 
 def _device_put(fields: dict, target: str, mesh: Mesh, named, common: dict) -> Reproducer:

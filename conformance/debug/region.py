@@ -6,7 +6,9 @@ it (the first k equations, returning chosen variables) is again a Region, which 
 runner compiles and runs. `xla_runner` is the default runner: it re-binds the region's
 equations, unchanged, inside `jax.jit(jax.shard_map(...))` or `jax.jit(...)` on the
 mesh's real devices (through `xla_backend`), so the prefix is compiled as the program
-itself is.
+itself is. `isolated_runner` (bisect's default) builds the same program and has XLA compile and
+run it in a worker process (`xla_backend.isolated`): a fatal XLA CHECK ends the worker, and the
+runner raises `XlaCrash` naming the step, which bisect reports as the prefix XLA cannot take.
 """
 from __future__ import annotations
 
@@ -67,9 +69,12 @@ def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, chec
 
     from xla_backend import placement, staging
 
+    if isinstance(mesh, jax.sharding.Mesh):
+        mesh = Mesh.from_jax(mesh)
     if not isinstance(mesh, Mesh):
-        raise TypeError(f"mesh must be a refsim.Mesh with device ids, got {type(mesh).__name__}; build one "
-                        "with refsim.Mesh(shape, names, device_ids=...) or xla_backend.mesh(shape, names).")
+        raise TypeError(f"mesh must be a jax.sharding.Mesh or a refsim.Mesh with device ids, got "
+                        f"{type(mesh).__name__}; build one with jax.make_mesh(shape, names), "
+                        "refsim.Mesh(shape, names, device_ids=...) or xla_backend.mesh(shape, names).")
     flat, tree = jax.tree_util.tree_flatten(tuple(args))
     flat = [placement.canonical_numpy(x) for x in flat]
     abstract = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in flat])
@@ -92,6 +97,71 @@ def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, chec
     body = eqn.params["jaxpr"]
     layouts = tuple(wrapped.leaf_shardings(tuple(args)))
     return Region("jit", body.jaxpr, tuple(body.consts), mesh, layouts, True), flat
+
+
+def trace_called(fn, args: Sequence) -> tuple[Region, list[np.ndarray]]:
+    """The Region of a callable as the user runs it: `fn` under `jax.jit` (a `jax.jit` /
+    `jax.pmap` / `jax.shard_map`-wrapped function, or a plain one, which is put under `jax.jit`),
+    `args` a pytree of jax.Arrays (placed) and NumPy values.
+
+    Through the program's top-level jits: a body that is one shard_map equation is a
+    "shard_map" region (its mesh, in_specs and check_vma); otherwise the jit's body is a
+    "jit" region laid out by the jit's in_shardings, or where it states none by where the
+    arguments are placed. Returns the Region and the flat global arguments.
+    """
+    import jax
+
+    from xla_backend import convert
+
+    call = fn if hasattr(fn, "lower") else jax.jit(fn)
+    leaves = jax.tree_util.tree_leaves(tuple(args))
+    flat = [np.asarray(x) for x in leaves]
+    closed = jax.make_jaxpr(call)(*args)
+    jaxpr, consts, in_sh = closed.jaxpr, list(closed.consts), [None] * len(leaves)
+    while (len(jaxpr.eqns) == 1 and jaxpr.eqns[0].primitive.name in ("jit", "pjit")
+           and list(jaxpr.eqns[0].invars) == list(jaxpr.invars) and not consts):
+        eqn = jaxpr.eqns[0]
+        in_sh = [s if _is_sharding(s) else prev for s, prev in zip(eqn.params.get("in_shardings", in_sh), in_sh)]
+        inner = eqn.params["jaxpr"]
+        jaxpr, consts = inner.jaxpr, list(inner.consts)
+    if (len(jaxpr.eqns) == 1 and jaxpr.eqns[0].primitive.name == "shard_map" and not consts
+            and list(jaxpr.eqns[0].invars) == list(jaxpr.invars)):
+        eqn = jaxpr.eqns[0]
+        jm = eqn.params["mesh"]
+        if not isinstance(jm, jax.sharding.Mesh):
+            jm = next((getattr(getattr(x, "sharding", None), "mesh", None) for x in leaves
+                       if isinstance(getattr(getattr(x, "sharding", None), "mesh", None), jax.sharding.Mesh)), None)
+        if jm is None:
+            raise ValueError("bisect: the program's shard_map is over an abstract mesh and no argument is placed on "
+                             "a concrete one; pass mesh= (a jax.sharding.Mesh) with in_specs/out_specs instead.")
+        specs = tuple(staging_spec(s) for s in eqn.params["in_specs"])
+        check_vma = bool(eqn.params.get("check_vma", eqn.params.get("check_rep", True)))
+        return Region("shard_map", eqn.params["jaxpr"], (), Mesh.from_jax(jm), specs, check_vma), flat
+    layouts, mesh = [], None
+    for s, x in zip(in_sh, leaves):
+        s = s if _is_sharding(s) else getattr(x, "sharding", None)
+        try:
+            r = convert.from_jax_sharding(s) if s is not None else None
+        except TypeError:
+            r = None
+        r = r if isinstance(r, NamedSharding) else None
+        layouts.append(r)
+        mesh = mesh or (r.mesh if r is not None else None)
+    if mesh is None:
+        mesh = Mesh((len(jax.devices()),), ("i",), device_ids=np.asarray([d.id for d in jax.devices()]))
+    return Region("jit", jaxpr, tuple(consts), mesh, tuple(layouts), True), flat
+
+
+def _is_sharding(s) -> bool:
+    import jax
+
+    return isinstance(s, jax.sharding.Sharding)
+
+
+def staging_spec(spec) -> PartitionSpec:
+    from xla_backend import staging
+
+    return staging.spec_to_refsim(spec)
 
 
 def _single_eqn(closed, *names):
@@ -191,6 +261,77 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
         run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts),
                               out_shardings=tuple(rep for _ in jaxpr.outvars))
         return list(run(*args))
+
+
+class XlaCrash(RuntimeError):
+    """XLA failed on a prefix in `isolated_runner`'s worker: `phase` ("compile" or "execute"),
+    `crashed` (the worker died: a fatal CHECK), `message` (XLA's error or fatal line)."""
+
+    def __init__(self, phase: str, message: str, crashed: bool):
+        super().__init__(f"XLA {'crashed' if crashed else 'failed'} in the {phase}: {message}")
+        self.phase, self.message, self.crashed = phase, message, crashed
+
+
+class _Returned:
+    """A value a runner returns: `shards` (refsim.Shard per device) and `sharding.mesh`."""
+
+    def __init__(self, shards, mesh):
+        import types
+
+        self.shards = shards
+        self.sharding = types.SimpleNamespace(mesh=mesh)
+
+
+def _staged_region(region: Region, args):
+    """The program `xla_runner` runs for `region`, placed and lowered (not compiled)."""
+    import jax
+
+    from xla_backend import staging
+
+    jaxpr, consts = region.jaxpr, list(region.consts)
+    if region.kind == "shard_map":
+        nm = region.mesh.ndim
+
+        def body(*a):
+            outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
+            return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
+
+        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
+        layout = staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
+                                          check_vma=region.check_vma)
+        staged = staging.stage(body, layout, tuple(args))
+    else:
+        def prog(*a):
+            return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
+
+        staged = staging.stage(prog, staging.Layout.jit(tuple(region.in_layouts), None), tuple(args))
+    return staged, staged.lower()
+
+
+def isolated_runner(region: Region, args: Sequence[np.ndarray]) -> list:
+    """`xla_runner`'s program, compiled and run by XLA in a worker process; raises `XlaCrash` when XLA
+    fails (or dies) compiling or running it."""
+    import jax
+
+    from refsim.array import Shard
+    from xla_backend import isolated
+
+    staged, lowered = _staged_region(region, args)
+    with staged.context():
+        record = isolated.capture(lowered)
+    flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(tuple(args))]
+    kept = _compat.lowered_kept_args(lowered, len(flat))
+    out_shapes = [tuple(o.shape) for o in jax.tree_util.tree_leaves(lowered.out_info)]
+    ans = isolated.run(record, [flat[i] for i in kept], out_shapes)
+    if ans.get("phase") != "done":
+        text = ans.get("error", "")
+        raise XlaCrash(ans.get("phase", "compile"), text, bool(ans.get("crashed")))
+    ids = ans["device_ids"]
+    out = []
+    for value, indices in zip(ans["outputs"], ans["out_indices"]):
+        out.append(_Returned([Shard(int(d), tuple(idx), value[p]) for p, (d, idx) in enumerate(zip(ids, indices))],
+                             region.mesh))
+    return out
 
 
 def is_probeable(var) -> bool:

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from conformance import compare
+from conformance import validation
+from conformance.verdict import compare
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
@@ -32,7 +33,11 @@ from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 from refsim import compat
 
-__all__ = ["CheckResult", "ConformanceError", "NotCheckable", "OutputSummary", "check"]
+__all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
+           "XlaError", "check"]
+
+# Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
+DEFAULT_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +122,95 @@ class ConformanceError(AssertionError):
         self.result = result
         self.repro_path = result.repro_path
         super().__init__(result.report() + (f"\n  {note}" if note else ""))
+
+
+def _jax_runtime_error():
+    import jax
+
+    return jax.errors.JaxRuntimeError
+
+
+class XlaError(ConformanceError, RuntimeError):
+    """XLA failed on a call refsim traced: it could not compile the program (`stage` "compiler":
+    a verifier rejection, a failing pass, a RET_CHECK) or run it (`stage` "backend").
+
+    A `ConformanceError` (the call does not conform: XLA must compile and run what JAX lowers)
+    and, through `check`, an instance of `jax.errors.JaxRuntimeError` as well, so code that
+    caught XLA's exception still does. `unsupported` is True when XLA says the platform does not
+    implement an op (UNIMPLEMENTED) rather than failing on it; `error` is XLA's exception; there
+    is no `result` and no reproducer (`repro_path` None): `conformance.explain(fn, *args)` shows
+    which stage fails.
+    """
+
+    def __init__(self, message: str, *, stage: str, error: BaseException | None = None,
+                 unsupported: bool = False, name: str = ""):
+        AssertionError.__init__(self, message)
+        self._message = message
+        self.stage, self.error, self.unsupported, self.name = stage, error, unsupported, name
+        self.result = None
+        self.repro_path = None
+
+    def __str__(self) -> str:  # JAX's exception class formats its own fields; this message is ours
+        return self._message
+
+
+_XLA_ERROR_TYPES: dict = {}
+
+
+def xla_error(e: BaseException, name: str) -> XlaError:
+    """The classified `XlaError` for XLA's exception `e` raised while compiling or running `name`."""
+    runtime = _jax_runtime_error()
+    cls = _XLA_ERROR_TYPES.get(runtime)
+    if cls is None:  # one subclass per JAX: XlaError and JAX's own exception class
+        cls = _XLA_ERROR_TYPES[runtime] = type("XlaError", (XlaError, runtime), {"__module__": __name__,
+                                                                                 "__doc__": XlaError.__doc__})
+    stage = "compiler" if getattr(e, "xla_stage", None) == "compiler" else "backend"
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    unsupported = "UNIMPLEMENTED" in text
+    what = "compile" if stage == "compiler" else "run"
+    kind = "the platform does not implement an op of it" if unsupported else f"{stage} crash"
+    msg = (f"XLA failed to {what} {name} ({kind}): {type(e).__name__}: {first}\n  refsim traced the call; nothing "
+           f"was compared. conformance.explain(fn, *args, ...) shows the stage that fails.")
+    return cls(msg, stage=stage, error=e, unsupported=unsupported, name=name)
+
+
+class CheckTimeout(TimeoutError):
+    """XLA did not finish a checked call within `check`'s timeout (a device-side infinite loop, a
+    collective waiting for a peer). XLA cannot cancel a running computation: it keeps running
+    in the background, holding its devices, and this process cannot exit normally until it ends
+    (end the process, e.g. ``os._exit(1)``, once the timeout is reported).
+    `.name` is the program, `.timeout` the seconds waited."""
+
+    def __init__(self, name: str, timeout: float):
+        self.name, self.timeout = name, timeout
+        super().__init__(
+            f"check: XLA did not finish {name} within timeout={timeout:g} s (a device-side infinite loop, or a "
+            "collective waiting for a peer?). The computation cannot be cancelled: it keeps running in the "
+            "background and holds its devices, and this process will not exit normally until it ends; end it "
+            "(e.g. os._exit(1)) once this is reported. Pass a larger timeout= if the call is only slow.")
+
+
+def wait_for_xla(out, name: str, timeout: float | None) -> None:
+    """Return when every jax.Array in `out` is computed; `CheckTimeout` after `timeout` seconds
+    (None: wait as long as it takes). Polls `jax.Array.is_ready` from this thread: a thread
+    blocked in XLA would abort the interpreter at exit, and JAX dispatches asynchronously, so
+    the call itself returns at once."""
+    import jax
+
+    if timeout is None:
+        jax.block_until_ready(out)
+        return
+    pending = [x for x in jax.tree_util.tree_leaves(out) if callable(getattr(x, "is_ready", None))]
+    deadline, pause = time.monotonic() + timeout, 0.0005
+    while True:
+        pending = [x for x in pending if not x.is_ready()]
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise CheckTimeout(name, timeout)
+        time.sleep(pause)
+        pause = min(0.05, pause * 2)
 
 
 # -- building the callable -------------------------------------------------------------------------
@@ -471,17 +565,34 @@ def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tupl
     return reproduce.write(repro_dir, name, text), ""
 
 
+def _run_xla(call, placed, kwargs, label):
+    """`call(*placed, **kwargs)` on XLA; XLA's own failure is raised as a classified `XlaError`."""
+    from refsim import compat
+
+    with compat.tag_compile_errors():
+        try:
+            return call(*placed, **kwargs)
+        except _jax_runtime_error() as e:
+            raise xla_error(e, label) from e
+
+
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
-          repro_dir: str | None = None, name: str | None = None, **kwargs) -> CheckResult:
+          repro_dir: str | None = None, name: str | None = None, timeout: float | None = DEFAULT_TIMEOUT,
+          **kwargs) -> CheckResult:
     """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
 
     Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
     report; `.repro_path`: a standalone reproducer written to `repro_dir`, default a fresh
     temporary folder) when they disagree, and `NotCheckable` (`.reason`) when refsim cannot
     replay the program (a host callback, side effects, a primitive refsim has no rule for).
-    `policy`: "auto" (exact where the result is exact, else ``ulps`` units of roundoff of the
-    output's largest magnitude; docs/oracle.md), "exact", or `conformance.compare` policies.
+    XLA failing to compile or run the call raises `XlaError` (a ConformanceError and a
+    jax.errors.JaxRuntimeError; `.stage` "compiler" or "backend").
+    An exception of the program itself (``fn(*args)`` raises it under JAX too) reaches the
+    caller as itself. `policy`: "auto" (exact where the result is exact, else ``ulps`` units of
+    roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare`
+    policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
+    limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
     Other keyword arguments are passed to `fn`.
     """
     import contextlib
@@ -490,15 +601,33 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
 
     from conformance.oracle import intercept
 
+    validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
+                             none_means="for no limit")
     call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
                                                  in_shardings, out_shardings)
     label = name or _name(fn)
     scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
     with scope, intercept.unchecked():          # in oracle mode, not checked a second time
         t0 = time.perf_counter()
-        traced = prepare(call, placed, kwargs)
+        untraceable = None
+        try:
+            traced = prepare(call, placed, kwargs)
+        except NotCheckable as e:
+            if e.reason != "trace failed":
+                raise
+            untraceable = e
+        if untraceable is not None:
+            # The program's own error (a bug in fn, a bad argument) is what the call raises under
+            # JAX too: the caller gets it as itself, from the call. A call that runs works eagerly
+            # but cannot be traced to one jaxpr: not checkable.
+            wait_for_xla(call(*placed, **kwargs), label, timeout)
+            raise untraceable
         t1 = time.perf_counter()
-        out = call(*placed, **kwargs)
+        out = _run_xla(call, placed, kwargs, label)
+        try:
+            wait_for_xla(out, label, timeout)
+        except _jax_runtime_error() as e:  # an execution failure surfaces when the results are awaited
+            raise xla_error(e, label) from e
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})

@@ -17,17 +17,17 @@ import os
 import runpy
 import sys
 
+from conformance.arguments import Parser   # one-line errors, exit 2, as the other subcommands
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.cli import _Parser   # one-line errors, exit 2, as the other subcommands
-
-    ap = _Parser(prog="python -m conformance check",
+    ap = Parser(prog="python -m conformance check",
                                  description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
     ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
     from conformance import validation
 
-    ap.add_argument("--devices", type=validation.option("--devices", integer=True, low=1), default=8,
+    ap.add_argument("--devices", type=validation.device_count_option("--devices"), default=8,
                     help="virtual CPU devices (default 8)")
     ap.add_argument("--repro-dir", metavar="DIR", help="where reproducers go (default: a temporary folder)")
     ap.add_argument("script", help="the Python script to run")

@@ -38,7 +38,7 @@ import dataclasses
 
 import numpy as np
 
-from conformance import compare
+from conformance.verdict import compare
 
 #: Primitives whose floating results are exact (no rounding): the program stays bit-exact.
 EXACT_PRIMITIVES = frozenset({

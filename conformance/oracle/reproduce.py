@@ -1,4 +1,4 @@
-"""Reproducer files for a user's program, format v1 ("program" flavour of conformance/repro.py).
+"""Reproducer files for a user's program, format v1 ("program" flavour of conformance/cases/repro.py).
 
 The file needs only JAX and NumPy (and the user's own module, which it imports to rebuild the
 program, so that a fix in JAX or XLA makes it pass). It defines PROGRAM_FILE, PROGRAM_MODULE,
@@ -10,7 +10,7 @@ in ULPS, "scaled" with the allowed error in ALLOWED, or "sum_bound"; a scaled or
 output keeps per device the arrays of its check in DATA: the reference value, the allowed
 error, the exact elements and where NaN / infinities are allowed). Run as a script it places
 the inputs as they were placed when checked, calls the program the way the user did, checks
-every device's shard with the element check of `conformance.compare`
+every device's shard with the element check of `conformance.verdict.compare`
 (`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
 differing elements (0 when all agree, 2 when it cannot run here).
 """
@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from conformance.cases import _index_source, spec_source
+from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check

@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from conformance import compare
+from conformance.verdict import compare
 from conformance.oracle.policy import DEFAULT_ULPS, ScaledBound
 
 #: Containers the search looks through: the output of the container is its body's output.

@@ -1,6 +1,6 @@
 """Reporters of a conformance run: JSON lines, JUnit XML, an HTML page, and the console.
 
-Each implements `conformance.results.Reporter` (start / case_finished / finish).
+Each implements `conformance.report.results.Reporter` (start / case_finished / finish).
 `open_report_dir(path)` gives the three file reporters of a ``--report DIR`` folder.
 """
 from __future__ import annotations
@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 import tempfile
 
+from conformance.report import files
 from conformance.report.console import ProgressReporter, print_table, summary_line
 from conformance.report.html import HtmlReporter, case_details, device_errors, layout_entry, mesh_entry
 from conformance.report.jsonl import JsonlReporter, load_finished, read_records
 from conformance.report.junit import JUnitReporter
+from conformance.report.lock import LOCK_NAME
 
 __all__ = ["HTML_NAME", "JSONL_NAME", "JUNIT_NAME", "HtmlReporter", "JUnitReporter", "JsonlReporter",
            "ProgressReporter", "case_details", "device_errors", "layout_entry", "load_finished", "mesh_entry",
@@ -26,8 +28,9 @@ def prepare_report_dir(path) -> str:
     """Create the report folder `path` if needed and check that a run can write its reports there.
 
     ValueError (one line at the CLI, exit 2) naming the folder when it is a file, cannot be
-    created or written, or when results.jsonl / junit.xml / report.html / repros there are of
-    the wrong kind (a folder where a file goes): found before anything is run or written.
+    created or written, or when results.jsonl / junit.xml / report.html / conformance.lock /
+    repros there are of the wrong kind (a folder, FIFO, device or socket where a regular file
+    goes; a file where the repros folder goes): found before anything is run or written.
     """
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -39,11 +42,14 @@ def prepare_report_dir(path) -> str:
     except OSError as e:
         raise ValueError(f"report folder --report {path!r} cannot be created or written ({e.strerror or e}); "
                          "pass a writable folder.") from None
-    for name, want_dir in ((JSONL_NAME, False), (JUNIT_NAME, False), (HTML_NAME, False), ("repros", True)):
+    for name in (JSONL_NAME, JUNIT_NAME, HTML_NAME, LOCK_NAME, "repros"):
         p = os.path.join(path, name)
-        if os.path.exists(p) and os.path.isdir(p) != want_dir:
-            kind = "a folder" if os.path.isdir(p) else "not a folder"
-            raise ValueError(f"report folder --report {path!r}: {name} there is {kind}; remove it or pass "
+        if name == "repros":
+            found = "not a folder" if os.path.exists(p) and not os.path.isdir(p) else None
+        else:  # a FIFO or a device would block a read or swallow the writes: refused before anything runs
+            found = files.kind(p)
+        if found is not None:
+            raise ValueError(f"report folder --report {path!r}: {name} there is {found}; remove it or pass "
                              "another folder.")
     return path
 

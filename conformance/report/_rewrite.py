@@ -1,9 +1,11 @@
-"""The shared life cycle of reporters that rewrite one whole file (JUnit XML, the HTML page)."""
+"""The shared life cycle of reporters that rewrite one whole file (JUnit XML, the HTML page), and
+the atomic write they share."""
 from __future__ import annotations
 
 import os
 
-from conformance.results import CaseResult
+from conformance.report.files import writing
+from conformance.report.results import CaseResult
 
 
 class RewritingReporter:
@@ -46,10 +48,30 @@ class RewritingReporter:
         self.results[result.case_id] = result  # a re-run case replaces its earlier record
 
     def _write(self, summary, *, finished: bool) -> None:
-        from conformance.report.junit import atomic_write
-
         self._since = 0
         atomic_write(self.path, self._render(summary, finished))
 
     def _render(self, summary, finished: bool) -> bytes:
         raise TypeError(f"{type(self).__name__} must define _render(summary, finished) -> bytes")
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a document."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with writing(path):  # a failure names the file, its folder and the fix
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)  # never leave a .tmp file behind
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

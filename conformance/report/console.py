@@ -3,13 +3,13 @@
 `ProgressReporter` is a `Reporter`: a rich progress bar with cases done/total, the
 pass / fail / other counts and examples per second; each failure, error and stale
 xfail is printed above the bar as it happens. `print_table` prints the summary the
-runner computes (`conformance.results.summarize`): one row per suite × family × dtype.
+runner computes (`conformance.report.results.summarize`): one row per suite × family × dtype.
 """
 from __future__ import annotations
 
 import time
 
-from conformance.results import STATUSES, CaseResult
+from conformance.report.results import STATUSES, CaseResult
 
 __all__ = ["ProgressReporter", "print_table", "summary_line", "versions_line"]
 
@@ -157,7 +157,7 @@ def print_table(summary: dict, console=None, *, results=None):
     console.print(table)
     console.print(summary_line(summary))
     if summary.get("phases"):
-        from conformance.timing import line
+        from conformance.report.timing import line
 
         console.print(line(summary["phases"], summary.get("wall_seconds", 0.0)), soft_wrap=True)
     versions = versions_line(summary.get("plan") or {})
@@ -180,7 +180,7 @@ def print_table(summary: dict, console=None, *, results=None):
     bad = (f"{by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)"
            + (f", {by['timeout']} timeout(s)" if by.get("timeout") else ""))
     if not summary.get("complete", True):
-        from conformance.results import missing_text
+        from conformance.report.results import missing_text
 
         # never AGREE: the cases that did not run may disagree
         console.print(f"[bold yellow]INCOMPLETE[/]: {escape(missing_text(summary))}"

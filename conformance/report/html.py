@@ -15,8 +15,8 @@ import html
 import numpy as np
 
 from conformance.report._rewrite import RewritingReporter
-from conformance.results import STATUSES, CaseResult, missing_text, summarize
-from conformance.results import verdict as summary_verdict
+from conformance.report.results import STATUSES, CaseResult, missing_text, summarize
+from conformance.report.results import verdict as summary_verdict
 
 __all__ = ["HtmlReporter", "case_details", "device_errors", "layout_entry", "mesh_entry", "render_page"]
 
@@ -52,7 +52,7 @@ def layout_entry(label: str, sharding, shape) -> dict:
 
 
 def device_errors(comparison) -> dict[str, int]:
-    """Mismatching elements per device id of a `conformance.compare.ComparisonResult`.
+    """Mismatching elements per device id of a `conformance.verdict.compare.ComparisonResult`.
 
     A structural mismatch of a shard (wrong index, shard shape or dtype) counts as one.
     """
@@ -84,7 +84,7 @@ def case_details(case, comparison=None, *, expected=None) -> dict:
             if s is not None:
                 out["layouts"].append(layout_entry(f"input {i}", s, a.shape))
     if expected is not None:
-        from conformance.compare import as_outputs
+        from conformance.verdict.compare import as_outputs
 
         for k, arr in enumerate(as_outputs(expected)):
             out["layouts"].append(layout_entry(f"output {k}", arr.sharding, arr.shape))
@@ -166,7 +166,7 @@ def _failure_section(r: CaseResult, n: int, repro: str | None) -> str:
     if r.message:
         parts.append(f"<pre class=\"message\">{_e(r.message)}</pre>")
     if d.get("stage"):
-        from conformance.explain.summary import stage_line
+        from conformance.debug.explain.summary import stage_line
 
         parts.append(f'<p class="stage">{_e(stage_line(d["stage"]))}</p>')
     if d.get("description") and d["description"].strip() not in (d.get("report") or ""):

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from conformance.results import CaseResult
+from conformance.report.files import check_regular, writing
+from conformance.report.results import CaseResult
 
 __all__ = ["JsonlReporter", "load_finished", "read_records"]
 
@@ -41,6 +42,7 @@ def read_records(path) -> list[dict]:
     A last line that is not valid JSON (a crash mid-write) is dropped; an invalid line
     anywhere else means the file was edited or corrupted and raises ValueError.
     """
+    check_regular(path, "results file")  # a FIFO would block open() forever
     with open(path, "rb") as fh:
         raw = fh.read()
     lines = raw.split(b"\n")
@@ -113,18 +115,20 @@ class JsonlReporter:
         # Rewrite through a temporary file so the kept records survive a crash right here.
         tmp = self.path + ".tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                for r in kept:
-                    fh.write(dumps(r) + "\n")
-                fh.write(dumps({"type": "plan", **plan, "resumed": bool(kept)}) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
+            with writing(self.path):
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    for r in kept:
+                        fh.write(dumps(r) + "\n")
+                    fh.write(dumps({"type": "plan", **plan, "resumed": bool(kept)}) + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
         except BaseException:
             if os.path.isfile(tmp):
                 os.remove(tmp)  # never leave a .tmp file behind
             raise
-        self._fh = open(self.path, "a", encoding="utf-8")
+        with writing(self.path):
+            self._fh = open(self.path, "a", encoding="utf-8")
 
     def case_finished(self, result: CaseResult) -> None:
         record = {"type": "case", **result.to_json()}
@@ -142,9 +146,10 @@ class JsonlReporter:
     def _write(self, record: dict) -> None:
         if self._fh is None:
             raise RuntimeError(f"JsonlReporter({self.path!r}) is not started; call start(plan) before reporting cases.")
-        self._fh.write(dumps(record) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        with writing(self.path):
+            self._fh.write(dumps(record) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         if self._fh is not None:

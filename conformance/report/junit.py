@@ -12,13 +12,12 @@ failing test case saying what is missing: it never reads as a pass.
 from __future__ import annotations
 
 import datetime
-import os
 import re
 import socket
 import xml.etree.ElementTree as ET
 
-from conformance.report._rewrite import RewritingReporter
-from conformance.results import CaseResult
+from conformance.report._rewrite import RewritingReporter, atomic_write
+from conformance.report.results import CaseResult
 
 __all__ = ["JUnitReporter", "atomic_write", "to_xml"]
 
@@ -49,7 +48,7 @@ def _case_element(r: CaseResult) -> ET.Element:
     if r.repro_path:
         body += f"\n\nreproducer: {r.repro_path}"
     if r.details.get("stage"):
-        from conformance.explain.summary import stage_line
+        from conformance.debug.explain.summary import stage_line
 
         body += f"\n{stage_line(r.details['stage'])}"
     if r.status == "fail":
@@ -90,7 +89,7 @@ def _counts(results) -> dict:
 def _incomplete_element(results, plan: dict, summary: dict | None) -> ET.Element:
     """The ``<testcase>`` that fails a document which does not cover its plan, so that a CI system
     reading only the JUnit file never shows a partial run as a pass."""
-    from conformance.results import missing_text
+    from conformance.report.results import missing_text
 
     if summary is None:  # written mid-run: the run is still going, or was killed
         planned = plan.get("cases")
@@ -151,27 +150,6 @@ def to_xml(results: list[CaseResult], plan: dict | None = None, *, timestamp: st
         root.set("errors", str(total["errors"] + 1))
     ET.indent(root)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a document."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)  # never leave a .tmp file behind
-        raise
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 class JUnitReporter(RewritingReporter):

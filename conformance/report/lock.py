@@ -30,6 +30,8 @@ import socket
 import sys
 import time
 
+from conformance.report import files
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: the pid check alone
@@ -61,8 +63,11 @@ def describe(info: dict) -> str:
 
 def read(folder) -> dict | None:
     """The owner record of ``folder``'s lock; None when there is no lock (or it cannot be read)."""
+    path = os.path.join(os.fspath(folder), LOCK_NAME)
+    if files.kind(path) is not None:  # a FIFO would block the read
+        return None
     try:
-        with open(os.path.join(os.fspath(folder), LOCK_NAME), encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             return _parse(fh.read())
     except OSError:
         return None
@@ -134,6 +139,13 @@ def _write_fd(fd: int, info: dict) -> None:
     os.fsync(fd)
 
 
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _busy(folder: str, path: str, owner: dict | None, *, why: str) -> FolderLocked:
     who = describe(owner) if owner else "a run whose lock file cannot be read"
     return FolderLocked(
@@ -199,6 +211,7 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
         mine._depth += 1
         return mine
     path = os.path.join(folder, LOCK_NAME)
+    files.check_regular(path, "the folder's lock")  # a FIFO there would block reading the owner
     info = {"pid": os.getpid(), "host": socket.gethostname(),
             "started": datetime.datetime.now().replace(microsecond=0).isoformat(),
             "command": command or _command()}
@@ -210,7 +223,13 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
             pass
         else:
             _try_flock(fd)  # a new file: nobody else can hold it yet
-            _write_fd(fd, info)
+            try:
+                with files.writing(path):
+                    _write_fd(fd, info)
+            except BaseException:
+                os.close(fd)  # an empty or partial lock left here would hold the folder up
+                _remove_quietly(path)
+                raise
             lock = FolderLock(folder, path, fd, info, None)
             _HELD[key] = lock
             return lock
@@ -244,7 +263,8 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
                                                      "it still goes on")
             elif _alive(owner.get("pid")):
                 raise _busy(folder, path, owner, why=f"pid {owner.get('pid')} is running on this host")
-            _write_fd(fd, info)  # stale: take it over, under our flock
+            with files.writing(path):
+                _write_fd(fd, info)  # stale: take it over, under our flock
             keep = True
             lock = FolderLock(folder, path, fd, info, owner or {"pid": "?", "host": socket.gethostname()})
             _HELD[key] = lock

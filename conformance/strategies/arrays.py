@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from conformance.strategies import _validate as v
+from conformance.verdict.compare import _finfo
 
 # dtypes every collective test draws by default (64-bit types need jax_enable_x64).
 DEFAULT_DTYPES = ("float32", "int32", "float16", "bfloat16", "bool", "int8", "uint32", "complex64")
@@ -31,8 +33,6 @@ _INT_K = {1: 4, 2: 16, 4: 16, 8: 16}
 def _np_dtype(dtype) -> np.dtype:
     name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", "")
     if name == "bfloat16" or name.startswith("float8_"):
-        import ml_dtypes
-
         if not hasattr(ml_dtypes, name):
             raise InvalidArgument(f"dtype={dtype!r}: this ml_dtypes has no {name}.")
         return np.dtype(getattr(ml_dtypes, name))
@@ -57,8 +57,6 @@ def special_values(dtype, kinds=SPECIALS) -> np.ndarray:
     >>> special_values("float16", kinds=("inf", "-0"))
     array([ inf, -inf,  -0.], dtype=float16)
     """
-    from conformance.compare import _finfo
-
     dt = _np_dtype(dtype)
     v.check_options("kinds", kinds, SPECIALS)
     if not _is_float(dt):

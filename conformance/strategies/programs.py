@@ -15,7 +15,7 @@ from hypothesis.errors import InvalidArgument
 from conformance.cases import Program, spec_source
 from conformance.strategies import _validate as v
 from conformance.strategies.arrays import _np_dtype, arrays
-from conformance.strategies.collectives import _axes_label, perm_kind, permutations
+from conformance.strategies.collectives import _axes_label, axis_index_groups, perm_kind, permutations
 from conformance.strategies.specs import _check_mesh, partition_specs
 from refsim import compat as _compat
 from refsim.layouts.mesh import Mesh
@@ -195,8 +195,6 @@ def _reshard_device_order(draw, m, dt):
 
 
 def _pmap_grouped(draw, m, dt):
-    from conformance.strategies.collectives import axis_index_groups
-
     groups = draw(axis_index_groups(m.size))
     name = m.axis_names[0]
     return dict(entry="pmap",

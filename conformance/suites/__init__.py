@@ -1,4 +1,4 @@
-"""The conformance suites: collectives, layouts, programs, errors, mpmd.
+"""The conformance suites: collectives, layouts, programs, errors, mpmd, sharded.
 
 Each suite module has ``task_chunks(*, examples, seed, devices)``, a generator of lists of
 `conformance.suites.base.ProgramTask` / `CheckTask` (one list per family, yielded as soon as
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-SUITES = ("collectives", "layouts", "programs", "errors", "mpmd")
+SUITES = ("collectives", "layouts", "programs", "errors", "mpmd", "sharded")
 
 
 def module(name: str):

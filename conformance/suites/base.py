@@ -12,7 +12,11 @@ import dataclasses
 from typing import Callable
 
 import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hseed
 
+from conformance.strategies.arrays import _EXACT, _INT_K, _is_float, special_values
+from conformance.verdict.compare import _finfo
 from refsim.values import complex_from_parts
 
 # Data sets per drawn structure: the first is hypothesis's draw, the others refill the same
@@ -67,9 +71,6 @@ def flatten(chunks) -> list:
 
 def draw(strategy, count: int, seed: int) -> list:
     """`count` examples of `strategy`, deterministic in `seed` (hypothesis generate phase only)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-
     out: list = []
     if count <= 0:
         return out
@@ -88,8 +89,6 @@ def draw(strategy, count: int, seed: int) -> list:
 def exact_friendly(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
     """New data with the shape and dtype of `like`, drawn as `conformance.strategies.arrays` draws
     exact-friendly values (small integers times small powers of two), so sums stay exact."""
-    from conformance.strategies.arrays import _EXACT, _INT_K
-
     like = np.asarray(like)
     dt, shape = like.dtype, like.shape
     if dt.kind == "b":
@@ -112,8 +111,6 @@ def special_fill(rng: np.random.Generator, like: np.ndarray, kinds=("nan", "inf"
     """Exact-friendly data of `like`'s shape and dtype in which about `share` of the elements
     (of each component of a complex dtype) are `conformance.strategies.arrays.special_values`
     of `kinds`; integers and bools get plain exact-friendly data."""
-    from conformance.strategies.arrays import special_values
-
     base = exact_friendly(rng, like)
     table = special_values(base.dtype, kinds)
     if not len(table) or not base.size:
@@ -132,12 +129,9 @@ def rounding_fill(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
     (the comparator's bound applies); integers and bools get exact-friendly data."""
     like = np.asarray(like)
     dt = like.dtype
-    from conformance.strategies.arrays import _is_float
 
     if not _is_float(dt):
         return exact_friendly(rng, like)
-
-    from conformance.compare import _finfo
 
     real_dt = np.dtype(f"f{dt.itemsize // 2}") if dt.kind == "c" else dt
     hi = min(8, int(np.log2(float(_finfo(real_dt).max))) - 1)   # float8's range is small

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import zlib
 
+from conformance.strategies import COLLECTIVES, collective_calls, meshes
 from conformance.suites.base import COLLECTIVE_DATA, draw, flatten, group_tasks
 
 NAME = "collectives"
@@ -22,16 +23,12 @@ DTYPES = ("float32", "int32", "float16", "bfloat16", "bool", "int8", "uint32", "
 
 def strategy(family: str, dtype: str | None, devices: int):
     """The calls of one collective (and dtype): what a failure of that case is shrunk within."""
-    from conformance.strategies import collective_calls, meshes
-
     return collective_calls(meshes(max_devices=devices), collectives=(family,),
                             dtypes=(dtype,) if dtype else DTYPES)
 
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per collective as it is drawn."""
-    from conformance.strategies import COLLECTIVES
-
     for name in COLLECTIVES:
         s = seed ^ zlib.crc32(name.encode())
         calls = draw(strategy(name, None, devices), examples, s)

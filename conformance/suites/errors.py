@@ -12,7 +12,15 @@ from __future__ import annotations
 import functools
 import zlib
 
+import numpy as np
+from hypothesis import strategies as st
+
+from conformance.cases import Program, mesh_id
+from conformance.strategies import meshes
 from conformance.suites.base import CheckTask, Outcome, draw
+from conformance.verdict.xfails import exception_failure
+import refsim
+from refsim.layouts.partition_spec import PartitionSpec as P
 
 NAME = "errors"
 KINDS = ("perm_repeated_source", "perm_repeated_destination", "perm_out_of_range", "groups_unequal",
@@ -32,12 +40,6 @@ def _base(exc: BaseException) -> str:
 
 
 def _invalid(devices: int, kind: str):
-    from hypothesis import strategies as st
-
-    from conformance.cases import Program
-    from conformance.strategies import meshes
-    from refsim.layouts.partition_spec import PartitionSpec as P
-
     min_size = MIN_AXIS_SIZE.get(kind, 1)
 
     @st.composite
@@ -73,8 +75,6 @@ def _invalid(devices: int, kind: str):
             body = f"jax.lax.psum(a, {d(st.sampled_from(['q', 'batch', 'X']))!r})"
         rank = 2 if kind == "spec_repeated_axis" else 1
         shape = (n * local + (1 if kind == "spec_indivisible" else 0),) + (n * 2,) * (rank - 1)
-        import numpy as np
-
         x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
         return Program(family=kind, source=f"def f(a):\n    return {body}\n", entry="shard_map", mesh=m,
                        args=(x,), in_specs=(spec,), out_specs=spec, labels=(("kind", kind),))
@@ -83,10 +83,7 @@ def _invalid(devices: int, kind: str):
 
 def check_invalid(cases: list, xla) -> Outcome:
     """Both sides raise, with the same exception class, for every case. A failure's signature
-    (`conformance.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
-    import refsim
-    from conformance.xfails import exception_failure
-
+    (`conformance.verdict.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
     for case in cases:
         raised = {}
         for side, api in (("refsim", refsim), ("xla", xla)):
@@ -118,8 +115,6 @@ def not_drawn(devices: int) -> list[str]:
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per error kind as it is drawn."""
-    from conformance.cases import mesh_id
-
     for kind in KINDS:
         if devices < MIN_AXIS_SIZE.get(kind, 1):  # `not_drawn` lists it in the plan
             continue

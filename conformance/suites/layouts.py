@@ -12,17 +12,24 @@ import functools
 import zlib
 
 import numpy as np
+from hypothesis import strategies as st
 
+from conformance.cases import mesh_id
+from conformance.strategies import meshes, partition_specs, sharded_shapes
 from conformance.suites.base import CheckTask, Outcome, draw, flatten
+from conformance.verdict.compare import compare
+import refsim
+from refsim import compat as _compat
+from refsim import device_put
+from refsim.layouts.hlo_sharding import HloSharding, hlo_to_named
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.pmap_spec import PmapSharding
+from xla_backend import convert
 
 NAME = "layouts"
 
 
 def _named_cases(devices: int):
-    from hypothesis import strategies as st
-
-    from conformance.strategies import meshes, partition_specs, sharded_shapes
-
     @st.composite
     def case(d):
         m = d(meshes(max_devices=devices))
@@ -34,8 +41,6 @@ def _named_cases(devices: int):
 
 
 def _pmap_cases(devices: int):
-    from hypothesis import strategies as st
-
     @st.composite
     def case(d):
         n = d(st.integers(1, devices))
@@ -59,13 +64,6 @@ def _data(shape):
 
 def check_named(draws: list, xla) -> Outcome:
     """Every NamedSharding view of each (mesh, spec, shape) against JAX's for the same devices."""
-    import refsim
-    from conformance.compare import compare
-    from refsim import compat as _compat
-    from refsim.layouts.hlo_sharding import HloSharding, hlo_to_named
-    from refsim.layouts.named_sharding import NamedSharding
-    from xla_backend import convert
-
     for mesh, spec, shape in draws:
         where = f"mesh {dict(mesh.shape)} ids {np.asarray(mesh.device_ids).ravel().tolist()} spec {spec!r} shape {shape}"
         s = NamedSharding(mesh, spec)
@@ -98,10 +96,7 @@ def check_named(draws: list, xla) -> Outcome:
 
 def check_pmap(draws: list, xla) -> Outcome:
     """PmapSharding.default for pmap's outputs against the shards `jax.pmap` puts on each device."""
-    import jax
-
-    from refsim import device_put
-    from refsim.layouts.pmap_spec import PmapSharding
+    import jax  # here, not at the top: the runner imports the suites before it configures the platform
 
     for n, order, local, out_axis in draws:
         devs = [jax.devices()[i] for i in order]
@@ -125,10 +120,6 @@ def check_pmap(draws: list, xla) -> Outcome:
 
 def check_single(ids: list, xla) -> Outcome:
     """SingleDeviceSharding: the whole array on one device, placed by id."""
-    import refsim
-    from conformance.compare import compare
-    from xla_backend import convert
-
     x = _data((3, 2))
     for d in ids:
         s = refsim.SingleDeviceSharding(d)
@@ -144,8 +135,6 @@ def check_single(ids: list, xla) -> Outcome:
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per layout type as it is drawn."""
-    from conformance.cases import mesh_id
-
     groups: dict = {}
     for mesh, spec, shape in draw(_named_cases(devices), examples * 3, seed ^ zlib.crc32(b"named")):
         groups.setdefault(f"named_sharding[ndim={len(shape)},mesh={mesh_id(mesh)}]", []).append((mesh, spec, shape))

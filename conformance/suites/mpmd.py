@@ -1,10 +1,11 @@
-"""The mpmd suite: SPMD -> MPMD -> SPMD round trips (`conformance.mpmd_checks.check_mpmd`),
+"""The mpmd suite: SPMD -> MPMD -> SPMD round trips (`conformance.suites.mpmd_checks.check_mpmd`),
 refsim's stated properties plus XLA agreeing device by device, one task per drawn case."""
 from __future__ import annotations
 
 import functools
 
 from conformance.suites.base import CheckTask, Outcome, flatten
+from conformance.suites.mpmd_checks import MpmdCase, check_mpmd, draw_cases
 
 NAME = "mpmd"
 MIN_DEVICES = 2  # an MPMD mesh has at least two groups of devices
@@ -18,16 +19,12 @@ def not_drawn(devices: int) -> list[str]:
 
 
 def check_case(case_json: str, xla) -> Outcome:
-    from conformance.mpmd_checks import MpmdCase, check_mpmd
-
     (r,) = check_mpmd(cases=[MpmdCase.from_json(case_json)])
     return Outcome("pass" if r.passed else "fail", "" if r.passed else r.message)
 
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, as one list (its cases are drawn together)."""
-    from conformance.mpmd_checks import draw_cases
-
     if devices < MIN_DEVICES:  # nothing to draw: `not_drawn` says so in the plan
         yield []
         return

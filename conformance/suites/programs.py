@@ -4,7 +4,7 @@ Strategy families (`conformance.strategies.programs.FAMILIES`) compose collectiv
 elementwise / structural ops, scan / while / cond / switch, grad, vmap, nested shard_map,
 jit with shardings, sharding constraints and resharding between device orders; each is
 drawn `examples` times, and each draw runs with exact-friendly data and with NaN, ±inf and -0
-mixed in (`conformance.suites.base.PROGRAM_DATA`). Every corpus program (`conformance.corpus.PROGRAMS`) runs with
+mixed in (`conformance.suites.base.PROGRAM_DATA`). Every corpus program (`conformance.cases.corpus.PROGRAMS`) runs with
 two input seeds; one XLA:CPU cannot run is checked against its NumPy `reference` and
 reported unsupported on this platform.
 """
@@ -15,9 +15,12 @@ import zlib
 
 import numpy as np
 
+from conformance.strategies import meshes
+from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
 from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
 from conformance.verdict.compare import compare
 from conformance.verdict.elements import close
+import refsim
 
 NAME = "programs"
 CORPUS_SEEDS = (0, 1)
@@ -25,9 +28,6 @@ CORPUS_SEEDS = (0, 1)
 
 def strategy(family: str, dtype: str | None, devices: int):
     """Programs of one family (and dtype) over meshes that family can run on."""
-    from conformance.strategies import meshes
-    from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
-
     if family == "pmap_grouped":
         mesh_s = meshes(max_axes=1, max_devices=devices)
     else:
@@ -40,8 +40,7 @@ def strategy(family: str, dtype: str | None, devices: int):
 
 def task_chunks(*, examples: int, seed: int, devices: int):
     """The suite's tasks, one list per program family as it is drawn, then the corpus's."""
-    from conformance.corpus import PROGRAMS
-    from conformance.strategies.programs import FAMILIES
+    from conformance.cases.corpus import PROGRAMS  # the corpus loads JAX: the platform is configured by now
 
     for fam in FAMILIES:
         s = seed ^ zlib.crc32(fam.encode())
@@ -84,10 +83,10 @@ def _close(e, a, tol, ulp=0) -> str:
 
 def check_corpus(name: str, xla) -> Outcome:
     """Corpus program `name` on refsim and on `xla` (or its NumPy reference where XLA cannot run it)."""
+    # here, not at the top: the runner imports the suites before it configures the platform
     import jax
 
-    import refsim
-    from conformance.corpus import _entry, by_name
+    from conformance.cases.corpus import _entry, by_name
 
     prog = by_name(name)
     mesh = prog.refsim_mesh()

@@ -1,6 +1,6 @@
 """The verdict: whether XLA's result agrees with refsim's, and what a disagreement means.
 
-* `conformance.verdict.compare` -- the comparison policy of DESIGN.md (layout, then `Exact`,
+* `conformance.verdict.compare` -- the comparison policy of docs/comparison.md (layout, then `Exact`,
   `SumBound` or `Ulp` per output) and its mismatch reports;
 * `conformance.verdict.elements` -- the element check those policies run, NumPy only; every
   reproducer embeds its source text (`ELEMENT_CHECK`), so a reproducer and compare judge an

@@ -1,4 +1,4 @@
-"""The comparison policy of DESIGN.md: refsim's result against XLA's, output by output, device by device.
+"""The comparison policy (docs/comparison.md): refsim's result against XLA's, output by output, device by device.
 
 * Layout: both sides hold the same device ids, and each device the same index, shape and dtype.
 * `Exact` (data movement, integers, bool, min/max): bit-exact, except that NaN equals NaN
@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import ml_dtypes
 import numpy as np
 
 from conformance.verdict.elements import is_float as _is_float
@@ -88,9 +89,7 @@ def _finfo(dtype):
         dtype = np.dtype(f"f{dtype.itemsize // 2}")
     if dtype.kind == "f" and dtype.type.__module__ == "numpy":
         return np.finfo(dtype)
-    import ml_dtypes  # bfloat16, float8_*: numpy's finfo does not know them
-
-    return ml_dtypes.finfo(dtype)
+    return ml_dtypes.finfo(dtype)  # bfloat16, float8_*: numpy's finfo does not know them
 
 
 def _real_dtype(dtype) -> np.dtype:
@@ -499,7 +498,7 @@ def as_outputs(x) -> list:
 
 
 def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = None) -> ComparisonResult:
-    """Compare refsim's result (`expected`) with XLA's (`actual`) by the policy of DESIGN.md.
+    """Compare refsim's result (`expected`) with XLA's (`actual`) by the policy of docs/comparison.md.
 
     tolerances: one policy (`Exact`, `SumBound`, `Ulp`) for every output, or one per output; by
     default ``case.tolerances()`` when a case is given, else `EXACT`. ulp: shorthand for

@@ -2,7 +2,7 @@
 
 `conformance.verdict.compare` decides which rule applies to an output (`Exact`, `SumBound`,
 `Ulp`) and builds its reference arrays; the functions here hold the elements to it. Both
-reproducer templates (`conformance.repro`, `conformance.oracle.reproduce`) paste this module's
+reproducer templates (`conformance.cases.repro`, `conformance.oracle.reproduce`) paste this module's
 source text into the file they write (`conformance.verdict.ELEMENT_CHECK`), so a reproducer
 judges every element exactly as `conformance.compare` does while needing only NumPy.
 

@@ -9,6 +9,7 @@ observation it reproduces.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -16,6 +17,8 @@ import numpy as np
 
 from conformance.verdict.compare import Exact, as_outputs, compare
 from conformance.verdict.elements import is_float
+from conformance.verdict.reductions import reduction_terms
+import refsim
 from refsim.values import complex_from_parts
 
 __all__ = ["MODELS", "check", "flush_subnormals"]
@@ -76,8 +79,6 @@ def _model_arith(case, actual):
     (their sum 1.2e-38 is normal: the inputs were flushed); ``jax.jit(lambda a: a * 2**30)(
     np.float32(1e-40))`` gives 0; ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives
     -0.0 (NumPy: 0.0); float16 subnormals survive (computed in float32, where they are normal)."""
-    import refsim
-
     flushed = _flushed_case(case)
     tols = [Exact(signed_zero=False) if isinstance(t, Exact) else t for t in flushed.tolerances()]
     return compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=tols)
@@ -89,8 +90,6 @@ def _model_max_min(case, actual):
     inputs are flushed as in `xla-cpu-arith`. Plain JAX on jax 0.10.2 CPU, 8 devices:
     ``pmax([nan, 1, ..., 7]) == 7``, ``pmax`` over a size-1 axis of NaN gives -inf,
     ``pmin([nan, nan]) == inf``, while ``jnp.maximum(nan, 1)`` is NaN."""
-    from conformance.cases import reduction_terms
-
     name = getattr(case, "name", "")
     if getattr(case, "family", "") == "pargmax_pargmin":
         return _model_parg(case, actual)
@@ -124,8 +123,6 @@ def _model_parg(case, actual):
     ``pargmax([nan, 1, ..., 7]) == 7`` and ``pargmin(...) == 1`` on every device (the documented
     composition gives 2**31-1), an all-NaN axis gives 2**31-1 on both. The model is refsim
     running that composition written out with the NaN-ignoring reduction."""
-    import refsim
-
     dt = np.asarray(case.args[0]).dtype
     if not is_float(dt) or dt.kind == "c":
         return None
@@ -144,8 +141,6 @@ def _model_parg(case, actual):
 
 def _model_layout(case):
     """The output layout (shapes, indices) of `case`, taken from refsim (values unused)."""
-    import refsim
-
     return as_outputs(case.run(refsim))
 
 
@@ -159,10 +154,6 @@ def _model_ppermute_mesh_order(case, actual):
     Plain JAX on jax 0.10.2, mesh 2x2 ('x','y'): ``ppermute(a, ('y','x'), perm=[(0,1),...])``
     moves data along the ('x','y') numbering. The model is refsim on the same program with each
     ppermute / pshuffle axis tuple sorted into mesh order."""
-    import ast
-
-    import refsim
-
     order = list(case.mesh.axis_names)
 
     def fix(m):

@@ -32,6 +32,8 @@ import dataclasses
 import os
 import re
 
+from conformance.verdict import platform_models
+
 __all__ = ["CLASSES", "Entry", "XfailList", "default_path", "exception_failure", "comparison_failure", "load",
            "parse"]
 
@@ -209,8 +211,6 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
                                  f"choose from {', '.join(CLASSES)} (or any).")
             kw = dict(kind="mismatch", classes=classes)
         elif sig.startswith("model"):
-            from conformance.verdict import platform_models
-
             if m.group("model") not in platform_models.MODELS:
                 raise ValueError(f"{source}:{n}: model({m.group('model')}) is not a platform model; choose from "
                                  f"{', '.join(platform_models.MODELS)}.")
@@ -234,7 +234,7 @@ class XfailList:
 
     def __init__(self, entries: list[Entry], *, jax_version: str | None = None, source: str = "<xfails>"):
         if jax_version is None:
-            import jax
+            import jax  # not at the top: the runner reads its xfails file before it configures the platform
 
             jax_version = jax.__version__
         self.source = source

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from refsim.collectives import asyncs, p2p
 from refsim.collectives import alltoall as _a2a
 from refsim.collectives import gather as _gather
@@ -121,11 +123,27 @@ def all_gather_reduced(x, *, mesh, all_gather_dimension, axis_name, axis_size, t
                                       all_gather_dimension=all_gather_dimension)
 
 
+def _non_negative(api: str, **dims) -> None:
+    """A dimension param of a traced program must be >= 0: jax >= 0.12 normalises a negative one
+    when it binds the primitive, jax 0.10 binds it as given and its lowering then fails StableHLO's
+    verifier ("attribute 'scatter_dimension' failed to satisfy constraint: ... non-negative"), a
+    ValueError. refsim refuses it the same way instead of counting it from the end."""
+    for name, d in dims.items():
+        if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d < 0:
+            raise ValueError(
+                f"{api}: {name}={d} is negative in the traced program, and XLA's {api} needs a non-negative "
+                f"dimension (StableHLO's verifier: '{name}' must be non-negative; this JAX passes it as "
+                f"given). Count the dimension from the front: {name}=x.ndim - {-d}.")
+
+
 @primitive("reduce_scatter")
 def reduce_scatter(x, *, mesh, scatter_dimension, axis_name, axis_index_groups, axis_size, tiled,
                    api="reduce_scatter"):
     """`api`, not a JAX param, names the function in error messages: the eager `psum_scatter`
-    passes its own name, as a user of it never sees the primitive's."""
+    passes its own name, as a user of it never sees the primitive's (and counts a negative
+    dimension from the end, as jax.lax.psum_scatter does from jax 0.12 on)."""
+    if api == "reduce_scatter":
+        _non_negative(api, scatter_dimension=scatter_dimension)
     return _scatter.reduce_scatter(x, mesh=mesh, axis_name=axis_name, scatter_dimension=scatter_dimension,
                                    axis_size=axis_size, axis_index_groups=axis_index_groups, tiled=tiled, api=api)
 
@@ -138,6 +156,7 @@ def unreduced_reduce_scatter(x, *, mesh, scatter_dimension, axis_name, axis_size
 
 @primitive("all_to_all")
 def all_to_all(x, *, mesh, split_axis, concat_axis, axis_name, axis_index_groups, tiled):
+    _non_negative("all_to_all", split_axis=split_axis, concat_axis=concat_axis)
     return _a2a.all_to_all(x, mesh=mesh, axis_name=axis_name, split_axis=split_axis, concat_axis=concat_axis,
                            axis_index_groups=axis_index_groups, tiled=tiled)
 

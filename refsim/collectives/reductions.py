@@ -109,6 +109,15 @@ def all_reduce(x, *, mesh, axes, axis_index_groups=None, op: str = "sum", api: s
         x = ufunc.reduce(x, axis=tuple(nm + a for a in positional), dtype=x.dtype)
     if not named:
         return x
+    if op != "sum" and x.dtype.kind == "c":
+        from refsim import compat
+
+        # XLA: "UNIMPLEMENTED: Unsupported reduction computation" (an all-reduce whose
+        # computation compares complex numbers); JAX traces the program and XLA refuses it.
+        raise compat.xla_runtime_error(
+            f"UNIMPLEMENTED: {api} of {x.dtype} values over {named!r}: XLA has no all-reduce {op}imum of complex "
+            f"numbers (Unsupported reduction computation), so JAX's {api} fails on every platform. Reduce a "
+            f"real key instead, e.g. jax.lax.{api}(jnp.abs(x), axis) or the real and imaginary parts separately.")
     lay = GroupLayout(mesh, named, api)
     x = lay.check(x, api)
     groups = device_groups(mesh, named, axis_index_groups, api=api)

@@ -479,6 +479,8 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
             if ids.size != n:
                 raise ValueError(f"pmap devices has {ids.size} entries but the mapped axis has size {n}; "
                                  "pass one device per mapped index.")
+        else:
+            _check_pmap_size(n)
         mesh = Mesh((n,), (name,), device_ids=ids)
 
         def per_device(*flat_args):
@@ -499,6 +501,25 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
     wrapped.__name__ = getattr(f, "__name__", "pmap")
     wrapped.__wrapped__ = f
     return wrapped
+
+
+def _check_pmap_size(n: int) -> None:
+    """Without `devices=`, jax.pmap maps over ``jax.devices()[:n]``: a mapped axis longer than JAX's
+    device count is refused, as JAX refuses it (IndivisibleError when the count does not divide it,
+    ValueError otherwise; both ValueErrors). refsim's virtual devices are the ones JAX has here;
+    `devices=` names any other ids."""
+    import jax
+
+    count = jax.device_count()
+    if n <= count:
+        return
+    from refsim.errors import IndivisibleError
+
+    cls = IndivisibleError if n % count else ValueError
+    raise cls(f"pmap got a mapped axis of size {n}, but JAX has {count} devices here: jax.pmap maps one index "
+              f"per device (it lays the {n} rows out over {count} devices and fails). Map at most {count} "
+              "indices per call (split the batch), or pass devices= with one virtual device id per index "
+              "(refsim only: JAX has no such devices).")
 
 
 def _broadcast_prefix(prefix, tree) -> list:

@@ -656,10 +656,38 @@ class _Parser:
             self._error("a sharding keyword (tuple shardings are not supported; parse each element)")
         else:
             self._error("'replicated', 'manual', 'unreduced', 'unknown', 'maximal' or 'devices='")
+        self._skip_metadata()
         self._take("}", "'}'")
         if self.text[self.pos:].strip():
             self._error("end of text")
         return out
+
+    def _skip_metadata(self) -> None:
+        """Skip XLA's ` metadata={op_name="..." source_file="..." source_line=12}` (one `{...}`, or
+        `{{...}, {...}}` for several), which dumps print after the sharding: it names where the
+        sharding came from and does not change it. Braces inside quoted strings do not count."""
+        m = re.compile(r"\s*metadata=\{").match(self.text, self.pos)
+        if not m:
+            return
+        depth, i, quoted = 1, m.end(), False
+        while i < len(self.text) and depth:
+            c = self.text[i]
+            if quoted:
+                if c == "\\":
+                    i += 1
+                elif c == '"':
+                    quoted = False
+            elif c == '"':
+                quoted = True
+            elif c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            i += 1
+        if depth:
+            self.pos = m.start()
+            self._error("a metadata={...} block closed by '}'")
+        self.pos = i
 
     def _tiled(self) -> HloSharding:
         self._take("devices=")

@@ -103,6 +103,55 @@ def _check_sizes(sizes, arg: str) -> tuple[int, ...]:
 _MAX_DEVICES = 2**31  # device ids are listed in an int64 array: 16 GiB at this bound
 
 
+def _default_ids(shape: tuple) -> np.ndarray:
+    """The ids 0..n-1 in row-major order, or ValueError naming the size when this machine cannot hold
+    them: 8 bytes per device for the int64 ids and as much again for the first copy a query makes
+    (JAX raises ValueError for a mesh it cannot build, never a MemoryError)."""
+    from refsim import resources
+
+    n = _prod(shape)
+    need = 16 * n
+    free = resources.available_memory()
+    hint = "use refsim.AbstractMesh(shape, axis_names) for a mesh without ids, or a smaller shape."
+    if free is not None and need > free:
+        raise ValueError(
+            f"Mesh shape={shape} has {n} devices; its device ids need {resources.format_bytes(need)} (8 bytes per "
+            f"id, twice), more than the {resources.format_bytes(free)} of memory available here; {hint}")
+    try:
+        return np.arange(n, dtype=np.int64).reshape(shape)
+    except MemoryError:
+        raise ValueError(f"Mesh shape={shape} has {n} devices, whose device ids "
+                         f"({resources.format_bytes(8 * n)}) cannot be allocated here; {hint}") from None
+
+
+def _checked_ids(device_ids, shape: tuple) -> np.ndarray:
+    """`device_ids` as an int64 array of the mesh shape; TypeError / ValueError when they are not
+    integers, not of that shape, negative or repeated."""
+    ids = np.asarray(device_ids)
+    if ids.dtype.kind not in "iu":
+        raise TypeError(
+            f"device_ids must be integers, got dtype {ids.dtype}; pass device ids "
+            "(for JAX devices use Mesh.from_jax or [d.id for d in devices])."
+        )
+    if ids.shape != shape:
+        raise ValueError(
+            f"device_ids has shape {ids.shape} but the mesh shape is {shape}; "
+            "reshape device_ids to the mesh shape."
+        )
+    ids = ids.astype(np.int64)
+    flat = ids.ravel()
+    if flat.size and flat.min() < 0:
+        raise ValueError(f"device_ids contains negative id {int(flat.min())}; ids must be >= 0.")
+    uniq, counts = np.unique(flat, return_counts=True)
+    if uniq.size != flat.size:
+        dup = int(uniq[counts > 1][0])
+        raise ValueError(
+            f"device_ids are not unique: id {dup} appears {int(counts[counts > 1][0])} times; "
+            "each device may appear in a mesh once."
+        )
+    return ids
+
+
 def _prod(sizes) -> int:
     """Exact product of axis sizes (Python ints: no int64 overflow for huge abstract meshes)."""
     out = 1
@@ -251,30 +300,9 @@ class Mesh(AbstractMesh):
                     f"Mesh shape={shape} has {_prod(shape)} devices, more than the {_MAX_DEVICES} whose "
                     "ids a Mesh lists; use refsim.AbstractMesh(shape, axis_names) for a mesh without ids."
                 )
-            ids = np.arange(_prod(shape), dtype=np.int64).reshape(shape)
+            ids = _default_ids(shape)  # 0..n-1: distinct and non-negative, no check (or sort) needed
         else:
-            ids = np.asarray(device_ids)
-            if ids.dtype.kind not in "iu":
-                raise TypeError(
-                    f"device_ids must be integers, got dtype {ids.dtype}; pass device ids "
-                    "(for JAX devices use Mesh.from_jax or [d.id for d in devices])."
-                )
-            if ids.shape != shape:
-                raise ValueError(
-                    f"device_ids has shape {ids.shape} but the mesh shape is {shape}; "
-                    "reshape device_ids to the mesh shape."
-                )
-            ids = ids.astype(np.int64)
-        flat = ids.ravel()
-        if flat.size and flat.min() < 0:
-            raise ValueError(f"device_ids contains negative id {int(flat.min())}; ids must be >= 0.")
-        uniq, counts = np.unique(flat, return_counts=True)
-        if uniq.size != flat.size:
-            dup = int(uniq[counts > 1][0])
-            raise ValueError(
-                f"device_ids are not unique: id {dup} appears {int(counts[counts > 1][0])} times; "
-                "each device may appear in a mesh once."
-            )
+            ids = _checked_ids(device_ids, shape)
         super().__init__(shape, names, axis_types)
         ids.setflags(write=False)
         self._device_ids = ids

@@ -46,7 +46,8 @@ def interpret(module, *args, per_device: bool = False, num_partitions: int | Non
     per_device=False: each argument is one global value (the lowered module's view).
     per_device=True: each argument is stacked, leading dimension N = replicas x partitions (or
     1 for the same value everywhere): device d's own parameter (the compiled module's view).
-    Raises `UnsupportedOp` naming every op the module uses that has no rule.
+    Raises `UnsupportedOp` naming every op the module uses that has no rule. `probe(op, outs)`
+    is called after every op; a list it returns replaces the op's results.
     """
     program = load(module)
     missing = missing_ops(program)

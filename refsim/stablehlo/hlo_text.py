@@ -79,8 +79,9 @@ def reduction_types_match_operands(hlo_text: str) -> str:
 
 
 def hlo_module_to_stablehlo(compiled) -> bytes:
-    """The compiled per-device (SPMD-partitioned) module of a `jax.stages.Compiled` as StableHLO
-    bytecode, for `refsim.stablehlo.load` / `interpret(..., per_device=True)`.
+    """The compiled per-device (SPMD-partitioned) module of a `jax.stages.Compiled` (or an XLA
+    `HloModule` itself, e.g. one compiled in another process) as StableHLO bytecode, for
+    `refsim.stablehlo.load` / `interpret(..., per_device=True)`.
 
     jaxlib converts XLA's HLO module directly where it can. Two shapes of XLA's HLO it
     mistranslates are respelled in the HLO text and converted again: replica groups in the
@@ -88,7 +89,7 @@ def hlo_module_to_stablehlo(compiled) -> bytes:
     attribute: `explicit_groups`), and 8-bit float collectives widened to f16 around a
     reduction body still typed f8, which fails the verifier (`reduction_types_match_operands`).
     """
-    hlo = compat.compiled_hlo_module(compiled)
+    hlo = compiled if hasattr(compiled, "as_serialized_hlo_module_proto") else compat.compiled_hlo_module(compiled)
     text = hlo.to_string()
     if "replica_groups=mesh[" not in text:
         data = compat.hlo_module_to_stablehlo_bytes(hlo)

@@ -22,7 +22,8 @@ DEVICE_AXIS = "devices"
 class Machine:
     """Evaluates a `plan.Program` over `num_replicas * num_partitions` virtual devices.
 
-    `probe(op, outs)`, when given, is called after every op (at any nesting depth).
+    `probe(op, outs)`, when given, is called after every op (at any nesting depth); when it
+    returns a list, those values replace the op's results for the rest of the evaluation.
     """
 
     def __init__(self, program: P.Program, *, num_partitions: int, num_replicas: int = 1,
@@ -71,11 +72,26 @@ class Machine:
                 for slot, val in zip(op.results, outs):
                     env[slot] = val
             if probe is not None:
-                probe(op, outs)
+                replaced = probe(op, outs)
+                if replaced is not None:  # the probe substitutes the op's results (a debugger's anchor)
+                    outs = list(replaced)
+                    for slot, val in zip(op.results, outs):
+                        env[slot] = val
         return [env[s] for s in block.returns]
 
     def region(self, op: P.Op, i: int, args: Sequence[np.ndarray], env: dict) -> list:
         return self.run_block(op.regions[i], args, env)
+
+    def scalar_region(self, op: P.Op, i: int, args: Sequence[np.ndarray], env: dict) -> list:
+        """Region `i` of `op`, whose arguments are scalars (a reduction body, a comparator, an
+        update computation), applied elementwise to arrays of any shape: the arguments are
+        broadcast together and flattened onto the leading axis, so every rule in the body (a
+        bitcast or reshape of a scalar included) sees one scalar per row; one call for all."""
+        arrays = np.broadcast_arrays(*[np.asarray(a) for a in args])
+        shape = arrays[0].shape if arrays else ()
+        flat = [a.reshape((-1,)) for a in arrays]
+        outs = self.run_block(op.regions[i], flat, env)
+        return [np.broadcast_to(np.asarray(o), (int(np.prod(shape, dtype=np.int64)),)).reshape(shape) for o in outs]
 
     @staticmethod
     def rule_for(op: P.Op):

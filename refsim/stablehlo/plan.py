@@ -170,10 +170,10 @@ def _dims(names, text):
     for n in names:
         m = re.search(rf"\b{n} = \[([^\]]*)\]", text)
         out[n] = tuple(int(v) for v in m.group(1).split(",") if v.strip()) if m else ()
-    for n in ("index_vector_dim",):
-        m = re.search(rf"\b{n} = (\d+)", text)
-        if m:
-            out[n] = int(m.group(1))
+    if names in (_GATHER, _SCATTER):
+        # the printer elides index_vector_dim at its default, 0 (StableHLO gather / scatter)
+        m = re.search(r"\bindex_vector_dim = (\d+)", text)
+        out["index_vector_dim"] = int(m.group(1)) if m else 0
     return out
 
 

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from conformance import xfails
+from conformance.verdict import xfails
 from conformance.cases import CollectiveCall, group_members
-from conformance.compare import SumBound, compare
+from conformance.verdict.compare import SumBound, compare
 from conformance.strategies import (
     COLLECTIVES, axis_index_groups, collective_calls, groups_kind, meshes, perm_kind, permutations,
 )
@@ -84,7 +84,7 @@ def assert_matches_refsim(case, out):
     """Plain JAX's result `out` agrees with refsim's for `case`, or differs exactly as the CPU
     xfails entry for the case expects (its signature: element classes or platform model)."""
     import refsim
-    from conformance import platform_models
+    from conformance.verdict import platform_models
 
     r = compare(case.run(refsim), out, case=case)
     if r.ok:

@@ -221,7 +221,9 @@ def _scatter_index(ctx, operand, indices, updates, dn, mode):
     valid = np.broadcast_to(valid, full)
     sel = tuple(np.broadcast_to(i, full)[valid] for i in idx)
     vals = np.broadcast_to(updates, full)[valid]
-    out = np.array(np.broadcast_to(operand, m + tuple(oshape)))
+    # C order: `_combine_in_rounds` updates `out` through a flat view, which a copy in the operand's
+    # own (e.g. transposed) order would not be
+    out = np.array(np.broadcast_to(operand, m + tuple(oshape)), order="C")
     return out, sel, vals
 
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from refsim.collectives import alltoall, gather, groups as G, permute, reductions, scatter
 from refsim.stablehlo.machine import DEVICE_AXIS
-from refsim.stablehlo.ops.reduce import body_kind
-from refsim.stablehlo.registry import UnsupportedOp, register
+from refsim.stablehlo.ops.reduce import body_kind, combine
+from refsim.stablehlo.registry import register
 from refsim.stablehlo.shardings import parse_mesh
 
 
@@ -70,21 +70,45 @@ def process_groups(m, op, *, partition_mode: bool = False) -> list[list[int]] | 
     return out
 
 
-def _kind(op) -> str:
+def _members(m, groups) -> tuple[np.ndarray, np.ndarray]:
+    """(members, position): members[j, d] is the device at position j of device d's group and
+    position[d] is d's own position in it (a device in no group forms its own group)."""
+    n = m.n
+    groups = [list(range(n))] if groups is None else groups
+    size = max(len(g) for g in groups)
+    members = np.tile(np.arange(n), (size, 1))
+    position = np.zeros(n, np.int64)
+    for g in groups:
+        for j, dev in enumerate(g):
+            members[j, g] = dev
+            position[dev] = j
+    return members, position
+
+
+def _fold(m, op, env, x, groups):
+    """Every device's reduction over its group in ascending group position, by the op's body:
+    refsim's kernel for a recognised body (sum / max / min: the collective kernels, whose order and
+    special values are refsim's documented ones; prod / and / or / xor: one binary op per step),
+    else the body region interpreted per step."""
     kind = body_kind(op.regions[0])
-    if kind not in ("sum", "max", "min"):
-        raise UnsupportedOp(f"{op.name} with a {kind or 'non-elementary'} body (refsim reduces sum, max, min)",
-                            op.loc.source)
-    return kind
+    if kind in ("sum", "max", "min"):
+        return reductions.all_reduce(x, mesh=m.mesh, axes=(DEVICE_AXIS,), axis_index_groups=groups, op=kind,
+                                     api=op.name)
+    members, _ = _members(m, groups)
+    xf = m.full(x)
+    acc = xf[members[0]]
+    for j in range(1, members.shape[0]):
+        nxt = xf[members[j]]
+        acc = combine(m, kind, acc, nxt) if kind is not None else m.scalar_region(op, 0, [acc, nxt], env)[0]
+    return acc
 
 
 @register("stablehlo.all_reduce", "mhlo.all_reduce")
 def all_reduce_rule(m, op, env, *xs):
-    """Every member of a group receives op(x_0, ..., x_{n-1}) over its group (each operand)."""
-    kind = _kind(op)
+    """Every member of a group receives the reduction of the group's operands by the body
+    (each operand), in ascending group position."""
     groups = process_groups(m, op)
-    return [reductions.all_reduce(x, mesh=m.mesh, axes=(DEVICE_AXIS,), axis_index_groups=groups, op=kind,
-                                  api=op.name) for x in xs]
+    return [_fold(m, op, env, x, groups) for x in xs]
 
 
 @register("stablehlo.all_gather", "mhlo.all_gather")
@@ -99,13 +123,21 @@ def all_gather_rule(m, op, env, *xs):
 
 @register("stablehlo.reduce_scatter", "mhlo.reduce_scatter")
 def reduce_scatter_rule(m, op, env, x):
-    """The group's sum, split along `scatter_dimension`; group position j keeps block j."""
-    if _kind(op) != "sum":
-        raise UnsupportedOp(f"{op.name} with a non-add body", op.loc.source)
+    """The group's reduction by the body, split along `scatter_dimension`; group position j keeps
+    block j."""
     groups = process_groups(m, op)
     size = m.n if groups is None else len(groups[0])
-    return scatter.reduce_scatter(x, mesh=m.mesh, axis_name=DEVICE_AXIS, scatter_dimension=op.attrs["scatter_dimension"],
-                                  axis_size=size, axis_index_groups=groups, tiled=True, api=op.name)
+    d = op.attrs["scatter_dimension"]
+    if body_kind(op.regions[0]) == "sum":
+        return scatter.reduce_scatter(x, mesh=m.mesh, axis_name=DEVICE_AXIS, scatter_dimension=d,
+                                      axis_size=size, axis_index_groups=groups, tiled=True, api=op.name)
+    total = m.full(_fold(m, op, env, x, groups))
+    _, position = _members(m, groups)
+    ax = 1 + d
+    blk = total.shape[ax] // size
+    split = total.reshape(total.shape[:ax] + (size, blk) + total.shape[ax + 1:])
+    split = np.moveaxis(split, ax, 1)                       # (N, size, ..., blk, ...)
+    return split[np.arange(m.n), position]
 
 
 @register("stablehlo.all_to_all", "mhlo.all_to_all")

@@ -55,7 +55,7 @@ def _generic(m, op, env, xs, inits, dims):
     flat = [x.reshape(x.shape[:1 + len(keep)] + (-1,)) for x in moved]
     acc = [np.broadcast_to(i.reshape(i.shape[:1] + (1,) * len(keep)), i.shape[:1] + kept_shape) for i in inits]
     for j in range(flat[0].shape[-1]):
-        acc = m.region(op, 0, [*acc, *(f[..., j] for f in flat)], env)
+        acc = m.scalar_region(op, 0, [*acc, *(f[..., j] for f in flat)], env)
     return acc
 
 
@@ -74,15 +74,19 @@ def reduce_rule(m, op, env, *operands):
 
 
 @register("stablehlo.reduce_window")
-def reduce_window_rule(m, op, env, x, init):
-    """StableHLO reduce_window with a recognised one-op body: every window (padding and base
-    dilation filled with the init value) reduced, then folded with the init."""
-    kind = body_kind(op.regions[0])
-    if kind is None:
-        from refsim.stablehlo.registry import UnsupportedOp
+def reduce_window_rule(m, op, env, *operands):
+    """StableHLO reduce_window: every window (padding and base dilation filled with the init
+    value) reduced by the body. A recognised one-op body uses refsim's kernel, then folds the
+    init in; any other body (or several operands) is interpreted tap by tap
+    (`regions.reduce_window_generic`)."""
+    k = len(operands) // 2
+    xs, inits = operands[:k], operands[k:]
+    kind = body_kind(op.regions[0]) if k == 1 else None
+    if kind is None or inits[0].shape[0] != 1:
+        from refsim.stablehlo.ops.regions import reduce_window_generic
 
-        raise UnsupportedOp("stablehlo.reduce_window (a body other than one add/max/min/mul/and/or)",
-                            op.loc.source)
+        return reduce_window_generic(m, op, env, xs, inits)
+    x, init = xs[0], inits[0]
     a = op.attrs
     r = x.ndim - 1
     dims = a["window_dimensions"]
@@ -91,9 +95,7 @@ def reduce_window_rule(m, op, env, x, init):
     pad = [tuple(int(v) for v in row) for row in pad] if pad is not None else [(0, 0)] * r
     base = a.get("base_dilations") or (1,) * r
     wdil = a.get("window_dilations") or (1,) * r
-    init_s = np.asarray(init).reshape(-1)[0] if init.shape[0] == 1 else None
-    if init_s is None:
-        raise ValueError("refsim.stablehlo: reduce_window with a per-device init value is not supported.")
+    init_s = np.asarray(init).reshape(-1)[0]
     w = R._windows(m.ctx, x, init_s, dims, strides, pad, base, wdil)
     red = R._reduce(kind, w, tuple(range(r, 2 * r)), 1)
     return combine(m, kind, init.reshape((1,) * red.ndim), red)

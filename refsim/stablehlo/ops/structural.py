@@ -56,12 +56,19 @@ def _physical_order(layout, rank) -> tuple:
 
 @register("mhlo.bitcast")
 def bitcast_rule(m, op, env, x):
-    """HLO bitcast: the same bytes read in the result's shape and layout. With layouts
+    """HLO bitcast: the same bytes read in the result's shape, layout and element type. With layouts
     (minor-to-major) it is: lay the operand out physically, reshape, undo the result layout."""
     out_shape = op.types[0].shape
     src = _physical_order(op.attrs.get("source_layout"), x.ndim - 1)
     dst = _physical_order(op.attrs.get("result_layout"), len(out_shape))
     phys = np.transpose(x, (0,) + tuple(1 + d for d in src))
+    want = op.types[0].dtype
+    if want is not None and np.dtype(want) != x.dtype:
+        # the same bits read as another element type of the same width (HLO bitcast converts no values)
+        if np.dtype(want).itemsize != x.dtype.itemsize:
+            raise ValueError(f"refsim.stablehlo: mhlo.bitcast from {x.dtype} to {np.dtype(want)} changes the element "
+                             "width; HLO bitcasts keep it.")
+        phys = np.ascontiguousarray(phys).view(np.dtype(want))
     y = phys.reshape((x.shape[0],) + tuple(out_shape[d] for d in dst))
     return np.transpose(y, (0,) + tuple(1 + dst.index(d) for d in range(len(out_shape))))
 

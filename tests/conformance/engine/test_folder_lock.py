@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from conformance import cli, merge, runner
+from conformance import cli
+from conformance.engine import merge, runner
 from conformance.report import lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -20,7 +20,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import cli, merge, runner
+from conformance import cli
+from conformance.engine import merge, runner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SMALL = dict(suite="layouts", examples=1, progress=False, processes=None, shrink_seconds=0)
@@ -101,6 +102,7 @@ def test_a_signal_makes_the_run_incomplete_in_one_line_and_resume_completes_it(t
     assert 1 <= len(done) < len(want) and missing
     assert f"interrupted by {sig} after {len(done)} of {len(want)} cases" in lines[0]
     assert f"{len(missing)} cases missing" in lines[0] and "--resume" in lines[0]
+    assert "continue with: python -m conformance run --suite" in lines[0], lines[0]  # the subcommand included
     summary = records(folder)[-1]
     assert summary["type"] == "summary" and summary["verdict"] == "INCOMPLETE" and not summary["ok"]
     assert summary["complete"] is False and summary["interrupted"] == f"interrupted by {sig}"

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from conformance import cli, runner, validation
+from conformance import cli, validation
+from conformance.engine import runner
 
 BAD_FLOATS = ["nan", "inf", "-inf", "-1"]
 BAD_INTS = ["nan", "inf", "-1", "0", "1.5"]
@@ -58,7 +59,7 @@ MUTATE = ["--examples", "--seed", "--processes", "--case-timeout", "--devices", 
 
 @pytest.mark.parametrize("flag", MUTATE)
 def test_mutate_refuses_bad_numbers(capsys, flag):
-    from conformance import mutate
+    from conformance.engine import mutate
 
     for value in ("nan", "-1"):
         _exit_2(capsys, mutate.main, [f"{flag}={value}"], flag, value)
@@ -66,7 +67,7 @@ def test_mutate_refuses_bad_numbers(capsys, flag):
 
 @pytest.mark.parametrize("flag", ["--examples", "--seed"])
 def test_mpmd_checks_refuse_bad_numbers(capsys, flag):
-    from conformance import mpmd_checks
+    from conformance.suites import mpmd_checks
 
     _exit_2(capsys, mpmd_checks.main, [f"{flag}=-1"], flag, "-1")
 
@@ -101,7 +102,7 @@ def test_bisect_and_explain_refuse_a_bad_max_ulp(value):
 
     from conformance.debug import bisect
     from conformance.debug.movement import compare_device_put
-    from conformance.explain import explain
+    from conformance.debug.explain import explain
     from refsim.layouts.named_sharding import NamedSharding
 
     mesh = xla_backend.mesh((8,), ("i",))

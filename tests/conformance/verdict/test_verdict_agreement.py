@@ -2,8 +2,8 @@
 element, on drawn data.
 
 The reproducer side is run as a reproducer runs it: the element check is the text cut out of a
-template (`conformance.repro._MAIN`) and executed alone, and a sum's arrays are written the way
-each template writes them (`conformance.repro` as source text, `conformance.oracle.reproduce` as
+template (`conformance.cases.repro._MAIN`) and executed alone, and a sum's arrays are written the way
+each template writes them (`conformance.cases.repro` as source text, `conformance.oracle.reproduce` as
 an .npz) and read back. Dtypes: float16/32/64, bfloat16, float8_e4m3fn (no infinity),
 complex64/128; data: special values (NaN, ±inf, ±0, subnormals, the largest finite) among
 exact-friendly and random values, results near and at the edge of a sum's bound, and complex
@@ -17,7 +17,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance import repro
+from conformance.cases import repro
 from conformance.verdict import compare as cmp
 from conformance.verdict import elements
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import conformance.verdict
-from conformance import repro
+from conformance.cases import repro
 from conformance.oracle import reproduce
 from conformance.verdict import ELEMENT_CHECK, elements
 from conformance.verdict.compare import SumBound, compare
@@ -48,7 +48,7 @@ def embedded():
 
 
 def through_source(packed):
-    """A packed sum check written as conformance.repro writes BOUNDS, read back as a reproducer reads it."""
+    """A packed sum check written as conformance.cases.repro writes BOUNDS, read back as a reproducer reads it."""
     return eval(repro._packed_source(packed), {"np": np, "nan_": NAN, "inf_": INF})
 
 

@@ -1,0 +1,223 @@
+"""The conformance case types: `Program` (any runnable case) and `CollectiveCall`.
+
+A case is data, not a closure: its function is Python source (`source`, defining
+``f`` with only ``jax``, ``jnp``, ``np`` and ``P`` = `jax.sharding.PartitionSpec`),
+so the function that runs on refsim, the one that runs on XLA and the one in the
+standalone reproducer are the same text. `run(api)` calls an engine module with
+the entry points the two share (`refsim` or `xla_backend`, docs/interpreter.md): ``shard_map``,
+``pmap``, ``jit``, ``device_put``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import refsim
+from conformance.cases import repro
+from conformance.verdict import compare
+from conformance.verdict.reductions import sum_bound_for
+from refsim.layouts.mesh import Mesh
+
+ENTRIES = ("shard_map", "pmap", "jit", "device_put")
+DEVICE_ORDERS = ("default", "reversed", "transposed", "random")
+
+
+# -- mesh naming ------------------------------------------------------------------
+def device_order(mesh: Mesh) -> str:
+    """The named order a mesh's device ids follow: default / reversed / transposed / random.
+
+    "default" is row-major 0..n-1; "reversed" n-1..0; "transposed" the default grid of
+    the reversed shape transposed (first axis fastest). A 1-D transposed mesh reads as
+    default; anything else (including a subset of ids) is "random".
+    """
+    ids = np.asarray(mesh.device_ids)
+    shape, n = ids.shape, ids.size
+    if np.array_equal(ids, np.arange(n).reshape(shape)):
+        return "default"
+    if np.array_equal(ids, np.arange(n)[::-1].reshape(shape)):
+        return "reversed"
+    if np.array_equal(ids, np.arange(n).reshape(shape[::-1]).T):
+        return "transposed"
+    return "random"
+
+
+def mesh_id(mesh: Mesh) -> str:
+    """A stable short name: ``2x4:reversed``; a random order lists its ids (``2:random(1,0)``)."""
+    shape = "x".join(str(s) for s in mesh.axis_sizes)
+    order = device_order(mesh)
+    if order == "random":
+        order += "(" + ",".join(str(int(i)) for i in np.asarray(mesh.device_ids).ravel()) + ")"
+    return f"{shape}:{order}"
+
+
+_NAMESPACE_CACHE: dict = {}
+
+
+def compile_source(source: str) -> Callable:
+    """Execute `source` with jax, jnp, np and P in scope and return its ``f``."""
+    if source not in _NAMESPACE_CACHE:
+        # JAX loads on a case's first run, not on import: the CLI imports cases before it configures the platform
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import PartitionSpec as JP
+
+        ns: dict = {"jax": jax, "jnp": jnp, "np": np, "P": JP}
+        exec(compile(source, "<conformance case>", "exec"), ns)
+        if "f" not in ns:
+            raise ValueError(f"case source must define a function named f; got:\n{source}")
+        _NAMESPACE_CACHE[source] = ns["f"]
+    return _NAMESPACE_CACHE[source]
+
+
+# -- the case types ------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class Program:
+    """One runnable case: function source, entry point, mesh, layouts and global inputs.
+
+    entry "shard_map": ``api.shard_map(f, mesh=, in_specs=, out_specs=[, axis_names=])``;
+    "pmap": ``api.pmap(f, axis_name=[, devices=])`` over the 1-D mesh's ids (stacked args);
+    "jit": ``api.jit(f, in_shardings=, out_shardings=)``; "device_put": args[0] placed by
+    ``in_shardings[0]`` then resharded to ``out_shardings`` (another mesh or device order).
+    `labels` are the (key, value) pairs that make up the stable `case_id`; `outputs` says per
+    output how it is compared ("exact", "exact_unsigned_zero" for min/max, "sum", "mean").
+    """
+
+    family: str
+    source: str
+    entry: str
+    mesh: Mesh
+    args: tuple
+    in_specs: tuple = ()
+    out_specs: Any = None
+    axis_names: tuple | None = None
+    in_shardings: Any = None
+    out_shardings: Any = None
+    labels: tuple = ()
+    outputs: tuple = ("exact",)
+
+    def __post_init__(self):
+        if self.entry not in ENTRIES:
+            raise ValueError(f"entry={self.entry!r} must be one of {ENTRIES}.")
+        if self.entry == "pmap" and self.mesh.ndim != 1:
+            raise ValueError(f"entry='pmap' needs a 1-D mesh, got {self.mesh!r}.")
+
+    # -- identity --------------------------------------------------------------------
+    @property
+    def dtype(self) -> str:
+        return str(np.asarray(self.args[0]).dtype) if self.args else "none"
+
+    @property
+    def case_id(self) -> str:
+        """``family[k=v,...,dtype=...,mesh=2x4:reversed]``: stable across runs and data draws."""
+        parts = [f"{k}={v}" for k, v in self.labels]
+        if self.entry == "pmap" and not any(k == "entry" for k, _ in self.labels):
+            parts.append("entry=pmap")
+        parts += [f"dtype={self.dtype}", f"mesh={mesh_id(self.mesh)}"]
+        return f"{self.family}[{','.join(parts)}]"
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.case_id}>"
+
+    def describe(self) -> str:
+        """Multi-line text: id, mesh (names, shape, device ids), specs/shardings, input shapes."""
+        m = self.mesh
+        lines = [
+            f"case:         {self.case_id}",
+            f"entry:        {self.entry}",
+            f"mesh:         {dict(m.shape)} device order {device_order(m)}, ids {np.asarray(m.device_ids).tolist()}",
+        ]
+        if self.entry == "shard_map":
+            lines.append(f"in_specs:     {self.in_specs!r}")
+            lines.append(f"out_specs:    {self.out_specs!r}")
+            if self.axis_names is not None:
+                lines.append(f"axis_names:   {set(self.axis_names)!r}")
+        if self.in_shardings is not None:
+            lines.append(f"in_shardings: {self.in_shardings!r}")
+        if self.out_shardings is not None:
+            lines.append(f"out_shardings:{self.out_shardings!r}")
+        for i, a in enumerate(self.args):
+            a = np.asarray(a)
+            lines.append(f"arg {i}:        {a.dtype}{list(a.shape)}")
+        lines.append("function:")
+        lines += ["    " + ln for ln in self.source.strip().splitlines()]
+        return "\n".join(lines)
+
+    def __getstate__(self):
+        # `fn` (compiled from `source`) is rebuilt on first use; a function made by exec() has no
+        # importable name, so a case that already ran could not be sent to a worker process.
+        state = dict(self.__dict__)
+        state.pop("fn", None)
+        return state
+
+    # -- running --------------------------------------------------------------------------
+    @functools.cached_property
+    def fn(self) -> Callable:
+        """The case's function, compiled from `source` (one object per distinct source)."""
+        return compile_source(self.source)
+
+    def run(self, api) -> Any:
+        """Run on an engine module (`refsim` or `xla_backend`); returns its Array(s)."""
+        if self.entry == "shard_map":
+            kw = {} if self.axis_names is None else {"axis_names": set(self.axis_names)}
+            g = api.shard_map(self.fn, mesh=self.mesh, in_specs=self.in_specs, out_specs=self.out_specs, **kw)
+            return g(*self.args)
+        if self.entry == "pmap":
+            kw = {}
+            if device_order(self.mesh) != "default":
+                kw["devices"] = [int(i) for i in np.asarray(self.mesh.device_ids).ravel()]
+            return api.pmap(self.fn, axis_name=self.mesh.axis_names[0], **kw)(*self.args)
+        if self.entry == "jit":
+            return api.jit(self.fn, in_shardings=self.in_shardings, out_shardings=self.out_shardings)(*self.args)
+        placed = api.device_put(self.args[0], self.in_shardings[0])
+        return api.device_put(placed, self.out_shardings)
+
+    def tolerances(self) -> list:
+        """One comparison policy per output (see `conformance.verdict.compare`); exact by default."""
+        out = []
+        for kind in self.outputs:
+            if kind in ("exact", "sum", "mean"):
+                # Programs use exact-friendly data, where every reduction order gives the same bits.
+                out.append(compare.EXACT)
+            elif kind == "exact_unsigned_zero":
+                out.append(compare.Exact(signed_zero=False))
+            else:
+                raise ValueError(f"unknown output kind {kind!r} in {self.case_id}")
+        return out
+
+    # -- reproducer -------------------------------------------------------------------------
+    def repro(self, expected=None, tolerances=None) -> str:
+        """A standalone reproducer file, format v1 (`conformance.cases.repro`): JAX and NumPy only.
+
+        It rebuilds the mesh by device id, runs the case under JAX's own entry point and
+        checks every device's shard against `expected` (refsim's result, embedded; computed
+        here when None) exactly or inside the embedded sum bound, exiting 1 on a mismatch.
+        """
+        if expected is None:
+            expected = self.run(refsim)
+        return repro.source(self, expected, tolerances)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CollectiveCall(Program):
+    """A `Program` that is one collective (`name`) with its JAX parameters (`params`).
+
+    `params` are the keyword values passed to ``jax.lax.<name>`` (``axis_name``,
+    ``axis_index_groups``, ``perm``, ``tiled``, ``axis``, ``scatter_dimension``,
+    ``split_axis``, ``concat_axis``, ``source``); `tolerances()` derives the rigorous sum
+    bound of psum / pmean / psum_scatter from the inputs with an independent NumPy model
+    of who participates.
+    """
+
+    name: str = ""
+    params: Mapping = dataclasses.field(default_factory=dict)
+
+    def tolerances(self) -> list:
+        kind = self.outputs[0]
+        if kind in ("sum", "mean"):
+            return [sum_bound_for(self)]
+        if kind == "exact_unsigned_zero":
+            return [compare.Exact(signed_zero=False)]
+        return [compare.EXACT]

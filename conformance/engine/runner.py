@@ -1,0 +1,727 @@
+"""Run the conformance suites: refsim against XLA, case by case, into reporters.
+
+`run()` draws every suite's tasks (deterministic in `seed`), runs each case's examples on
+refsim and on the XLA side (`xla`, default `xla_backend`), compares them by the policy of
+`conformance.verdict.compare`, applies the platform's xfails file, and hands one `CaseResult` per
+case to every reporter as it finishes. A disagreeing case is shrunk with hypothesis within
+its family and dtype (smallest mesh, smallest shape) and written as a standalone
+reproducer (`conformance.cases.Program.repro`).
+
+In worker processes (the CLI's default) drawing overlaps with running: the workers start
+first, the parent draws family by family and hands each family's tasks out as soon as it is
+drawn, in plan order. The reporters start once the whole plan is drawn (they are told its
+case count first); results that came before are replayed to them in the order they came.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+
+from conformance.engine import plan as plan_mod
+from conformance.engine import workers
+from conformance.report import timing
+from conformance.report.files import writing
+from conformance.verdict import xfails as xfails_mod
+from conformance.report.results import CaseResult, summarize
+from conformance.suites import SUITES, base, selected
+from conformance.suites import module as suite_module
+
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunResult", "interruptible",
+           "plan_chunks", "plan_tasks", "run", "run_task", "write_repro"]
+
+# Draws per collective / program family / layout type / error kind; each collective or
+# program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
+DEFAULT_EXAMPLES = 20
+# The most draws per family `python -m conformance run` accepts without --force (50 times the
+# default: hours of run time; the plan draws them all before the first case ends).
+MAX_EXAMPLES = 1000
+SHRINK_SECONDS = 60.0
+# A case (all its examples) normally takes seconds; one still running after this is a hang.
+DEFAULT_CASE_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Every case's result, and the summary (`conformance.report.results.summarize` plus xfail notes)."""
+
+    results: list
+    summary: dict
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.summary["ok"])
+
+    @property
+    def complete(self) -> bool:
+        """Whether every planned case has a result (`conformance.results.cover`)."""
+        return bool(self.summary.get("complete", True))
+
+    @property
+    def verdict(self) -> str:
+        """"AGREE", "DISAGREE" or "INCOMPLETE" (`conformance.results.verdict`)."""
+        from conformance.report.results import verdict
+
+        return verdict(self.summary)
+
+
+def _compile_seconds() -> float:
+    from xla_backend import cache
+
+    return cache.stats()["compile_seconds"]
+
+
+def unsupported_reason(exc: BaseException) -> str | None:
+    """The reason when `exc` says the platform has no lowering or runtime for an op, else None."""
+    text = f"{type(exc).__name__}: {exc}"
+    for pat in (r"MLIR translation rule for primitive '[^']+' not found for platform \w+",
+                r"UNIMPLEMENTED[^\n]*", r"[^\n]*not (?:supported|implemented) on (?:this platform|CPU)[^\n]*"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(0)
+    return None
+
+
+def _slug(case_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", case_id).strip("_")[:120]
+
+
+# -- one task -------------------------------------------------------------------------------------
+def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir: str | None = None,
+             devices: int = 8, shrink_seconds: float = SHRINK_SECONDS, seed: int = 0) -> CaseResult:
+    """Run one task (all its examples) and return its CaseResult with the xfails `entry` applied."""
+    if xla is None:
+        import xla_backend as xla
+    if entry is not None and entry.crash:
+        # a fatal CHECK in XLA would abort this process and every case after it
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="xfail", examples=0, message=f"not run: crash: {entry.reason}")
+    t0, c0 = time.perf_counter(), _compile_seconds()
+    x0 = timing.xla_counters()
+    phases: dict = {}
+    if isinstance(task, base.ProgramTask):
+        out, failing = _run_program(task, xla, entry, phases)
+    else:
+        failing = None
+        try:
+            with timing.timed(phases, "checks"):
+                out = task.check(xla)
+        except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
+            reason = unsupported_reason(e)
+            out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
+                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__,
+                                        # which side raised inside a check is unknown: never expected
+                                        "failure": xfails_mod.exception_failure("unknown", e)})
+    x1 = timing.xla_counters()
+    status, message = _apply_xfail(out, entry)
+    repro = None
+    if status == "fail" and failing is not None:
+        with timing.timed(phases, "shrink"):
+            repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
+        message = f"{message}\n{note}" if note else message
+        out.details["shrunk"] = note
+        # which compiler stage introduced the difference (conformance.debug.explain); an engine that cannot
+        # rerun a case here (the distributed run's: it needs every process) says so
+        if repro is not None and getattr(xla, "can_explain", True):
+            from conformance.debug.explain.summary import stage_of_reproducer
+
+            out.details["stage"] = stage_of_reproducer(repro)
+    return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
+                      examples=out.examples, seconds=time.perf_counter() - t0,
+                      compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,
+                      details=out.details, phases=_split_xla(phases, x0, x1))
+
+
+def _split_xla(phases: dict, x0: tuple, x1: tuple) -> dict:
+    """`phases` with the XLA compile and run seconds (xla_backend's counters) taken out of the
+    XLA calls of program cases ("xla") or out of the other checks ("checks")."""
+    comp, run_s = max(0.0, x1[0] - x0[0]), max(0.0, x1[1] - x0[1])
+    out = {k: v for k, v in phases.items() if k != "xla"}
+    out["xla_compile"], out["xla_run"] = comp, run_s
+    if "xla" in phases:
+        out["xla_trace_lower"] = max(0.0, phases["xla"] - comp - run_s)
+    elif "checks" in phases:
+        out["checks"] = max(0.0, phases["checks"] - comp - run_s)
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
+    """The status after the xfails entry: xfail / xpass / unsupported when the outcome is what the
+    entry's signature describes; "error" when a listed case fails in any other way."""
+    if entry is None:
+        if out.status == "unsupported":
+            return "error", (f"{out.message}\nThe platform cannot run this case; if that is expected, list it in "
+                             "xfails/<platform>.txt as 'CASE_ID_PATTERN unsupported: REASON'.")
+        return out.status, out.message
+    if out.status == "pass" and entry.sometimes:
+        return "pass", f"agreed (listed as {entry.signature}: {entry.reason}; some data or parameters differ)"
+    if out.status == "pass":
+        return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.signature}: {entry.reason}"
+    failure = out.details.get("failure")
+    if failure is None and out.status == "unsupported":
+        failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
+    ok, why = entry.expects(failure)
+    if ok and entry.unsupported:
+        # The entry's reason usually quotes the platform's own words: say them once.
+        said = "" if out.message in entry.reason else f"\n{out.message}"
+        return "unsupported", f"unsupported: {entry.reason}{said}"
+    if ok:
+        n = out.details.get("expected_failures", 1)
+        return "xfail", (f"expected failure {entry.signature} in {n} of {out.examples} example(s): {entry.reason}\n"
+                         f"{out.message}")
+    return "error", (f"{out.message}\nlisted in the xfails file as {entry.signature} ({entry.pattern!r}: {entry.reason}), "
+                     f"but this failure is not that one: {why}")
+
+
+def _run_program(task, xla, entry=None, phases: dict | None = None):
+    """(Outcome, failing (case, expected, comparison) or None) over a ProgramTask's examples;
+    seconds spent in refsim, the XLA side and compare are added to `phases`.
+
+    A failure the xfails `entry` expects does not end the task: the remaining examples still
+    run, so that a refsim crash or another failure in a later example is not masked by it.
+    """
+    import refsim
+    from conformance.verdict import platform_models
+    from conformance.verdict.compare import compare
+    from conformance.report import case_details
+
+    phases = {} if phases is None else phases
+    examples = 0
+    expected = []
+    for case in task.variants:
+        try:
+            with timing.timed(phases, "refsim"):
+                want = case.run(refsim)
+        except Exception as e:  # noqa: BLE001
+            return _crash("refsim", case, e, examples), None
+        try:
+            with timing.timed(phases, "xla"):
+                # an engine may run whole cases itself (the distributed run replays assembled results)
+                got = xla.run_case(case) if hasattr(xla, "run_case") else case.run(xla)
+        except Exception as e:  # noqa: BLE001
+            reason = unsupported_reason(e)
+            if reason:
+                details = case_details(case, expected=want)
+                details["failure"] = xfails_mod.exception_failure("xla", e, unsupported=True)
+                return base.Outcome("unsupported", reason, examples, details), None
+            out = _crash("xla", case, e, examples)
+            if entry is not None and entry.expects(out.details["failure"])[0]:
+                examples += 1
+                expected.append(out)
+                continue
+            return out, None
+        examples += 1
+        with timing.timed(phases, "compare"):
+            res = compare(want, got, case=case)
+        if not res.ok:
+            models = {}
+            if entry is not None and entry.kind == "model":
+                models[entry.model] = platform_models.check(entry.model, case, got)
+            details = case_details(case, res, expected=want)
+            details["failure"] = xfails_mod.comparison_failure(res, models)
+            out = base.Outcome("fail", res.report(), examples, details)
+            if entry is not None and entry.expects(details["failure"])[0]:
+                expected.append(out)
+                continue
+            return out, (case, want, res)
+    if expected:
+        first = expected[0]
+        first.details["expected_failures"] = len(expected)
+        return base.Outcome(first.status, first.message, examples, first.details), None
+    return base.Outcome("pass", "", examples), None
+
+
+def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
+    from conformance.report import case_details
+
+    details = case_details(case)
+    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__,
+                   failure=xfails_mod.exception_failure(side, exc))
+    return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
+                        max(examples, 1), details)
+
+
+def _size(case) -> tuple:
+    import numpy as np
+
+    return (case.mesh.size, sum(int(np.asarray(a).size) for a in case.args))
+
+
+def shrink(task, failing_case, xla, *, devices: int = 8, seconds: float = SHRINK_SECONDS, seed: int = 0):
+    """The smallest failing case hypothesis finds in `task`'s family and dtype within `seconds`
+    (smallest mesh first, then smallest shape); `failing_case` when nothing smaller fails."""
+    import random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+
+    import refsim
+    from conformance.verdict.compare import compare
+
+    if task.shrink is None:
+        return failing_case
+    suite, family, dtype = task.shrink
+    best = [failing_case]
+    stop = time.monotonic() + seconds
+
+    def fails(case) -> bool:
+        if time.monotonic() > stop:
+            return False
+        try:
+            bad = not compare(case.run(refsim), case.run(xla), case=case).ok
+        except Exception:  # noqa: BLE001 - a crash is another bug, not this failure
+            return False
+        if bad and _size(case) <= _size(best[0]):
+            best[0] = case
+        return bad
+
+    own = getattr(suite_module(suite), "shrink_case", None)
+    if own is not None:
+        # a suite that shrinks a failing case itself (sharded: cut the op graph down)
+        return own(failing_case, fails, seconds)
+    cfg = settings(max_examples=200, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                   phases=[Phase.generate, Phase.shrink])
+    try:
+        find(suite_module(suite).strategy(family, dtype, devices), fails, settings=cfg, random=random.Random(seed))
+    except Exception:  # noqa: BLE001 - NoSuchExample, or a time-out mid-shrink: keep the best seen
+        pass
+    return best[0]
+
+
+def _shrink_and_write(task, failing, xla, repro_dir, devices, seconds, seed) -> tuple[str | None, str]:
+    import refsim
+
+    case, want, _ = failing
+    small = shrink(task, case, xla, devices=devices, seconds=seconds, seed=seed) if seconds > 0 else case
+    try:
+        expected = want if small is case else small.run(refsim)
+        path = write_repro(task, small, repro_dir, expected=expected)
+    except Exception as e:  # noqa: BLE001 - the failure is reported even if no reproducer can be built
+        return None, f"no reproducer: {type(e).__name__}: {e}"
+    note = "" if small is case else f"shrunk to {small.case_id} ({_shape_text(small)})"
+    return path, note
+
+
+def write_repro(task, case, repro_dir: str | None, expected=None) -> str:
+    """Write `case`'s standalone reproducer (refsim's `expected` result embedded; computed when
+    None) as ``repro_dir/<task's case id>.py`` and return its path."""
+    text = case.repro(expected=expected)
+    repro_dir = repro_dir or os.path.join(tempfile.gettempdir(), "conformance-repros")
+    os.makedirs(repro_dir, exist_ok=True)
+    path = os.path.join(repro_dir, _slug(task.case_id) + ".py")
+    with writing(path), open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return path
+
+
+def _shape_text(case) -> str:
+    import numpy as np
+
+    return ", ".join(f"arg {i}: {np.asarray(a).dtype}{list(np.shape(a))}" for i, a in enumerate(case.args))
+
+
+# -- the whole run --------------------------------------------------------------------------------
+def plan_tasks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, devices: int = 8) -> list:
+    """Every task of the selected suites, deterministic in (examples, seed, devices)."""
+    return base.flatten(plan_chunks(suite, examples=examples, seed=seed, devices=devices))
+
+
+def plan_chunks(suite="all", *, examples: int = DEFAULT_EXAMPLES, seed: int = 0, devices: int = 8):
+    """The tasks of `plan_tasks` as an iterator of lists, one per family, each drawn when it is
+    asked for (the suites' `task_chunks`). Bad arguments raise here, before any drawing."""
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"examples={examples!r}; pass a positive int (draws per family).")
+    names = selected(suite)
+    return (chunk for name in names
+            for chunk in suite_module(name).task_chunks(examples=examples, seed=seed, devices=devices))
+
+
+def not_drawn(suite="all", *, devices: int = 8) -> list[str]:
+    """The families of the selected suites that no mesh of `devices` devices can express, each
+    with its reason: the plan record and the summary list them, so a small machine's run says
+    what it could not cover."""
+    return [line for name in selected(suite)
+            for line in getattr(suite_module(name), "not_drawn", lambda devices: [])(devices)]
+
+
+def _versions() -> dict:
+    import hypothesis
+    import jax
+    import numpy as np
+
+    return {"jax": jax.__version__, "jaxlib": getattr(__import__("jaxlib"), "__version__", "?"),
+            "numpy": np.__version__, "python": sys.version.split()[0], "hypothesis": hypothesis.__version__}
+
+
+def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
+        report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
+        shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
+        strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None,
+        case_timeout: float | None = None) -> RunResult:
+    """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
+
+    suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
+    examples: draws per family (collectives and program draws run with 3 data sets each).
+    xla: the XLA-side engine (an object with shard_map / pmap / jit / device_put like
+    `xla_backend`), e.g. a test double; default xla_backend. xfails: a file path, an
+    `XfailList`, or None for ``xfails/<platform>.txt``. resume: skip the cases already in
+    ``report_dir/results.jsonl`` (which must hold this plan's plan line, judged with the same
+    xfails entries, and only this plan's cases: `conformance.plan.check_resume`). processes: None runs the cases in this process (where
+    `xla=` doubles and installed faults live); K runs them in K worker processes, where a case
+    that kills its worker (a fatal CHECK in XLA) is an "error" result and a fresh worker takes
+    the next case (`conformance.engine.workers`; `python -m conformance run` uses one per CPU core by
+    default); they start before the cases are drawn and run them as they are drawn, except with
+    `resume` or `executor`, which draw the whole plan first. compile_cache: a folder for JAX's
+    persistent compilation cache (`conformance.engine.compile_cache`), so a rerun skips XLA compiles;
+    None leaves JAX's setting alone.
+    strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
+    suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
+    shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.engine.plan.select_shard`);
+    a resumed folder must hold the same plan and shard. plan_extra: entries added to the plan the
+    reporters record (hardware, the distributed job). executor: ``executor(todo, opts)`` yielding
+    CaseResults, instead of this process or workers (`conformance.engine.distributed.Job.execute`).
+    case_timeout: seconds a case may run (in a worker; needs `processes`) before it is killed
+    with its worker and recorded as "timeout" (`python -m conformance run --case-timeout`,
+    default `DEFAULT_CASE_TIMEOUT`); None: no limit.
+
+    The report folder is this run's alone while it runs (`conformance.report.lock`: another run
+    on it raises `FolderLocked`). The summary covers the plan or says it does not
+    (`conformance.results.cover`): when some planned case has no result (the run was interrupted,
+    a distributed process was lost, the executor stopped early) its verdict is "INCOMPLETE" and it
+    names the missing cases. SIGINT, SIGTERM and SIGHUP (where they have their default handlers)
+    stop the run between two reporter writes: the reports are finished as INCOMPLETE, the folder
+    is resumable, and `Interrupted` (a KeyboardInterrupt) is raised with the `RunResult` so far.
+    """
+    from conformance import validation
+
+    if resume and report_dir is None:
+        raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
+    validation.check("examples", examples, integer=True, low=1, what="draws per family")
+    validation.check("seed", seed, integer=True, low=0)
+    validation.check("devices", devices, integer=True, low=1)
+    validation.check("processes", processes, integer=True, low=1, none=True, what="worker processes",
+                     none_means="to run the cases in this process")
+    validation.check_seconds("shrink_seconds", shrink_seconds, zero=True, what="0: no shrinking")
+    validation.check_seconds("case_timeout", case_timeout, none=True, what="seconds", none_means="for no limit")
+    if report_dir is not None:
+        from conformance.report import prepare_report_dir
+
+        prepare_report_dir(report_dir)  # an unusable folder fails before anything runs
+    if processes is not None and xla is not None:
+        _check_picklable(xla)
+    if case_timeout is not None and processes is None:
+        raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
+                         "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
+    lock = None
+    if report_dir is not None:
+        from conformance.report.lock import acquire
+
+        lock = acquire(report_dir)  # FolderLocked when another run writes there
+        if lock.took_over and lock._depth == 1:
+            print(lock.note(), file=sys.stderr)
+    try:
+        with interruptible() as signals:
+            return _run(signals, suite=suite, examples=examples, seed=seed, platform=platform, devices=devices,
+                        report_dir=report_dir, progress=progress, xla=xla, resume=resume, xfails=xfails,
+                        processes=processes, shrink_seconds=shrink_seconds, console=console,
+                        compile_cache=compile_cache, strict_xfails=strict_xfails, shard=shard,
+                        plan_extra=plan_extra, executor=executor, case_timeout=case_timeout)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT, SIGTERM or SIGHUP. `signal` names it; `result` is the RunResult of
+    what was recorded (its summary INCOMPLETE), None when the plan was still being drawn."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal = signal_name
+        self.result: RunResult | None = None
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP raise `Interrupted` while a run is on, except inside `deferred()`
+    (a reporter writing a record), where the signal is kept and raised when the block ends: a
+    report is never left half-written. Only handlers that are the defaults are replaced (a
+    handler of the caller's own, or SIGHUP ignored by nohup, stays), and only in the main thread."""
+
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __init__(self):
+        self._old: dict = {}
+        self._depth = 0
+        self._pending: str | None = None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for name in self.NAMES:
+                sig = getattr(signal, name, None)
+                if sig is None:
+                    continue
+                current = signal.getsignal(sig)
+                if current in (signal.SIG_DFL, signal.default_int_handler):
+                    self._old[sig] = current
+                    signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+    def _handle(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if self._depth:
+            self._pending = self._pending or name
+            return
+        raise Interrupted(name)
+
+    def deferred(self, *, hold: bool = False) -> "_Deferred":
+        """A block a signal does not break into: one that comes meanwhile is raised when the block
+        ends normally (kept for `take_pending` when it ends by an exception, or with `hold`)."""
+        return _Deferred(self, hold)
+
+    def take_pending(self) -> "Interrupted | None":
+        name, self._pending = self._pending, None
+        return Interrupted(name) if name else None
+
+
+class _Deferred:
+    def __init__(self, signals: _Signals, hold: bool):
+        self.signals, self.hold = signals, hold
+
+    def __enter__(self):
+        self.signals._depth += 1
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        s = self.signals
+        s._depth -= 1
+        if not s._depth and s._pending and exc_type is None and not self.hold:
+            raise s.take_pending()
+        return False
+
+
+_ACTIVE: list = []  # the _Signals in force (interruptible() blocks nest: the outermost one handles)
+
+
+def interruptible():
+    """A block in which SIGINT, SIGTERM and SIGHUP raise `Interrupted` (see `_Signals`); nested
+    blocks (the command line's around the runner's) share the outermost one's handlers."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        if _ACTIVE:
+            yield _ACTIVE[-1]
+            return
+        with _Signals() as signals:
+            _ACTIVE.append(signals)
+            try:
+                yield signals
+            finally:
+                _ACTIVE.pop()
+
+    return block()
+
+
+def _stopped_by(exc: BaseException) -> str:
+    """Why a run ended early, for the summary: ``interrupted by SIGINT`` or the exception's first line."""
+    if isinstance(exc, Interrupted):
+        return f"interrupted by {exc.signal}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by SIGINT"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"stopped by {type(exc).__name__}" + (f": {first[:300]}" if first else "")
+
+
+def _run(signals, *, suite, examples, seed, platform, devices, report_dir, progress, xla, resume, xfails, processes,
+         shrink_seconds, console, compile_cache, strict_xfails, shard, plan_extra, executor,
+         case_timeout) -> RunResult:
+    from xla_backend import platform as xplat
+
+    from conformance.report.results import cover
+
+    xplat.configure(platform, devices)
+    if compile_cache is not None:
+        from conformance.engine import compile_cache as cc
+
+        compile_cache = cc.enable(compile_cache)
+    xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
+    finished: dict = {}
+    repro_dir = None
+    if report_dir is not None:
+        from conformance.report import JSONL_NAME, load_finished
+
+        if resume:
+            finished = load_finished(os.path.join(os.fspath(report_dir), JSONL_NAME))
+        repro_dir = os.path.join(os.fspath(report_dir), "repros")
+    opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
+    t0 = time.perf_counter()  # the wall time includes drawing the cases
+    shard_kn = None if shard is None else (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
+    plan_cases = [0]  # the whole plan's case count (before sharding), counted as it is drawn
+
+    def counted(all_chunks):
+        for chunk in all_chunks:
+            plan_cases[0] += len(chunk)
+            yield chunk
+
+    chunks = plan_mod.select_shard_chunks(counted(plan_chunks(suite, examples=examples, seed=seed, devices=devices)),
+                                          shard_kn)
+    tasks: list = []
+    plan: dict = {}
+    drawing = 0.0
+    reporters: list = []
+    results: list = []
+    early: list | None = []  # results that finished while the plan was still being drawn
+
+    def begin() -> None:
+        """The plan is drawn: start the reporters with it (they need its case count), then
+        replay the results that came early, in the order they came."""
+        nonlocal drawing, early
+        drawing = time.perf_counter() - t0
+        if report_dir is not None:
+            from conformance.report import open_report_dir
+
+            reporters.extend(open_report_dir(report_dir, resume=resume))  # creates and checks the folder
+        if progress:
+            from conformance.report import ProgressReporter
+
+            reporters.append(ProgressReporter(total=len(tasks), console=console))
+        plan.update(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
+                    processes=processes, compile_cache=compile_cache, xfails=xf.source,
+                    xfails_digest=plan_mod.xfails_digest(xf), cases=len(tasks),
+                    resumed=bool(resume), not_drawn=not_drawn(suite, devices=devices), **_versions())
+        plan.update(plan_extra or {})
+        if shard_kn is not None:
+            plan["shard"] = "%d/%d" % shard_kn
+            plan["plan_cases"] = plan_cases[0]
+        plan["case_ids"] = [t.case_id for t in tasks]
+        if resume:
+            plan_mod.check_resume(report_dir, plan, finished)  # before any reporter rewrites the folder
+        with signals.deferred():
+            for r in reporters:
+                r.start(plan)
+            for res in early:
+                for r in reporters:
+                    r.case_finished(res)
+            early = None
+
+    if processes is not None and executor is None and not resume:
+        # The default worker run streams the plan: the workers start (and import JAX) while the
+        # parent draws, and take each family's tasks as soon as it is drawn. A resumed run (it
+        # skips finished cases of the whole plan), an executor and an in-process run draw first.
+        def feed():
+            for chunk in chunks:
+                tasks.extend(chunk)
+                yield [(task, xf.lookup(task.case_id)) for task in chunk]
+            begin()
+
+        source = _execute([], xla, opts, processes, platform, devices, case_timeout, more=feed())
+    else:
+        tasks.extend(base.flatten(chunks))
+        begin()
+        todo = []
+        for task in tasks:
+            done = finished.get(task.case_id)
+            entry = xf.lookup(task.case_id)
+            if done is not None:
+                with signals.deferred():
+                    results.append(done)
+                    for r in reporters:
+                        r.case_finished(done)
+            else:
+                todo.append((task, entry))
+        source = executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices,
+                                                                case_timeout)
+    c_total = 0.0
+    stopped: BaseException | None = None
+    summary: dict = {}
+    try:
+        for res in source:
+            with signals.deferred():  # a signal waits until every reporter has this result
+                results.append(res)
+                c_total += res.compile_seconds
+                if early is not None:
+                    early.append(res)
+                    continue
+                for r in reporters:
+                    r.case_finished(res)
+    except BaseException as e:
+        stopped = e
+        raise
+    finally:
+        # An exception while drawing leaves nothing half-done: no reporter had started.
+        if early is None:
+            with signals.deferred(hold=True):
+                wall = time.perf_counter() - t0
+                summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
+                # An entry no case matched is stale only if every suite ran: a suite-filtered run
+                # never draws the other suites' cases, so their entries say nothing there.
+                _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
+                summary["plan"] = {k: v for k, v in plan.items() if k != "case_ids"}  # the plan line has them
+                summary["phases"] = timing.totals(results, drawing)
+                cover(summary, plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
+                for r in reporters:
+                    r.finish(summary)
+        close = getattr(source, "close", None)
+        if close is not None:
+            with signals.deferred(hold=True):
+                close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
+        if isinstance(stopped, Interrupted):
+            stopped.result = RunResult(results, summary) if summary else None
+    late = signals.take_pending()  # a signal while the summary was written: the run is over, say so
+    if late is not None:
+        late.result = RunResult(results, summary)
+        raise late
+    return RunResult(results, summary)
+
+
+def _xfail_summary(summary: dict, xf, results: list, strict: bool, *, complete: bool) -> None:
+    """Add the xfails audit (`conformance.verdict.xfails.audit`) to `summary`; with `strict`, stale and
+    too-broad entries fail the run (unused entries only count in a run of every suite)."""
+    audit = xfails_mod.audit(xf, results)
+    summary["stale_xfails"] = [r.case_id for r in results if r.status == "xpass"]
+    summary["unused_xfails"] = [f"{e.pattern} ({xf.where(e)})" for e in xf.unused()] if complete else []
+    summary["too_broad_xfails"] = audit["too_broad"]
+    summary["xfail_entries"] = audit["entries"]
+    problems = summary["stale_xfails"] + audit["too_broad"] + summary["unused_xfails"]
+    summary["strict_xfails"] = bool(strict)
+    if strict and problems:
+        summary["ok"] = False
+        summary["strict_xfail_problems"] = problems
+
+
+def _check_picklable(xla) -> None:
+    import pickle
+
+    try:
+        pickle.dumps(xla)
+    except Exception as e:  # noqa: BLE001 - modules, closures, locks: anything pickle refuses
+        raise ValueError(f"xla={xla!r} cannot be sent to worker processes ({type(e).__name__}: {e}); pass an "
+                         "instance of a module-level class, or processes=None to run it in this process.") from None
+
+
+def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None):
+    """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
+    workers that survive a crashing or hanging case (`conformance.engine.workers`), which also take
+    the lists of tasks `more` yields while it is drawn."""
+    if processes is None:
+        for task, entry in todo:
+            yield run_task(task, xla, entry, **opts)
+        return
+    yield from workers.run_in_workers(todo, run_task=run_task, write_repro=write_repro, processes=processes,
+                                      platform=platform, devices=devices, xla=xla, opts=opts,
+                                      case_timeout=case_timeout, more=more)

@@ -1,0 +1,307 @@
+"""Conformance tasks in worker processes that may die: a crash is one case's result, not the run's end.
+
+A fatal CHECK in XLA (or a segfault in a PJRT plugin) aborts the process it happens in. Each
+worker runs one task at a time and the parent knows which task every worker holds, so when a
+worker dies its task is recorded as status "error" with the reason (the signal or exit code and
+the last lines the worker wrote to stderr while running it) and a fresh worker takes the next
+task. Workers are started with "spawn" (no forked XLA state) and write their stderr to a log
+file, which keeps XLA's warnings off the progress bar and lets the parent read a crash's last words.
+
+A task that runs longer than `case_timeout` seconds (counted from when its worker is ready, so
+a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous never returns
+to Python, so the parent kills that worker, records the task as status "timeout" with its
+layout and a reproducer, and a fresh worker takes the next task. `fault` names a
+`conformance.faults` fault every worker runs its tasks under (the mutation run).
+
+`more` streams a plan that is still being drawn: the workers are started first (they import
+JAX while the parent draws), and between chunks the parent only polls the workers, so a
+worker that finishes gets the next task as soon as it is drawn.
+
+What a worker runs is given, not imported: `run_task` (the runner's, `run_task(task, xla, entry,
+**opts) -> CaseResult`, sent to each worker by reference) and `write_repro` (the parent writes a
+timed-out task's reproducer with it), so this module sits below the runner that uses it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import collections
+import contextlib
+import multiprocessing
+import tempfile
+import time
+import traceback
+from multiprocessing import connection
+
+from conformance import faults
+from conformance.report import case_details
+from conformance.report.results import CaseResult
+from xla_backend import platform as xplat
+
+__all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
+
+STDERR_TAIL_LINES = 20
+_READY = "ready"      # a worker's first message: it imported and configured the platform
+_PENDING = object()   # receive(): nothing finished yet
+
+
+def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
+                   opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None):
+    """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
+    workers; a task whose worker dies yields an "error" result naming the signal or exit code,
+    one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
+
+    more: an iterator of further lists of (task, entry), run after `todo` in order; the next
+    list is taken whenever no worker has a result to hand back, so drawing them (the work of
+    `next`) overlaps with running the tasks already taken. An exception from it stops the
+    workers and propagates.
+
+    `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object;
+    `run_task` too (a module-level function pickles by name), `write_repro(task, case, repro_dir)`
+    runs here.
+    """
+    ctx = multiprocessing.get_context("spawn")
+    pending = collections.deque(todo)  # popleft() takes tasks in plan order
+    logs = tempfile.mkdtemp(prefix="conformance-workers-")
+    workers: list[_Worker] = []
+    started = 0
+    try:
+        while pending or more is not None or any(w.job is not None for w in workers):
+            while (pending or more is not None) and len(workers) < processes:
+                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
+                                       fault, run_task))
+                started += 1
+            for w in workers:
+                if w.job is None and pending:
+                    w.send(pending.popleft(), opts)
+            busy = [w for w in workers if w.job is not None]
+            # while tasks are still to be drawn, only look (timeout 0): drawing is the next thing to do
+            timeout = 0 if more is not None else _next_deadline(busy, case_timeout)
+            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout))
+            for w in busy:
+                if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
+                    result = w.timeout_result(case_timeout, opts, write_repro)
+                    w.kill()
+                    workers.remove(w)
+                    yield result
+                    continue
+                if w.conn not in ready and w.proc.sentinel not in ready:
+                    continue
+                result = w.receive()
+                if result is _PENDING:
+                    continue
+                if result is None:  # the worker died with its task in flight
+                    if not w.ready:
+                        raise RuntimeError(w.startup_failure())
+                    result = w.death_result()
+                    w.close()
+                    workers.remove(w)
+                elif pending:  # the worker's next task goes out before the reporters see this result
+                    w.send(pending.popleft(), opts)
+                yield result
+            if more is not None:
+                chunk = next(more, None)
+                if chunk is None:
+                    more = None
+                else:
+                    pending.extend(chunk)
+    finally:
+        for w in workers:  # all at once: each worker's exit (JAX's teardown) overlaps the others'
+            w.ask_to_stop()
+        for w in workers:
+            w.stop()
+        for name in os.listdir(logs):
+            os.unlink(os.path.join(logs, name))
+        os.rmdir(logs)
+
+
+def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
+    """Seconds until the first running task's time is up (None: wait without a limit)."""
+    if case_timeout is None:
+        return None
+    left = [w.started + case_timeout - time.perf_counter() for w in busy if w.started is not None]
+    return max(0.0, min(left)) if left else 1.0   # a worker still starting: look again soon
+
+
+class _Worker:
+    """One spawned worker process, its pipe, its stderr log and the task it is running."""
+
+    def __init__(self, ctx, log_path: str, platform: str, devices: int, xla, fault: str | None, run_task):
+        self.conn, child = ctx.Pipe()
+        self.log_path = log_path
+        self.proc = ctx.Process(target=_worker_main, args=(child, log_path, platform, devices, xla, fault, run_task),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        self.job = None
+        self.ready = False
+        self.log_offset = 0
+        self.t0 = 0.0
+        self.t_ready = None
+
+    @property
+    def started(self) -> float | None:
+        """When the task in flight started to run: sent, and the worker ready (None: not yet)."""
+        if self.job is None or self.t_ready is None:
+            return None
+        return max(self.t0, self.t_ready)
+
+    def overdue(self, case_timeout: float) -> bool:
+        return self.started is not None and time.perf_counter() - self.started > case_timeout
+
+    def send(self, job, opts) -> None:
+        self.job, self.t0 = job, time.perf_counter()
+        self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        task, entry = job
+        try:
+            self.conn.send((task, entry, opts))
+        except OSError:  # the worker is already gone (it may die while starting): its sentinel tells
+            pass
+
+    def receive(self):
+        """The finished task's result; `_PENDING` when only the start-up message came; None
+        when the worker died before sending a result."""
+        try:
+            while self.conn.poll():
+                msg = self.conn.recv()
+                if msg == _READY:
+                    self.ready = True
+                    self.t_ready = time.perf_counter()
+                    continue
+                self.job = None
+                return msg
+            if self.proc.is_alive():
+                return _PENDING
+        except (EOFError, OSError):
+            pass
+        self.proc.join(timeout=5)  # the pipe closed or the sentinel fired: the worker is gone
+        return None
+
+    def startup_failure(self) -> str:
+        tail = self._stderr_tail(0)
+        return (f"a conformance worker process failed to start (exit code {self.proc.exitcode}); no case was "
+                f"charged with it. Its stderr:\n{tail}\nA script that calls conformance.engine.runner.run with "
+                "processes > 1 must guard its top level with `if __name__ == \"__main__\":` (workers are "
+                "spawned and import the main module).")
+
+    def death_result(self) -> CaseResult:
+        task, _entry = self.job
+        code = self.proc.exitcode
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exit code {code}"
+        tail = self._stderr_tail(self.log_offset)
+        message = (f"the worker process running this case died ({how}); the run went on with a fresh worker.\n"
+                   + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
+                   + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
+                     "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
+        details = {"worker_exit": how, "exitcode": code, "stderr_tail": tail}
+        fatal = self._fatal_line(self.log_offset)
+        if fatal:
+            details["fatal_line"] = fatal   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
+                          details=details)
+
+    def _fatal_line(self, offset: int) -> str:
+        """The last fatal-log line ("F<date> ... file.cc:N] ...") the worker wrote since `offset`."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
+        return lines[-1].strip() if lines else ""
+
+    def timeout_result(self, case_timeout: float, opts: dict, write_repro) -> CaseResult:
+        """The "timeout" record of the task in flight: its layout, the worker's last stderr lines
+        and a reproducer of its first example (all examples share the structure that hung)."""
+        task, _entry = self.job
+        tail = self._stderr_tail(self.log_offset)
+        details: dict = {"timeout_seconds": case_timeout, "stderr_tail": tail}
+        repro = None
+        variants = getattr(task, "variants", None)
+        if variants:
+            try:
+                details.update(case_details(variants[0]))
+                repro = write_repro(task, variants[0], opts.get("repro_dir"))
+            except Exception as e:  # noqa: BLE001 - the timeout is reported even without a reproducer
+                details["repro_error"] = f"{type(e).__name__}: {e}"
+        where = f"\n{details['description']}" if "description" in details else ""
+        message = (f"still running after {case_timeout:g} s (--case-timeout): killed with its worker; the run went "
+                   f"on with a fresh worker. A hang in XLA (e.g. a collective rendezvous that never completes) "
+                   f"looks like this.{where}" + (f"\nlast stderr lines:\n{tail}" if tail else ""))
+        return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                          status="timeout", examples=0, seconds=time.perf_counter() - self.t0, message=message,
+                          repro_path=repro, details=details)
+
+    def kill(self) -> None:
+        """End a hung worker now (SIGKILL: a thread stuck in C++ ignores anything gentler)."""
+        self.proc.kill()
+        self.proc.join(timeout=5)
+        self.close()
+
+    def _stderr_tail(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
+
+    def ask_to_stop(self) -> None:
+        """Tell the worker to exit after its task in flight (`stop` waits for it)."""
+        if self.proc.is_alive():
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+
+    def stop(self) -> None:
+        """Wait for a worker told to stop (`ask_to_stop`) to exit; terminate it after 5 s."""
+        if self.proc.is_alive():
+            self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: str | None, run_task) -> None:
+    """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
+    run (task, entry, opts) messages with `run_task` until None, under `fault` if one is named."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 2)
+    os.close(fd)
+    xplat.configure(platform, devices)
+    xplat.share_accelerator()
+    with contextlib.ExitStack() as stack:
+        if fault is not None:
+            stack.enter_context(faults.inject(fault))
+        _serve(conn, run_task, xla)
+
+
+def _serve(conn, run_task, xla) -> None:
+    conn.send(_READY)
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        task, entry, opts = msg
+        try:
+            result = run_task(task, xla, entry, **opts)
+        except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
+            result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
+                                status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",
+                                details={"traceback": traceback.format_exc()})
+        conn.send(result)

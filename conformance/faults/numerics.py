@@ -1,0 +1,53 @@
+"""Planted disagreements for programs without explicit collectives (a `jax.jit` program that
+XLA's SPMD partitioner partitions), used with `conformance.faults.inject` like its registered
+collective faults. Not registered in `conformance.faults.FAULTS`: the mutation suite measures
+the built-in suites against those, and these target whole-program numerics instead.
+
+>>> with faults.inject(planted.DOT_GENERAL_BF16):        # doctest: +SKIP
+...     conformance.check(train_step, params, x, y)         # raises ConformanceError
+"""
+from __future__ import annotations
+
+import contextlib
+
+from refsim import compat as _compat
+from conformance.faults import lowering as faults
+
+
+def _bf16_operands(orig):
+    def rule(ctx, lhs, rhs, **params):
+        import jax.numpy as jnp
+
+        def rounded(value, aval):
+            if not jnp.issubdtype(aval.dtype, jnp.floating) or aval.dtype == jnp.bfloat16:
+                return value
+            return faults.apply(ctx, lambda a: a.astype(jnp.bfloat16).astype(a.dtype), value, aval, aval)
+        a_l, a_r = ctx.avals_in
+        return orig(ctx, rounded(lhs, a_l), rounded(rhs, a_r), **params)
+    return rule
+
+
+@contextlib.contextmanager
+def _dot_general_bf16():
+    # dot_general is a lax primitive, not a collective, so it is swapped here rather than
+    # through faults.inject's table of collective primitives.
+    from jax.extend.core import primitives
+
+    prim = primitives.dot_general_p
+    default, per_platform, entry_cls = _compat.lowering_tables()
+    tables = [t for t in [default, *per_platform.values()] if prim in t]
+    saved = [(t, t[prim]) for t in tables]
+    try:
+        for t, entry in saved:
+            t[prim] = entry_cls(_bf16_operands(entry.rule), entry.inline)
+        yield
+    finally:
+        for t, entry in saved:
+            t[prim] = entry
+
+
+DOT_GENERAL_BF16 = faults.Fault(
+    "dot_general_bf16_operands",
+    "dot_general rounds float32 operands to bfloat16 before multiplying (as a default-precision "
+    "matmul on TPU does), so results lose about 8 bits",
+    patch=_dot_general_bf16)

@@ -1,0 +1,428 @@
+"""`sharded_programs()`: random well-typed JAX programs over the lax op set, under drawn shardings.
+
+Where `programs()` draws templates around one collective, this draws whole programs the way a
+fuzzer of the SPMD partitioner would (NNSmith / Csmith for shardings): a straight-line graph of
+`OPS` (elementwise arithmetic and comparisons, transcendentals, dot_general / einsum with drawn
+batch and contracting dimensions, reductions, cumulative and windowed reductions, sorts,
+gathers and scatters in every out-of-bounds mode, dynamic and strided slices, pads with negative
+and interior padding, reshapes across sharded dimensions, FFT, convolution, scan / while / cond,
+a custom_jvp function, shard_map regions with collectives) whose typed values (shape, dtype,
+sharding) flow from op to op, so every draw traces. The program runs under ``jax.jit`` with
+drawn in/out shardings over a drawn mesh (any device order, size-1 and prime axes, Auto or
+Explicit axis types), with ``with_sharding_constraint`` / ``jax.sharding.reshard`` at drawn
+points (also on dimensions the mesh axis does not divide), optionally under ``jax.grad``,
+``jax.vjp`` or ``jax.vmap``, compiled by a drawn partitioner (Shardy or GSPMD).
+
+A draw is a `ShardedProgram` (a `conformance.cases.Program`): its function is source text, so
+refsim, XLA and the reproducer run the same function. Its data is exact-friendly; the value
+model (`conformance.strategies._sharded_graph`) says per output whether every correct
+implementation gives the same bits (compared exactly, the sign of a zero aside) or how far two
+correct results may be apart (`ErrorBound`, around refsim's value).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from conformance.cases import Program
+from conformance.strategies import _validate as v
+from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, spec_text
+from conformance.strategies._sharded_ops import KINKED, NOT_DIFFERENTIABLE, OPS
+from conformance.strategies.specs import _check_mesh
+from conformance.verdict.compare import Exact, SumBound
+from refsim import compat as _compat
+from refsim.layouts.mesh import AxisType, Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+
+__all__ = ["AXIS_TYPES", "ErrorBound", "OPS", "PATTERNS", "SHARDED_DTYPES", "ShardedProgram", "TRANSFORMS",
+           "sharded_programs"]
+
+TRANSFORMS = ("none", "grad", "vjp", "vmap")
+AXIS_TYPES = ("auto", "explicit")
+SHARDED_DTYPES = (F32, I32, BOOL)
+#: The sharding patterns an op's main operand can have where the op uses it (coverage table columns).
+PATTERNS = ("replicated", "sharded", "multi-axis", "uneven", "compiler")
+# Relative bound of a derivative's outputs: the value model tracks forward values only.
+GRAD_RTOL = 2.0 ** -10
+
+
+# -- the comparison policy of outputs that may round ------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ErrorBound(SumBound):
+    """Within `bound` of refsim's value, element by element; NaN and infinities where refsim has
+    them. It is a `SumBound` (the comparator's and the reproducers' bounded check) whose
+    reference is refsim's result and whose bound is the value model's error bound."""
+
+    bound: float = 0.0
+    what: str = ""
+
+    @classmethod
+    def around(cls, expected, bound: float, what: str = "") -> "ErrorBound":
+        """The policy for one output: `expected` is refsim's Array (one reference per device)."""
+        ref = {int(s.device_id): np.asarray(s.data) for s in expected.shards}
+        return cls(n=1, exact=ref, abs_sum={d: np.abs(x) for d, x in ref.items()}, bound=float(bound), what=what)
+
+    def describe(self) -> str:
+        return f"within {self.bound:.3g} of refsim" + (f" ({self.what})" if self.what else "")
+
+    def why(self, exact: bool) -> str:
+        return f"error bound: {self.describe()}"
+
+    def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
+        return np.zeros(np.shape(self.exact[device_id]), bool)
+
+    def reference_and_bound(self, device_id: int, out_dtype):
+        ref = np.asarray(self.exact[device_id]).astype(np.float64)
+        return ref, np.full(ref.shape, self.bound)
+
+    def allowed_nonfinite(self, device_id: int, out_dtype):
+        ref = np.asarray(self.exact[device_id]).astype(np.float64)
+        return np.isposinf(ref), np.isneginf(ref), np.isnan(ref)
+
+
+# -- the case ---------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardedProgram(Program):
+    """A drawn sharded program: a jit `Program` compiled with `partitioner`, whose outputs are
+    compared by `policies` (per output ``("exact", 0)``, ``("abs", bound)`` or ``("rel", rtol)``
+    relative to the output's largest magnitude). `op_patterns` lists (op, sharding pattern) for
+    every op in program order; `transform` and `axis_types` say how it was built."""
+
+    partitioner: str = "shardy"
+    transform: str = "none"
+    axis_types: str = "auto"
+    policies: tuple = ()
+    op_patterns: tuple = ()
+    graph: object = None
+
+    @property
+    def ops(self) -> tuple:
+        """The distinct ops of the program, in order of first use."""
+        return tuple(dict.fromkeys(op for op, _ in self.op_patterns))
+
+    def run(self, api):
+        """Run on an engine under `partitioner` (refsim ignores it; XLA compiles with it)."""
+        with _compat.use_partitioner(self.partitioner):
+            out = super().run(api)
+        if getattr(api, "__name__", "") == "refsim":
+            self.__dict__["_refsim_out"] = out   # the reference the error bounds are around
+        return out
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_refsim_out", None)
+        return state
+
+    def tolerances(self) -> list:
+        """Per output: exact (either sign of a zero), or an `ErrorBound` around refsim's value."""
+        from conformance.verdict.compare import as_outputs
+
+        if "_refsim_out" not in self.__dict__:
+            import refsim
+
+            self.run(refsim)
+        outs = as_outputs(self.__dict__["_refsim_out"])
+        pols = []
+        for out, (kind, value) in zip(outs, self.policies):
+            if kind == "exact":
+                pols.append(Exact(signed_zero=False))
+            elif kind == "abs":
+                pols.append(ErrorBound.around(out, 2 * value, "the value model's error bound, both sides"))
+            else:
+                scale = max([float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0))
+                             for x in (np.asarray(s.data, np.float64) for s in out.shards)] + [1.0])
+                pols.append(ErrorBound.around(out, value * scale, f"{value:.3g} x the largest |value| of a derivative"))
+        return pols
+
+    def repro(self, expected=None, tolerances=None) -> str:
+        """The v1 reproducer, set up for this program's partitioner and axis types."""
+        text = super().repro(expected, tolerances)
+        head = "from jax.sharding import PartitionSpec as P\n"
+        extra = ""
+        if self.partitioner == "gspmd":
+            extra += "jax.config.update('jax_use_shardy_partitioner', False)   # the case ran under GSPMD\n"
+        text = text.replace(head, head + extra, 1)
+        if self.axis_types == "explicit":
+            text = text.replace("return jax.sharding.Mesh(grid, AXIS_NAMES)",
+                                "return jax.sharding.Mesh(grid, AXIS_NAMES, axis_types=(jax.sharding.AxisType.Explicit,)"
+                                " * len(AXIS_NAMES))")
+        return text
+
+    def describe(self) -> str:
+        return (super().describe() + f"\npartitioner:  {self.partitioner}\naxis types:   {self.axis_types}\n"
+                f"transform:    {self.transform}")
+
+
+# -- drawing ----------------------------------------------------------------------------------------
+def _exact_data(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
+    """Exact-friendly data as `conformance.strategies.arrays` draws it (k * 2**e, |k| <= 16, e >= -2)."""
+    if dtype == BOOL:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype == I32:
+        return rng.integers(-16, 17, size=shape).astype(np.int32)
+    return (rng.integers(-16, 17, size=shape) * 2.0 ** rng.integers(-2, 1, size=shape)).astype(np.float32)
+
+
+def _arg_shape(b: Builder, spec: tuple, max_elements: int) -> tuple:
+    """A shape that `spec` divides (jit in_shardings must), sides small, size-1 dims possible."""
+    shape = []
+    budget = max_elements
+    for k, ax in enumerate(spec):
+        n = b.axis_size(ax)
+        rest = len(spec) - k - 1
+        top = max(1, budget // (n * 2 ** rest))
+        mult = b.draw_int(1, min(3, top)) if n > 1 else b.draw_int(1, min(6, max(1, budget // 2 ** rest)))
+        shape.append(n * mult)
+        budget = max(1, budget // (n * mult))
+    return tuple(shape)
+
+
+def _sinks(lines: list, names: list) -> list:
+    """The values no later line reads (the program's live results)."""
+    out = []
+    for i, line in enumerate(lines):
+        name = line.split(" = ", 1)[0]
+        for nm in [n.strip() for n in name.split(",")]:
+            if not any(re.search(rf"\b{nm}\b", later.split(' = ', 1)[1]) for later in lines[i + 1:]):
+                out.append(nm)
+    return [n for n in out if n in names]
+
+
+@st.composite
+def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transforms, axis_types, partitioners,
+          dtypes):
+    m: Mesh = draw(mesh_s)
+    types = draw(st.sampled_from(axis_types))
+    explicit = types == "explicit"
+    if explicit:
+        m = Mesh(m.axis_sizes, m.axis_names, device_ids=m.device_ids, axis_types=(AxisType.Explicit,) * m.ndim)
+    transform = draw(st.sampled_from([t for t in transforms if not (explicit and t == "vmap")] or ["none"]))
+    backward = transform in ("grad", "vjp")
+    usable = [o for o in ops if not (backward and o in NOT_DIFFERENTIABLE)] or list(ops)
+    b = Builder(draw, m, explicit=explicit, backward=backward, max_elements=max_elements, op_names=usable)
+
+    # inputs: specs first, then shapes they divide (jit's in_shardings must divide)
+    n_in = draw(st.integers(1, max_inputs))
+    batch = draw(st.integers(1, 3)) if transform == "vmap" else None
+    arg_dtypes, in_specs, body_shapes, full_shapes, in_axes = [], [], [], [], []
+    for i in range(n_in):
+        dt = draw(st.sampled_from(dtypes))
+        if i == 0 and backward and F32 in dtypes:
+            dt = F32
+        rank = draw(st.integers(0, 4))
+        if rank == 4:
+            rank = draw(st.integers(3, 4))
+        spec = b.draw_spec((0,) * rank, dividing=False)
+        body = _arg_shape(b, spec, max_elements // (batch or 1) or 1)
+        shape, full_spec, ax = body, spec, None
+        if batch is not None and (i == 0 or draw(st.booleans())):
+            ax = draw(st.integers(0, rank))
+            free = [a for a in m.axis_names if all(a not in s for s in spec) and batch % m.axis_size(a) == 0]
+            bspec = (draw(st.sampled_from(free)),) if free and draw(st.booleans()) else ()
+            shape = body[:ax] + (batch,) + body[ax:]
+            full_spec = spec[:ax] + (bspec,) + spec[ax:]
+        arg_dtypes.append(dt)
+        in_specs.append(full_spec)
+        full_shapes.append(shape)
+        body_shapes.append(body)
+        in_axes.append(ax)
+        b.add_arg(f"a{i}", body, dt, spec)
+
+    # the op graph, with sharding constraints / reshards at drawn points
+    n_ops = draw(st.integers(min_ops, max_ops))
+    for _ in range(n_ops):
+        if draw(st.integers(0, 3)) == 0:
+            a = b.pick(lambda x: not x.manual)
+            if explicit:
+                b.reshard(a, b.draw_spec(a.shape, dividing=True))
+            else:
+                b.constrain(a, b.draw_spec(a.shape, dividing=False, allow_unconstrained=True))
+        for _attempt in range(8):
+            name = draw(st.sampled_from(usable))
+            b.kinked = name in KINKED
+            if OPS[name](b):
+                break
+    computed = [x.name for x in b.pool if not x.name.startswith("a")]
+    outs_names = _sinks(b.lines, computed) or [b.pool[-1].name]
+    outs_names = outs_names[-4:]
+    outs = [next(x for x in b.pool if x.name == nm) for nm in outs_names]
+
+    fargs = [i for i, dt in enumerate(arg_dtypes) if dt == F32]
+    if backward and (not fargs or not any(x.dtype == F32 for x in outs)):
+        transform = "none"
+    graph = Graph(helpers=tuple(b.helpers.items()), lines=tuple(b.lines), line_ops=tuple(b.used),
+                  outs=tuple((x.name, x.shape, x.dtype, x.err) for x in outs),
+                  args=tuple((dt, body_shapes[i], in_axes[i]) for i, dt in enumerate(arg_dtypes)),
+                  batch=batch, transform=transform)
+    source, policies, final, op_patterns = assemble(graph)
+
+    # layouts and data
+    part = draw(st.sampled_from(partitioners))
+    in_sh = tuple(NamedSharding(m, _pspec(s)) for s in in_specs)
+    out_sh = tuple(NamedSharding(m, _pspec(b.draw_spec(shape, dividing=True))) for shape, _ in final)
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    data = tuple(_exact_data(rng, s, dt) for s, dt in zip(full_shapes, arg_dtypes))
+    return make_case(graph, mesh=m, args=data, in_shardings=in_sh, out_shardings=out_sh, partitioner=part,
+                     axis_types=types)
+
+
+# -- a drawn graph as source text -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """A drawn program before it is text: `g`'s body `lines` (with the (op, sharding pattern) of
+    each in `line_ops`), its outputs (name, shape, dtype, error bound), its arguments (dtype,
+    shape inside `g`, vmap axis or None), the vmap batch size and the transform `f` applies."""
+
+    helpers: tuple
+    lines: tuple
+    line_ops: tuple
+    outs: tuple
+    args: tuple
+    batch: int | None
+    transform: str
+
+
+def _assigned(line: str) -> list:
+    return [n.strip() for n in line.split(" = ", 1)[0].split(",")]
+
+
+def live_lines(graph: Graph) -> list:
+    """Indices of the lines the outputs depend on (dead code dropped, as XLA would drop it)."""
+    need = {name for name, *_ in graph.outs}
+    keep = []
+    for i in range(len(graph.lines) - 1, -1, -1):
+        line = graph.lines[i]
+        if need & set(_assigned(line)):
+            keep.append(i)
+            need |= set(re.findall(r"\b[av]\d+\b", line.split(" = ", 1)[1]))
+    return sorted(keep)
+
+
+def _policy(err: float) -> tuple:
+    if err == 0:
+        return ("exact", 0.0)
+    return ("abs", err) if math.isfinite(err) else ("rel", GRAD_RTOL)
+
+
+def assemble(graph: Graph) -> tuple:
+    """(source, policies, output (shape, dtype) list, (op, pattern) of the live lines) of `graph`."""
+    keep = live_lines(graph)
+    lines = [graph.lines[i] for i in keep]
+    op_patterns = tuple(graph.line_ops[i] for i in keep)
+    n_in = len(graph.args)
+    args = ", ".join(f"a{i}" for i in range(n_in))
+    outs = graph.outs
+    body = "\n".join("    " + ln for ln in lines)
+    ret = ", ".join(name for name, *_ in outs) + ("," if len(outs) == 1 else "")
+    text = "\n".join(lines)
+    src = [h for name, h in graph.helpers if re.search(rf"\b{name}\(", text)]
+    src.append(f"def g({args}):\n{body}\n    return ({ret})\n")
+    policies, final = [], []
+    fargs = [i for i, (dt, _, _) in enumerate(graph.args) if dt == F32]
+    fouts = [k for k, (_, _, dt, _) in enumerate(outs) if dt == F32]
+    if graph.transform == "none":
+        src.append(f"def f({args}):\n    return g({args})\n")
+        for _, shape, dt, err in outs:
+            policies.append(_policy(err))
+            final.append((shape, dt))
+    elif graph.transform == "vmap":
+        axes = tuple(ax for _, _, ax in graph.args)
+        src.append(f"def f({args}):\n    return jax.vmap(g, in_axes={axes!r})({args})\n")
+        for _, shape, dt, err in outs:
+            policies.append(_policy(err))
+            final.append(((graph.batch,) + tuple(shape), dt))
+    else:
+        dargs = ", ".join(f"a{i}" for i in fargs)
+        if graph.transform == "grad":
+            terms = " + ".join(
+                f"jnp.sum(o[{k}] * (jnp.arange({math.prod(outs[k][1])}, dtype=jnp.float32)"
+                f".reshape({tuple(outs[k][1])!r}) % 3 + 1))" for k in fouts) or "jnp.float32(0)"
+            src.append(f"def f({args}):\n    def loss({dargs}):\n        o = g({args})\n        return {terms}\n"
+                       f"    return jax.grad(loss, argnums={tuple(range(len(fargs)))!r})({dargs})\n")
+        else:
+            picks = ", ".join(f"o[{k}]" for k in fouts)
+            src.append(f"def f({args}):\n    def h({dargs}):\n        o = g({args})\n        return ({picks},)\n"
+                       f"    outs, pull = jax.vjp(h, {dargs})\n    return outs + pull(outs)\n")
+            for k in fouts:
+                policies.append(_policy(outs[k][3]))
+                final.append((outs[k][1], F32))
+        for i in fargs:
+            policies.append(("rel", GRAD_RTOL))
+            final.append((graph.args[i][1], F32))
+    return "\n\n".join(src), tuple(policies), final, op_patterns
+
+
+def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitioner, axis_types) -> "ShardedProgram":
+    """The `ShardedProgram` of `graph` with these layouts and data."""
+    source, policies, final, op_patterns = assemble(graph)
+    if len(out_shardings) != len(final):
+        raise ValueError(f"out_shardings has {len(out_shardings)} entries for {len(final)} outputs.")
+    labels = (("ops", "+".join(dict.fromkeys(op for op, _ in op_patterns)) or "none"),
+              ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
+    return ShardedProgram(family="sharded", source=source, entry="jit", mesh=mesh, args=tuple(args),
+                          in_shardings=tuple(in_shardings), out_shardings=tuple(out_shardings), labels=labels,
+                          outputs=("exact",) * len(policies), partitioner=partitioner, transform=graph.transform,
+                          axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph)
+
+
+def _pspec(spec: tuple) -> PartitionSpec:
+    return PartitionSpec(*[None if not ax else ax[0] if len(ax) == 1 else tuple(ax) for ax in spec])
+
+
+def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: int = 6, max_inputs: int = 2,
+                     max_elements: int = 256, transforms=TRANSFORMS, axis_types=AXIS_TYPES, partitioners=None,
+                     dtypes=SHARDED_DTYPES, max_devices: int = 8) -> st.SearchStrategy[ShardedProgram]:
+    """Random well-typed sharded programs (`ShardedProgram`, a jit `conformance.cases.Program`).
+
+    mesh: a refsim Mesh, a strategy drawing one, or None for `meshes(max_devices=max_devices)`
+    (1-4 axes, sizes 1, 2, 3, 4, 5, 8, every device order). ops: names from `OPS` the graph
+    draws from (each program draws `min_ops`..`max_ops` of them, plus sharding constraints at
+    drawn points); max_inputs: arguments per program; max_elements: the largest array size;
+    transforms: "none", "grad", "vjp", "vmap"; axis_types: "auto", "explicit" (sharding in
+    types: reshards and ``out_sharding=`` instead of constraints); partitioners: "shardy",
+    "gspmd" (default: those the installed JAX has, `refsim.compat.partitioners`); dtypes of the
+    arguments: "float32", "int32", "bool". Shrinks towards one op on one small argument.
+
+    >>> sharded_programs(ops=("cumsum", "pad"), max_ops=2).example().case_id  # doctest: +SKIP
+    'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'
+    """
+    if mesh is None:
+        from conformance.strategies.meshes import meshes
+
+        v.check_int("max_devices", max_devices, min_value=1)
+        mesh_s = meshes(max_devices=max_devices)
+    else:
+        mesh_s = _check_mesh(mesh)
+    names = v.check_options("ops", ops, tuple(OPS))
+    v.check_int("min_ops", min_ops, min_value=1)
+    v.check_int("max_ops", max_ops, min_value=1, max_value=64)
+    v.check_order("min_ops", min_ops, "max_ops", max_ops)
+    v.check_int("max_inputs", max_inputs, min_value=1, max_value=8)
+    v.check_int("max_elements", max_elements, min_value=1, max_value=2 ** 16)
+    trs = v.check_options("transforms", transforms, TRANSFORMS)
+    tys = v.check_options("axis_types", axis_types, AXIS_TYPES)
+    have = _compat.partitioners()
+    parts = have if partitioners is None else v.check_options("partitioners", partitioners, ("shardy", "gspmd"))
+    for p in parts:
+        if p not in have:
+            raise InvalidArgument(f"partitioners contains {p!r}, which this JAX cannot switch to (it has {have}); "
+                                  f"pass partitioners={have!r} or leave it None.")
+    dts = v.check_options("dtypes", dtypes, SHARDED_DTYPES)
+    if trs == ("vmap",) and tys == ("explicit",):
+        raise InvalidArgument("transforms=('vmap',) with axis_types=('explicit',) draws nothing: vmap programs use "
+                              "Auto axes; add 'auto' to axis_types or another transform.")
+    if set(trs) <= {"grad", "vjp"} and F32 not in dts:
+        raise InvalidArgument(f"transforms={trs!r} differentiate float32 arguments, but dtypes={dts!r} has none; "
+                              "add 'float32' to dtypes.")
+    if set(names) <= {"with_sharding_constraint"} and tys == ("explicit",) or \
+            set(names) <= {"reshard"} and tys == ("auto",):
+        raise InvalidArgument(f"ops={names!r} cannot be drawn with axis_types={tys!r}: with_sharding_constraint "
+                              "is drawn on Auto meshes and reshard on Explicit ones; add the other op or axis type.")
+    return _draw(mesh_s, names, min_ops, max_ops, max_inputs, max_elements, trs, tys, parts, dts)

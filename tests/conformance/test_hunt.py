@@ -1,0 +1,148 @@
+"""`python -m conformance hunt`: failure signatures, a short hunt's report, a clean stop on SIGTERM,
+and the coverage table built from hunt reports."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance import coverage
+from conformance.hunt import signature
+from conformance.report.results import CaseResult
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def result(status, **details):
+    return CaseResult(case_id="sharded[ops=pad,transform=grad]", suite="sharded", family="sharded", dtype="float32",
+                      status=status, message=details.pop("message", ""), details=details)
+
+
+class FakeCase:
+    op_patterns = (("with_sharding_constraint", "sharded"), ("pad", "uneven"), ("max", "compiler"))
+
+
+def test_signature_of_each_kind_of_failure():
+    assert signature(result("pass")) is None and signature(result("xfail")) is None
+    crash = result("error", worker_exit="killed by SIGABRT", stderr_tail="    @ 0x1 xla::spmd::Foo()",
+                   fatal_line="F1126 06:34:17.634 18514 spmd_partitioner_util.h:118] Check failed: "
+                              "ShapeUtil::IsScalarWithElementType(value.shape(), primitive_type) ")
+    assert signature(crash, FakeCase()) == (
+        "crash", "spmd_partitioner_util.h", "Check failed: ShapeUtil::IsScalarWithElementType(value.shape(), primitive_type)")
+    lowering = result("error", failure={"side": "xla", "exception": "ValueError",
+                                        "message": "Cannot lower jaxpr with verifier errors:\n\ttype of return"},
+                      traceback='File "xla_backend/cache.py", in compiled')
+    assert signature(lowering, FakeCase()) == ("lowering", "pad+max", "ValueError: Cannot lower jaxpr with verifier errors:")
+    runtime = result("error", failure={"side": "xla", "exception": "JaxRuntimeError",
+                                       "message": "INTERNAL: RET_CHECK failure (external/xla/fft_thunk.cc:168) x"},
+                     traceback='File "xla_backend/cache.py", line 60, in timed_run')
+    assert signature(runtime, FakeCase()) == (
+        "runtime", "fft_thunk.cc", "JaxRuntimeError: INTERNAL: RET_CHECK failure (external/xla/fft_thunk.cc:N) x")
+    trace = result("error", failure={"side": "refsim", "exception": "ValueError", "message": "Length of spec (1)"},
+                   traceback='File "refsim/interpreter/api.py", in trace')
+    assert signature(trace, FakeCase())[0] == "trace"
+    rule = result("error", failure={"side": "refsim", "exception": "AssertionError", "message": "bad"},
+                  traceback='File "refsim/interpreter/rules/elementwise.py", line 3')
+    assert signature(rule, FakeCase())[0] == "refsim"
+    mismatch = result("fail", stage={"diverged_in": "compiler", "op": "stablehlo.slice"},
+                      failure={"kind": "mismatch", "classes": ["value"]})
+    assert signature(mismatch, FakeCase()) == ("mismatch:compiler", "stablehlo.slice", "value")
+    assert signature(result("timeout"), FakeCase()) == ("hang", "pad+max", "timeout")
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(ROOT), CONFORMANCE_COMPILE_CACHE="off")
+
+
+def test_short_hunt_writes_every_program_and_a_summary(tmp_path):
+    rep = tmp_path / "hunt"
+    p = subprocess.run([sys.executable, "-m", "conformance", "hunt", "--minutes", "0.2", "--processes", "1",
+                        "--seed", "3", "--report", str(rep), "--shrink-seconds", "0"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=_env())
+    assert p.returncode in (0, 1), p.stdout + p.stderr
+    summary = json.loads((rep / "hunt.json").read_text())
+    assert summary["partial"] is False and summary["programs"] >= 1
+    cases = [json.loads(ln) for ln in (rep / "results.jsonl").read_text().splitlines()]
+    cases = [c for c in cases if c["type"] == "case"]
+    assert len(cases) == summary["programs"]
+    prog = cases[0]["details"]["program"]
+    assert prog["transform"] in ("none", "grad", "vjp", "vmap") and prog["partitioner"] in ("shardy", "gspmd")
+    assert all(len(op) == 2 for op in prog["ops"])
+    assert f"{summary['programs']} programs" in p.stdout and "distinct failure" in p.stdout
+    assert (p.returncode == 1) == bool(summary["findings"])
+    for f in summary["findings"]:
+        assert Path(f["path"]).exists() if f["path"] else True
+
+
+def test_sigterm_stops_a_hunt_cleanly_and_marks_it_partial(tmp_path):
+    rep = tmp_path / "hunt"
+    proc = subprocess.Popen([sys.executable, "-m", "conformance", "hunt", "--minutes", "10", "--processes", "1",
+                             "--report", str(rep), "--shrink-seconds", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+    jsonl = rep / "results.jsonl"
+    stop = time.monotonic() + 300
+    while time.monotonic() < stop and proc.poll() is None:
+        if jsonl.exists() and '"type":"case"' in jsonl.read_text():
+            break
+        time.sleep(1)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode in (0, 1), out + err
+    summary = json.loads((rep / "hunt.json").read_text())
+    assert summary["partial"] is True and summary["programs"] >= 1
+    assert "partial hunt" in out
+
+
+def test_hunt_rejects_bad_arguments():
+    p = subprocess.run([sys.executable, "-m", "conformance", "hunt", "--minutes", "0"], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT, env=_env())
+    assert p.returncode == 2 and "--minutes" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "conformance", "hunt", "--minutes", "1", "--suite", "programs"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=_env())
+    assert p.returncode == 2 and "sharded" in p.stderr
+
+
+def test_coverage_counts_programs_per_op_pattern_and_direction(tmp_path):
+    rows = [{"type": "plan", "jax": "0.10.2"}]
+    for transform, ops in (("none", [["pad", "sharded"], ["cumsum", "uneven"]]), ("grad", [["pad", "sharded"]]),
+                           ("vjp", [["pad", "replicated"], ["pad", "replicated"]])):
+        rows.append({"type": "case", "status": "pass", "details": {"program": {
+            "ops": ops, "transform": transform, "axis_types": "auto", "partitioner": "shardy", "mesh": [2]}}})
+    (tmp_path / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    data = coverage.collect([str(tmp_path)])
+    # pad: sharded once forward, once backward; replicated once backward (a program counts once per pattern)
+    assert data["cells"][("pad", "sharded", "fwd")] == 1 and data["cells"][("pad", "sharded", "bwd")] == 1
+    assert data["cells"][("pad", "replicated", "bwd")] == 1 and data["cells"][("cumsum", "uneven", "fwd")] == 1
+    text = coverage.render(data, ["x"])
+    pad = next(ln for ln in text.splitlines() if ln.startswith("| pad |"))
+    assert pad == "| pad | 0 / 1 | 1 / 1 | · | · | · | 1 / 2 | 0.10.2 |"
+    assert "Programs run: 3 on jax 0.10.2" in text
+
+
+@pytest.mark.parametrize("argv", [["/nonexistent-report"]])
+def test_coverage_cli_rejects_a_missing_folder(argv, capsys):
+    assert coverage.main(argv) == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_explaining_a_gspmd_reproducer_leaves_the_partitioner_alone(tmp_path):
+    import jax
+
+    from conformance.debug.explain.summary import stage_of_reproducer
+
+    path = tmp_path / "repro.py"
+    path.write_text("import jax\njax.config.update('jax_use_shardy_partitioner', False)\nKIND = 'nonsense'\n")
+    before = jax.config.jax_use_shardy_partitioner
+    stage = stage_of_reproducer(str(path))
+    assert stage["diverged_in"] is None and stage["error"]
+    assert jax.config.jax_use_shardy_partitioner == before
+
+
+def test_a_listed_case_that_differs_otherwise_is_still_a_mismatch():
+    res = result("error", failure={"kind": "mismatch", "side": "xla", "classes": ["nan-introduced"]},
+                 message="MISMATCH (4 found) ... listed in the xfails file as mismatch(value)")
+    assert signature(res, FakeCase()) == ("mismatch:unlocalised", "pad+max", "nan-introduced")

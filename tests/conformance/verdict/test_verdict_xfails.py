@@ -1,0 +1,201 @@
+"""conformance.verdict.xfails on hand-written entries: which case ids a pattern matches, which JAX
+versions an entry applies to, what each signature accepts, and the audit of a run.
+
+Every expected value is written out by hand from the file format in the module's docstring.
+(The status each signature gives a case is tested with the runner, tests/conformance/engine/test_runner.py.)
+"""
+import pathlib
+
+import pytest
+
+from conformance.report.results import CaseResult
+from conformance.verdict import xfails
+
+FILE = """\
+# a comment, then a blank line
+
+psum[axes='x',*,dtype=float32,*] mismatch(signed-zero): glob with two stars
+p[ab](c).d crash: every character but * is literal
+re:^(pmax|pmin)\\[axes=\\('y' jax<0.11 sometimes model(xla-cpu-max-min): regex from the start
+all_gather[* jax>=0.12 raises(JaxRuntimeError, /replica groups/): newer JAX only
+pbroadcast[* unsupported: no lowering
+psum[* mismatch(any): catch-all after the specific psum entry
+"""
+
+
+@pytest.fixture
+def entries():
+    return xfails.parse(FILE, source="hand.txt")
+
+
+def test_parse_reads_each_signature(entries):
+    got = [(e.line, e.pattern, e.kind, e.signature, e.sometimes, e.version, e.reason) for e in entries]
+    assert got == [
+        (3, "psum[axes='x',*,dtype=float32,*]", "mismatch", "mismatch(signed-zero)", False, None,
+         "glob with two stars"),
+        (4, "p[ab](c).d", "crash", "crash", False, None, "every character but * is literal"),
+        (5, "re:^(pmax|pmin)\\[axes=\\('y'", "model", "model(xla-cpu-max-min)", True, ("<", (0, 11)),
+         "regex from the start"),
+        (6, "all_gather[*", "raises", "raises(JaxRuntimeError, /replica groups/)", False, (">=", (0, 12)),
+         "newer JAX only"),
+        (7, "pbroadcast[*", "unsupported", "unsupported", False, None, "no lowering"),
+        (8, "psum[*", "mismatch", "mismatch(any)", False, None, "catch-all after the specific psum entry"),
+    ]
+    assert entries[2].model == "xla-cpu-max-min"
+    assert (entries[3].exception, entries[3].message) == ("JaxRuntimeError", "replica groups")
+    assert entries[1].crash and entries[4].unsupported and not entries[0].crash
+
+
+@pytest.mark.parametrize("line,case_id,want", [
+    (3, "psum[axes='x',groups=none,dtype=float32,mesh=2:default]", True),
+    (3, "psum[axes='x',dtype=float32,mesh=2:default]", False),      # each star stands between two commas
+    (3, "psum[axes='x',groups=none,dtype=int32,mesh=2:default]", False),
+    (3, "xpsum[axes='x',groups=none,dtype=float32,mesh=2:default]", False),   # anchored at the start
+    (4, "p[ab](c).d", True),
+    (4, "pa(c).d", False),        # [ab] is not a character class
+    (4, "p[ab](c)xd", False),     # . is not any character
+    (4, "p[ab](c).d,more", False),   # anchored at the end
+    (5, "pmax[axes=('y','x'),dtype=float32]", True),
+    (5, "pmin[axes=('y',),dtype=int32]", True),   # a regex needs to match only a prefix
+    (5, "pmean[axes=('y','x')]", False),
+    (5, "xpmax[axes=('y','x')]", False),
+])
+def test_patterns(entries, line, case_id, want):
+    (entry,) = [e for e in entries if e.line == line]
+    assert entry.matches(case_id) is want
+
+
+@pytest.mark.parametrize("token,version,want", [
+    ("jax<0.11", "0.10.2", True), ("jax<0.11", "0.11.0", False), ("jax<=0.11", "0.11", True),
+    ("jax>=0.12", "0.12.0.1", True), ("jax>=0.12", "0.11.9", False), ("jax>0.10", "0.10.2", True),
+    ("jax==0.12", "0.12.3", True),    # == compares the parts written: 0.12 is every 0.12.x
+    ("jax==0.12.1", "0.12.3", False),
+])
+def test_version_tokens(token, version, want):
+    (entry,) = xfails.parse(f"psum[* {token} unsupported: r")
+    assert entry.applies_to(version) is want
+
+
+def test_lookup_takes_the_first_entry_of_the_installed_jax_and_remembers_it(entries):
+    old = xfails.XfailList(entries, jax_version="0.10.2", source="hand.txt")
+    new = xfails.XfailList(entries, jax_version="0.12.0", source="hand.txt")
+    assert [e.line for e in old.entries] == [3, 4, 5, 7, 8]      # line 6 is jax>=0.12 only
+    assert [e.line for e in new.entries] == [3, 4, 6, 7, 8]      # line 5 is jax<0.11 only
+    specific = "psum[axes='x',groups=none,dtype=float32,mesh=2:default]"
+    assert new.lookup(specific).line == 3                       # the file's order decides
+    assert new.lookup("psum[axes='y',dtype=int32]").line == 8
+    assert new.lookup("all_gather[axes='x']").line == 6 and old.lookup("all_gather[axes='x']") is None
+    assert new.lookup("ppermute[axes='x']") is None
+    assert [e.line for e in new.unused()] == [4, 7]
+    assert new.where(new.entries[0]) == "hand.txt:3" and len(new) == 5
+
+
+# -- what a signature accepts --------------------------------------------------------------------
+VALUES = {"kind": "mismatch", "side": "xla", "classes": ["signed-zero"], "layout": [], "models": {}}
+RAISED = xfails.exception_failure("xla", type("JaxRuntimeError", (RuntimeError,), {})("INTERNAL: replica groups x"))
+
+
+@pytest.mark.parametrize("sig,failure,ok,why", [
+    ("mismatch(signed-zero)", VALUES, True, ""),
+    ("mismatch(signed-zero, 1-ulp)", VALUES, True, ""),
+    ("mismatch(1-ulp)", VALUES, False, "values differ by class signed-zero, not only 1-ulp"),
+    ("mismatch(signed-zero)", dict(VALUES, classes=["signed-zero", "value"]), False,
+     "values differ by class value, not only signed-zero"),
+    ("mismatch(any)", dict(VALUES, classes=["value", "inf"]), True, ""),
+    ("mismatch(any)", dict(VALUES, layout=["index", "shape"]), False, "the layout differs (index, shape), not only values"),
+    ("mismatch(any)", dict(VALUES, side="refsim"), False,
+     "the failure is on the refsim side (only XLA-side failures can be expected)"),
+    ("model(xla-cpu-arith)", dict(VALUES, models={"xla-cpu-arith": True}), True, ""),
+    ("model(xla-cpu-arith)", dict(VALUES, models={"xla-cpu-arith": False}), False,
+     "XLA's values differ from model 'xla-cpu-arith' too"),
+    ("model(xla-cpu-arith)", VALUES, False, "model 'xla-cpu-arith' does not apply to this case"),
+    ("raises(JaxRuntimeError, /replica groups/)", RAISED, True, ""),
+    ("raises(RuntimeError, /replica/)", RAISED, True, ""),              # a base class of the raised one
+    ("raises(ValueError)", RAISED, False, "XLA raised JaxRuntimeError, not ValueError"),
+    ("raises(RuntimeError, /^replica/)", RAISED, False,
+     "XLA's message does not match /^replica/: INTERNAL: replica groups x"),
+    ("mismatch(any)", RAISED, False, "XLA raised JaxRuntimeError: INTERNAL: replica groups x"),
+    ("unsupported", xfails.exception_failure("xla", NotImplementedError("no thunk"), unsupported=True), True, ""),
+    ("raises(NotImplementedError)", xfails.exception_failure("xla", NotImplementedError("x"), unsupported=True),
+     False, "the platform cannot run it (unsupported)"),
+    ("unsupported", {"kind": "accepted", "side": "xla"}, False,
+     "XLA accepted a program that refsim (following JAX's rules) rejects"),
+    ("raises(ValueError)", xfails.exception_failure("refsim", ValueError("bad")), False,
+     "the failure is on the refsim side (only XLA-side failures can be expected)"),
+    ("unsupported", None, False, "the check reported no failure signature to match"),
+])
+def test_expects(sig, failure, ok, why):
+    (entry,) = xfails.parse(f"case {sig}: reason")
+    assert entry.expects(failure) == (ok, why)
+
+
+def test_failure_signatures():
+    class Boom(KeyError):
+        pass
+
+    assert xfails.exception_failure("xla", Boom("k")) == {
+        "kind": "raises", "side": "xla", "exception": "Boom", "message": "'k'",
+        "exception_mro": ["Boom", "KeyError", "LookupError", "Exception", "BaseException", "object"]}
+    assert xfails.exception_failure("unknown", RuntimeError("x"), unsupported=True) == {
+        "kind": "unsupported", "side": "unknown", "message": "x"}
+
+    class M:  # what comparison_failure reads of a mismatch: its side and kind
+        def __init__(self, side, kind):
+            self.side, self.kind = side, kind
+
+    class Result:
+        def __init__(self, mismatches, classes):
+            self.mismatches, self.classes = mismatches, classes
+
+    got = xfails.comparison_failure(Result([M("xla", "values"), M("xla", "shape"), M("xla", "bound")], ("1-ulp",)),
+                                    models={"xla-cpu-arith": False})
+    assert got == {"kind": "mismatch", "side": "xla", "classes": ["1-ulp"], "layout": ["shape"],
+                   "models": {"xla-cpu-arith": False}}
+    assert xfails.comparison_failure(Result([M("xla", "values"), M("refsim", "bound")], ()))["side"] == "refsim"
+
+
+@pytest.mark.parametrize("line,broad", [
+    ("a mismatch(any): r", "mismatch(any) accepts every value difference; name the classes that occur"),
+    ("a raises(ValueError): r", "raises(ValueError) accepts any message; add a /message regex/"),
+    ("a mismatch(value, inf): r", ""), ("a raises(ValueError, /x/): r", ""), ("a model(xla-cpu-arith): r", ""),
+    ("a unsupported: r", ""), ("a crash: r", ""),
+])
+def test_too_broad(line, broad):
+    assert xfails.parse(line)[0].too_broad() == broad
+
+
+def test_audit_counts_each_entry_and_names_the_stale_and_the_too_broad(entries):
+    xl = xfails.XfailList(entries, jax_version="0.12.0", source="hand.txt")
+
+    def result(case_id, status):
+        return CaseResult(case_id=case_id, suite="s", family="f", dtype="float32", status=status)
+
+    results = [result("psum[axes='x',groups=none,dtype=float32,mesh=2:default]", "xfail"),
+               result("psum[axes='x',groups=none,dtype=float32,mesh=4:default]", "xpass"),
+               result("psum[axes='y',dtype=int32]", "pass"),
+               result("p[ab](c).d", "pass"),
+               result("pbroadcast[axes='x']", "unsupported"),
+               result("all_gather[axes='x']", "error")]
+    audit = xfails.audit(xl, results)
+    rows = {r["entry"]: r for r in audit["entries"]}
+    line3 = rows["psum[axes='x',*,dtype=float32,*] (hand.txt:3)"]
+    assert (line3["cases"], line3["xfail"], line3["xpass"], line3["pass"]) == (2, 1, 1, 0)
+    # every entry counts every case it matches, not only the cases lookup() gave it
+    assert rows["psum[* (hand.txt:8)"]["cases"] == 3
+    assert rows["all_gather[* (hand.txt:6)"]["error"] == 1
+    # stale: matched cases, none expected (xfail / unsupported), none failing
+    assert audit["stale"] == ["p[ab](c).d (hand.txt:4)"]
+    assert audit["too_broad"] == ["psum[* (hand.txt:8): mismatch(any) accepts every value difference; "
+                                  "name the classes that occur"]
+
+
+def test_load(tmp_path):
+    path = tmp_path / "mine.txt"
+    path.write_text("pbroadcast[* unsupported: r\n", encoding="utf-8")
+    xl = xfails.load(str(path), jax_version="0.12.0")
+    assert [e.pattern for e in xl.entries] == ["pbroadcast[*"] and xl.source == str(path)
+    root = pathlib.Path(__file__).resolve().parents[3]      # the repository: tests/conformance/verdict/
+    assert pathlib.Path(xfails.default_path("cpu")).resolve() == root / "xfails" / "cpu.txt"
+    assert len(xfails.load(None, platform="no-such-platform", jax_version="0.12.0")) == 0   # no file: nothing expected
+    with pytest.raises(ValueError, match=r"xfails file '.*absent.txt' does not exist; pass a file"):
+        xfails.load(str(tmp_path / "absent.txt"))
