@@ -12,10 +12,11 @@ an xfail, a case the platform cannot run is skipped as unsupported, and a stale 
 entry passes with a warning.
 
 Oracle mode (docs/oracle.md): ``pytest --conformance-oracle [--conformance-oracle-report FILE]``
-checks the top-level calls of `jax.jit`, `jax.shard_map` and `jax.pmap` programs (and
-`jax.experimental.shard_map.shard_map` / `jax.experimental.pjit.pjit` ones) that a test suite
-makes against refsim (a disagreement fails the test that made the call) and prints
-``conformance oracle: N calls checked, D disagreed, S not checkable``. The fixture
+checks every distributed program a test suite executes (jit, pjit, pmap, eager shard_map,
+transformations applied outside jit, eager operations on sharded arrays; seen where JAX
+executes them, `conformance.oracle.intercept`) against refsim (a disagreement fails the test
+that made the call) and prints ``conformance oracle: N calls checked, D disagreed, S not
+checkable; E distributed executions seen, M not intercepted`` and the census. The fixture
 `conformance_check` is `conformance.check` with reproducers under the test's tmp_path.
 """
 from __future__ import annotations
@@ -34,8 +35,9 @@ def pytest_addoption(parser):
     group = parser.getgroup("conformance", "refsim-vs-XLA conformance suites")
     group.addoption("--conformance-platform", default=None, metavar="P",
                     help="run the conformance suites on JAX platform P (cpu, cuda, rocm, tpu, a PJRT plugin)")
-    group.addoption("--conformance-devices", type=int, default=8, metavar="N",
-                    help="devices to use (virtual devices on CPU; default 8)")
+    group.addoption("--conformance-devices", type=int, default=None, metavar="N",
+                    help="devices to use (virtual devices on CPU; default 8); with --conformance-oracle it sets "
+                         "the virtual CPU device count before conftests run (default: left to the suite)")
     group.addoption("--conformance-examples", type=int, default=3, metavar="N",
                     help="hypothesis draws per family (default 3)")
     group.addoption("--conformance-suite", default="all", metavar="S",
@@ -44,9 +46,8 @@ def pytest_addoption(parser):
     group.addoption("--conformance-xfails", default=None, metavar="FILE",
                     help="expected failures (default xfails/<platform>.txt)")
     group.addoption("--conformance-oracle", action="store_true", default=False,
-                    help="oracle mode: also run every top-level jax.jit/shard_map/pmap (and jax.experimental "
-                         "shard_map/pjit) call of a distributed "
-                         "program on refsim and fail the test on a disagreement")
+                    help="oracle mode: also run every distributed program the tests execute (jit, pjit, pmap, "
+                         "shard_map, eager ops on sharded arrays) on refsim and fail the test on a disagreement")
     group.addoption("--conformance-oracle-report", default=None, metavar="FILE",
                     help="oracle mode: write the JSON report (counts, reasons, one record per call) to FILE")
 
@@ -67,11 +68,25 @@ def _start_oracle(config) -> None:
     intercept.install(_ORACLE["session"])
 
 
+def _oracle_devices(devices) -> None:
+    """`--conformance-devices N` in oracle mode: N virtual CPU devices, set before conftests
+    import JAX (only when given: a suite's own device setup is otherwise left alone)."""
+    if devices is None:
+        return
+    from xla_backend import platform
+
+    try:
+        platform.configure_cpu_devices(devices)
+    except (ValueError, RuntimeError) as e:
+        raise pytest.UsageError(f"--conformance-devices={devices}: {e}") from None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
-    # Before conftests and test modules are imported, so the jax.jit/shard_map/pmap they call
-    # at import time (decorators) are the oracle's.
-    if getattr(early_config.known_args_namespace, "conformance_oracle", False):
+    # Before conftests and test modules are imported, so programs they run at import time are seen.
+    ns = early_config.known_args_namespace
+    if getattr(ns, "conformance_oracle", False):
+        _oracle_devices(getattr(ns, "conformance_devices", None))
         _start_oracle(early_config)
 
 
@@ -156,14 +171,21 @@ def conformance_check(tmp_path):
     return functools.partial(check, repro_dir=str(tmp_path / "conformance-repros"))
 
 
+def _devices(config) -> int:
+    n = config.getoption("conformance_devices")
+    return 8 if n is None else n
+
+
 def _enabled(config) -> bool:
     return config.getoption("conformance_platform", None) is not None
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "conformance: a refsim-vs-XLA conformance case (--conformance-platform)")
-    if config.getoption("conformance_oracle", False):
-        _start_oracle(config)   # when the plugin was loaded after the initial conftests
+    if config.getoption("conformance_oracle", False) and _ORACLE["session"] is None:
+        # the plugin was loaded after the initial conftests
+        _oracle_devices(config.getoption("conformance_devices"))
+        _start_oracle(config)
     if not _enabled(config):
         return
     from xla_backend import platform
@@ -171,7 +193,7 @@ def pytest_configure(config):
     examples = config.getoption("conformance_examples")
     if examples < 1:
         raise pytest.UsageError(f"--conformance-examples={examples}; pass a positive number of draws per family.")
-    platform.configure(config.getoption("conformance_platform"), config.getoption("conformance_devices"))
+    platform.configure(config.getoption("conformance_platform"), _devices(config))
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -181,7 +203,7 @@ def pytest_collection_modifyitems(session, config, items):
     from conformance.verdict import xfails
 
     plat = config.getoption("conformance_platform")
-    devices = config.getoption("conformance_devices")
+    devices = _devices(config)
     xf = xfails.load(config.getoption("conformance_xfails"), platform=plat)
     tasks = runner.plan_tasks(config.getoption("conformance_suite"), examples=config.getoption("conformance_examples"),
                               seed=config.getoption("conformance_seed"), devices=devices)

@@ -238,6 +238,19 @@ def to_numpy(x):
     return data.view(key_numpy_dtype(impl)).reshape(data.shape[:data.ndim - key_nd])
 
 
+def has_logical_device_ids(sharding) -> bool:
+    """True for a NamedSharding whose devices are renumbered by a private `_logical_device_ids`
+    (JAX's efficient reshard between device orders, `dispatch._different_device_order_reshard`,
+    jax 0.10 … 0.12): its blocks are not where its mesh and spec alone put them."""
+    return getattr(sharding, "_logical_device_ids", None) is not None
+
+
+def key_base_array(x):
+    """The uint32 jax.Array holding a key array's words (`PRNGKeyArray._base_array`, jax 0.10 …
+    0.12): read off the devices without running `jax.random.key_data` (a jit)."""
+    return x._base_array
+
+
 def jax_key_dtype(np_dtype):
     """The JAX key dtype a refsim structured key dtype stands for (None for other dtypes)."""
     import numpy as np
@@ -772,6 +785,104 @@ def legacy_entry_points() -> list:
                 continue
         found.append((mod, attr, kind, value))
     return found
+
+
+# -- oracle mode's execution hooks (conformance.oracle.intercept) ---------------------------------
+#: The functions of `jax._src.pjit` that every jit execution through Python passes (jax 0.10 … 0.12):
+#: `_pjit_call_impl_python(*args, jaxpr=, in_shardings=, out_shardings=, ..., name=, ...)` lowers,
+#: compiles (both cached) and runs one execution, returning (outputs, executable, profiler, const
+#: args); `_get_fastpath_data(executable, out_tree, args_flat, ...)` hands C++'s dispatch what it
+#: needs to run later calls without Python (None: later calls come back to Python);
+#: `_run_python_pjit(p, args_flat, fun, args, kwargs)` is a jit object's call (its function and the
+#: user's arguments); `jit_p.impl` (`_pjit_call_impl`) runs a jit equation bound outside any trace
+#: (grad/vjp/jvp/vmap of a jit applied outside jit, `core.eval_jaxpr`).
+JIT_EXECUTION_HOOKS = ("_pjit_call_impl_python", "_get_fastpath_data", "_run_python_pjit")
+
+
+def pjit_module():
+    """`jax._src.pjit`, the module holding `JIT_EXECUTION_HOOKS` and `jit_p`."""
+    from jax._src import pjit
+
+    return pjit
+
+
+def jit_primitive():
+    """The primitive of a jit equation (`jit_p`, named "jit" in jax 0.10 … 0.12)."""
+    return pjit_module().jit_p
+
+
+def executable_device_count(executable) -> int:
+    """How many devices a compiled jit executable (`pxla.MeshExecutable`) runs on; 1 when unknown."""
+    devs = set()
+    for sh in (*getattr(executable, "_in_shardings", ()), *getattr(executable, "_out_shardings", ())):
+        try:
+            devs |= set(sh.device_set)
+        except (AttributeError, ValueError, NotImplementedError):
+            continue
+    if not devs:
+        try:
+            return len(executable.xla_executable.local_devices())
+        except Exception:  # noqa: BLE001 - an executable of another kind: count it as one device
+            return 1
+    return len(devs)
+
+
+def test_event_module():
+    """`jax._src.util`: JAX's `test_event(name)` calls `util.test_event_listener`, which
+    `jax._src.test_util` sets to count events (`count_pjit_cpp_cache_miss`: "jit_cpp_cache_miss",
+    `count_jit_tracing_cache_miss`: "trace_to_jaxpr", `count_jit_and_pmap_lowerings`,
+    `count_jit_compilation_cache_miss`, ...)."""
+    from jax._src import util
+
+    return util
+
+
+def quiet_jax_config():
+    """A context in which JAX neither logs compilations nor explains cache misses, and allows
+    device-to-host copies whatever the user's `jax.transfer_guard` says (this thread)."""
+    import contextlib
+
+    from jax._src import config
+
+    stack = contextlib.ExitStack()
+    for name in ("log_compiles", "explain_cache_misses"):
+        state = getattr(config, name, None)
+        if state is not None:
+            stack.enter_context(state(False))
+    guard = getattr(config, "transfer_guard_device_to_host", None)
+    if guard is not None:
+        stack.enter_context(guard("allow"))
+    return stack
+
+
+def dispatch_module():
+    """`jax._src.dispatch`: `_batched_device_put_impl(*xs, devices=, srcs=, copy_semantics=,
+    dst_avals=)` runs every `jax.device_put` outside a trace (jax 0.10 … 0.12)."""
+    from jax._src import dispatch
+
+    return dispatch
+
+
+def aot_compiled_class():
+    """`jax.stages.Compiled`: `jit(f).lower(...).compile()`; its `__call__` runs the executable
+    directly (no jit dispatch), so oracle mode can only count those calls."""
+    from jax._src import stages
+
+    return stages.Compiled
+
+
+def aot_compiled_device_count(compiled) -> int:
+    return executable_device_count(getattr(compiled, "_executable", None))
+
+
+def clear_jit_dispatch_caches() -> None:
+    """Drop C++'s jit dispatch entries (not the compiled executables or traces), so calls of
+    programs compiled earlier come back to Python once (`jax.clear_caches` drops more)."""
+    pjit = pjit_module()
+    for name in ("_cpp_pjit_cache_fun_only", "_cpp_pjit_cache_explicit_attributes"):
+        cache = getattr(pjit, name, None)
+        if cache is not None:
+            cache.clear()
 
 
 # --- the SPMD partitioner ------------------------------------------------------------------

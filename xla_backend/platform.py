@@ -37,22 +37,36 @@ def configure(platform: str | None = None, devices: int | None = None) -> None:
         raise ValueError(f"devices={devices}: the CPU device count must be <= {MAX_DEVICE_COUNT} (XLA reads "
                          f"{_FLAG} as a 32-bit int).")
     if platform == "cpu":
-        if backends_initialised():
-            import jax
-
-            have = jax.device_count("cpu")
-            if have != devices:
-                raise RuntimeError(
-                    f"JAX is already initialised with {have} CPU devices, but {devices} were "
-                    f"requested. XLA reads {_FLAG} once per process: call "
-                    "xla_backend.platform.configure(...) before anything runs JAX, or start a "
-                    f"new process with XLA_BACKEND_DEVICES={devices}."
-                )
+        if not configure_cpu_devices(devices):
             return
-        flags = re.sub(rf"{_FLAG}=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
-        os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={devices}".strip()
     os.environ["JAX_PLATFORMS"] = platform
     os.environ["XLA_BACKEND_PLATFORM"] = platform
+
+
+def configure_cpu_devices(devices: int) -> bool:
+    """Ask XLA for `devices` virtual CPU devices (the platform is left as it is). Returns False
+    when JAX had already started with that many; raises RuntimeError if it started with another
+    count, since XLA reads the flag once."""
+    if devices < 1:
+        raise ValueError(f"devices={devices}: the CPU device count must be >= 1.")
+    if devices > MAX_DEVICE_COUNT:
+        raise ValueError(f"devices={devices}: the CPU device count must be <= {MAX_DEVICE_COUNT} (XLA reads "
+                         f"{_FLAG} as a 32-bit int).")
+    if backends_initialised():
+        import jax
+
+        have = jax.device_count("cpu")
+        if have != devices:
+            raise RuntimeError(
+                f"JAX is already initialised with {have} CPU devices, but {devices} were "
+                f"requested. XLA reads {_FLAG} once per process: call "
+                "xla_backend.platform.configure(...) before anything runs JAX, or start a "
+                f"new process with XLA_BACKEND_DEVICES={devices}."
+            )
+        return False
+    flags = re.sub(rf"{_FLAG}=\d+", "", os.environ.get("XLA_FLAGS", "")).strip()
+    os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={devices}".strip()
+    return True
 
 
 _PREALLOCATION_VARS = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION",

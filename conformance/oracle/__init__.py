@@ -4,7 +4,7 @@
 * `program`   traces a call and evaluates it on refsim, laid out as the program states.
 * `policy`    the tolerance policy for general programs (exact, or a magnitude-scaled bound).
 * `reproduce` standalone reproducer files for a user's program.
-* `intercept` wraps `jax.jit`, `jax.shard_map`, `jax.pmap` (and `jax.experimental`'s shard_map
-  and pjit) so top-level calls are checked.
-* `session`   counts, per-call records, the summary line and the JSON report.
+* `intercept` hooks JAX's jit dispatch so every distributed program is seen where it executes
+  (jit, pjit, pmap, eager shard_map, transformations outside jit, eager ops on sharded arrays).
+* `session`   counts, per-call records, the census, the summary line and the JSON report.
 """

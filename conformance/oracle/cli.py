@@ -2,11 +2,11 @@
 
     python -m conformance check [--report FILE] [--platform P] [--devices N] SCRIPT.py [ARGS...]
 
-Every top-level call of a `jax.jit` / `jax.shard_map` / `jax.pmap` program (or one built with
-`jax.experimental.shard_map.shard_map` / `jax.experimental.pjit.pjit`) the script makes that is
-distributed is also run on refsim and compared; disagreements are printed as they happen
-(report and reproducer), and at the end the summary line
-``conformance oracle: N calls checked, D disagreed, S not checkable`` (with a WARNING line when
+Every distributed program the script executes (jit, pjit, pmap, eager shard_map,
+transformations applied outside jit, eager operations on sharded arrays) is also run on refsim
+and compared; disagreements are printed as they happen (report and reproducer), and at the end
+the summary line ``conformance oracle: N calls checked, D disagreed, S not checkable; E
+distributed executions seen, M not intercepted`` and the census (with a WARNING line when
 nothing was checked). Exit status: the script's own when it fails, else 1 if any call
 disagreed, else 0; 2 for bad arguments.
 """

@@ -15,6 +15,7 @@ the way the program states it:
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,9 @@ class Traced:
     out_tree: Any
     primitives: frozenset
     sharded_io: bool
+    #: out_shardings of the jit being executed (refsim shardings, None where not stated), when
+    #: `closed` is that jit's body (`from_execution`); None when `closed` came from `trace`
+    stated_out: list | None = None
 
     @property
     def distributed(self) -> bool:
@@ -97,21 +101,52 @@ def primitive_names(jaxpr) -> frozenset:
     return frozenset(seen)
 
 
+def host_array(x):
+    """A fully addressable jax.Array copied off its devices as a refsim.Array, each device's own
+    data, without running or caching anything in JAX: indices and replica ids come from refsim's
+    equal sharding (not JAX's cached `devices_indices_map`), a key array's words from its base
+    array (not `jax.random.key_data`, a jit), so the oracle leaves JAX's caches as it found them.
+    TypeError for a sharding refsim has no equivalent of (a GSPMDSharding, a PmapSharding)."""
+    from refsim.array import Array, Shard
+    from xla_backend import convert
+
+    if compat.has_logical_device_ids(x.sharding):
+        raise TypeError(f"{x.sharding!r} renumbers its devices (logical device ids); refsim has no equivalent")
+    sh = convert.from_jax_sharding(x.sharding)
+    shape = tuple(x.shape)
+    index, replica = sh.devices_indices_map(shape), sh.device_replica_id_map(shape)
+    impl = compat.prng_impl_of(x.dtype)
+    src = compat.key_base_array(x) if impl is not None else x
+    dtype = compat.physical_dtype(x.dtype)
+    by_dev = {}
+    for s in src.addressable_shards:
+        d = int(s.device.id)
+        data = np.array(np.asarray(s.data), copy=True)
+        if impl is not None:
+            nd = len(tuple(impl.key_shape))
+            data = np.ascontiguousarray(data).view(dtype).reshape(data.shape[:data.ndim - nd])
+        ix = tuple(slice(i.start, i.stop) if isinstance(i, slice) else int(i) for i in index[d])
+        by_dev[d] = Shard(d, ix, data, int(replica[d]))
+    return Array(shape, dtype, sh, [by_dev[d] for d in index if d in by_dev])
+
+
 def _host_copy(x):
     """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data)."""
     import jax
 
-    from xla_backend import convert
-
     if isinstance(x, jax.core.Tracer):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            return compat.to_numpy(x)  # refsim's structured key array: the key data, one field per impl
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
+        if compat.prng_impl_of(x.dtype) is not None:
+            # refsim's structured key array (the key words, one field per impl), global
+            try:
+                return np.asarray(host_array(x))
+            except TypeError:
+                return compat.to_numpy(x)
         try:
-            return convert.to_refsim(x)
+            return host_array(x)
         except TypeError:                                   # e.g. a PmapSharding or GSPMDSharding
             return np.asarray(x)
     if isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
@@ -174,6 +209,40 @@ def trace(fn, args: tuple, kwargs: dict, static=((), ())) -> Traced:
     return Traced(fn, closed, list(leaves), jax.tree_util.tree_structure(out_shape), prims, sharded)
 
 
+_FACTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _facts(jaxpr) -> tuple[frozenset, bool]:
+    """(primitive names, states a multi-device layout) of a jaxpr, computed once per jaxpr object
+    (a jit executed many times is walked once)."""
+    try:
+        return _FACTS[jaxpr]
+    except (KeyError, TypeError):
+        pass
+    facts = (primitive_names(jaxpr), states_multi_device_layout(jaxpr))
+    try:
+        _FACTS[jaxpr] = facts
+    except TypeError:
+        pass
+    return facts
+
+
+def from_execution(params: dict, args, fn=None) -> Traced:
+    """A jit execution as JAX runs it, nothing traced: `params` are the jit equation's (its body
+    `jaxpr`, `in_shardings`, `out_shardings`, ...), `args` its flat arguments (one per invar of
+    the body). The body is what refsim evaluates; the stated out_shardings lay its outputs out."""
+    closed = params["jaxpr"]
+    n_in = len(closed.jaxpr.invars)
+    if len(args) != n_in:
+        raise NotCheckable("oracle error", f"the jit body takes {n_in} inputs, the execution passed {len(args)}")
+    outs = tuple(params.get("out_shardings", ()))
+    prims, states = _facts(closed.jaxpr)
+    sharded = (any(_multi_device(x) for x in args) or states
+               or any(_multi_device_sharding(s) for s in (*params.get("in_shardings", ()), *outs)))
+    stated = [_refsim_sharding(s) for s in outs] if len(outs) == len(closed.jaxpr.outvars) else None
+    return Traced(fn, closed, list(args), None, prims, sharded, stated_out=stated)
+
+
 def take_host_copies(traced: Traced) -> None:
     """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
     refsim reads them; call it before XLA runs the call, which may donate its inputs."""
@@ -184,7 +253,7 @@ def is_shard_map_program(traced: Traced) -> bool:
     """True when the program (under top-level jits) is one shard_map producing every output."""
     from refsim.interpreter import api
 
-    return api.ends_in_shard_map(_unwrap_jit(traced.closed)[0].jaxpr)
+    return api.ends_in_shard_map(_unwrap_jit(traced.closed, traced.stated_out)[0].jaxpr)
 
 
 def check_replayable(traced: Traced) -> None:
@@ -198,10 +267,10 @@ def check_replayable(traced: Traced) -> None:
 
 
 # -- refsim's evaluation ----------------------------------------------------------------------
-def _unwrap_jit(closed):
+def _unwrap_jit(closed, stated=None):
     """(innermost closed jaxpr, stated out_shardings) through top-level jit equations that
-    take the program's inputs in order and return its outputs."""
-    stated = None
+    take the program's inputs in order and return its outputs (`stated`: those of the jit whose
+    body `closed` is, if any)."""
     while True:
         j = closed.jaxpr
         if len(j.eqns) != 1 or closed.consts or j.constvars:
@@ -214,7 +283,7 @@ def _unwrap_jit(closed):
         outs = eqn.params.get("out_shardings")
         if outs is not None:
             stated = [_refsim_sharding(s) for s in outs] if stated is None else [
-                _refsim_sharding(s) or prev for s, prev in zip(outs, stated)]
+                prev or _refsim_sharding(s) for s, prev in zip(outs, stated)]   # the outer jit's last word
         closed = eqn.params["jaxpr"]
 
 
@@ -267,10 +336,41 @@ def _explicit_out_layout(var, mesh, manual: set):
     return NamedSharding(mesh, spec)
 
 
+def _entry_axes(entry) -> tuple:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _on_axes(spec, axes: set, ndim: int) -> tuple:
+    """`spec`'s entries over `axes` only, one tuple per dimension (other axes dropped)."""
+    ents = list(spec) + [None] * (ndim - len(spec))
+    return tuple(tuple(a for a in _entry_axes(e) if a in axes) for e in ents[:ndim])
+
+
+def _compiler_placed(xla_out, out_spec, mesh, manual: set):
+    """XLA's sharding of a partially manual shard_map's output when it agrees with `out_spec` on
+    the manual axes (it differs only over the automatic axes, which the program leaves to the
+    partitioner), else None: the output is then laid out as stated and a misplaced block shows."""
+    from refsim.layouts.named_sharding import NamedSharding
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    sh = getattr(xla_out, "sharding", None)
+    if not isinstance(sh, NamedSharding) or sh.mesh != mesh or out_spec is None:
+        return None
+    spec = PartitionSpec.from_jax(out_spec) if not isinstance(out_spec, PartitionSpec) else out_spec
+    if sh.spec.unreduced or sh.spec.reduced or spec.unreduced or spec.reduced:
+        return None
+    ndim = len(xla_out.shape)
+    if _on_axes(sh.spec, manual, ndim) != _on_axes(spec, manual, ndim):
+        return None
+    return sh
+
+
 def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
-    closed, stated = _unwrap_jit(traced.closed)
+    closed, stated = _unwrap_jit(traced.closed, traced.stated_out)
     n = len(closed.jaxpr.outvars)
     stated = [stated[k] if stated is not None and k < len(stated) else None for k in range(n)]
     try:
@@ -286,7 +386,17 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
             # Explicit axes) lay a result out anew
             layouts = [s if s is not None else _explicit_out_layout(v, mesh, manual)
                        for v, s in zip(closed.jaxpr.outvars, stated)]
-            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), ["program"] * n
+            where = ["program"] * n
+            if manual != set(mesh.axis_names):
+                # over the automatic axes the placement is the partitioner's choice, not the
+                # program's: such an output is compared by value on XLA's layout
+                specs = closed.jaxpr.eqns[-1].params.get("out_specs", ())
+                for k in range(n):
+                    if layouts[k] is None and k < len(specs) and k < len(xla_outs):
+                        placed = _compiler_placed(xla_outs[k], specs[k], mesh, manual)
+                        if placed is not None:
+                            layouts[k], where[k] = placed, "xla"
+            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), where
         layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
         outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
     except UnsupportedPrimitive as e:
@@ -317,7 +427,7 @@ def xla_outputs(out) -> list:
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an output spans devices of other processes")
         try:
-            res.append(convert.to_refsim(x))
+            res.append(host_array(x))
         except (TypeError, ValueError, NotImplementedError) as e:   # e.g. an unreduced output sharding
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     return res

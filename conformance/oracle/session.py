@@ -1,25 +1,64 @@
 """Oracle mode's bookkeeping: one `Session` per pytest run or `python -m conformance check`.
 
-Every intercepted top-level call is traced; a call whose program is distributed (a
-shard_map, a collective, or sharded inputs/outputs) is checked against refsim and recorded
-as "agree", "disagree" or "not_checkable" (with a reason); other calls are counted as
-skipped. The caller always gets XLA's result. `summary_lines()` gives the summary line
-``conformance oracle: N calls checked, D disagreed, S not checkable`` and the overhead;
-`report()` the JSON object (keys: checked, disagreed, not_checkable, skipped, overhead,
-calls, ...).
+`conformance.oracle.intercept` hands the session every jit execution JAX runs through Python
+(`before`, then `after` with XLA's outputs). An execution whose program is distributed (a
+shard_map, a collective, or inputs, outputs or stated layouts over several devices) is seen,
+counted by the path it ran through (`PATHS`), and checked against refsim: recorded as "agree",
+"disagree" or "not_checkable" (with a reason); single-device executions are counted as skipped.
+Distributed executions that ran past the hooks are counted as "not intercepted" by reason. The
+caller always gets XLA's result. `summary_lines()` gives the summary line
+``conformance oracle: N calls checked, D disagreed, S not checkable; E distributed executions
+seen, M not intercepted`` and the census by path and reason; `report()` the JSON object (keys:
+checked, disagreed, not_checkable, skipped, census, overhead, calls, ...).
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 import statistics
 import tempfile
 import time
+from typing import Any
 
 from conformance.oracle import check as chk
+from conformance.oracle import intercept
 from conformance.oracle import program as prog
 from conformance.oracle.policy import DEFAULT_ULPS
+
+#: How a distributed execution reached XLA (`intercept`): a jit object called by the program or a
+#: library (`jax.jit`, `pjit`, JAX's private names, test utilities), `jax.pmap`, one operation of
+#: an eager `shard_map` body, an eager operation on sharded arrays, `jax.device_put` onto or off
+#: several devices (a reshard), or a jit equation run by a transformation applied outside jit
+#: (grad / vjp / jvp / vmap / linearize of a jit).
+PATHS = ("jit call", "pmap", "eager shard_map", "eager op", "device_put", "transformation outside jit",
+         "jit equation")
+
+
+@dataclasses.dataclass
+class _Pending:
+    """One execution between `before` and `after`."""
+
+    traced: Any
+    name: str
+    entry: str
+    via: str
+    ctx: dict
+    t0: float
+    t1: float
+    record: dict | None = None      # set when the execution was recorded as not checkable already
+
+
+def _label(fun, via: str, params: dict) -> str:
+    """The name a record gives an execution: the user's function, or the operation run eagerly."""
+    if via == "eager op":
+        return str(params.get("name", "op"))
+    if via == "eager shard_map":
+        first = next(iter(getattr(fun, "args", ()) or ()), None)
+        what = first.name if hasattr(first, "bind") else getattr(getattr(fun, "f", None), "__name__", "?")
+        return f"shard_map body: {what}"
+    return chk._name(fun) if fun is not None else str(params.get("name", "jit"))
 
 
 class Session:
@@ -32,64 +71,129 @@ class Session:
         self.context = ""
         self.calls: list[dict] = []
         self.skipped = 0
+        self.seen: collections.Counter = collections.Counter()          # path -> distributed executions
+        self.missed: collections.Counter = collections.Counter()        # reason -> not intercepted
         self.failures: dict[str, list] = collections.defaultdict(list)
         self.echo = echo                    # called with each disagreement's report (the CLI prints it)
 
-    # -- one call ----------------------------------------------------------------------------------
-    def call(self, inner, entry: str, args: tuple, kwargs: dict, static=((), ()), via: str | None = None):
-        """Run `inner(*args, **kwargs)` on XLA and return its result; check it on refsim on the side.
-
-        `entry`: the kind of program (jit, shard_map, pmap); `via`: the entry point the user
-        called (``jax.experimental.pjit.pjit``; default ``jax.<entry>``), kept in the record.
-        `static`: the jit's (static_argnums, static_argnames). The user's call runs exactly once
-        and its exceptions reach the user; nothing the oracle itself raises does (a failure of
-        the oracle's own machinery is counted as not checkable, reason "oracle error").
-        """
-        name = chk._name(inner)
-        via = via or f"jax.{entry}"
+    # -- one execution ----------------------------------------------------------------------------
+    def before(self, args: tuple, params: dict, ctx: dict):
+        """Before XLA runs a jit execution (`params`: the jit equation's; `ctx`: how it was
+        called, `intercept`): decide whether it is distributed and take host copies of its
+        inputs. Returns what `after` needs, or None (single-device, or not checkable: recorded).
+        Nothing the oracle raises reaches the user (a failure of its own machinery is counted
+        as not checkable, reason "oracle error")."""
         t0 = time.perf_counter()
+        fun, via = ctx.get("fun"), ctx.get("via", "jit equation")
+        name = _label(fun, via, params)
+        entry = "pmap" if via == "pmap" else "jit"
         try:
-            traced = prog.trace(inner, args, kwargs, static)
-            if traced.distributed:
-                prog.check_replayable(traced)
-                prog.take_host_copies(traced)
+            traced = prog.from_execution(params, args, fun)
         except Exception as e:  # noqa: BLE001 - see the docstring
-            out = inner(*args, **kwargs)
-            self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
-            return out
+            self.seen[via] += 1
+            rec = self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
+            return _Pending(None, name, entry, via, ctx, t0, time.perf_counter(), rec)
         if not traced.distributed:
             self.skipped += 1
-            return inner(*args, **kwargs)
-        t1 = time.perf_counter()
-        out = inner(*args, **kwargs)          # the user's own call
+            return None
+        self.seen[via] += 1
+        try:
+            prog.check_replayable(traced)
+            prog.take_host_copies(traced)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            rec = self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
+            return _Pending(None, name, entry, via, ctx, t0, time.perf_counter(), rec)
+        return _Pending(traced, name, entry, via, ctx, t0, time.perf_counter())
+
+    def after(self, pending: _Pending, out_flat) -> None:
+        """After XLA ran it: evaluate the same jaxpr on refsim and compare; record the outcome."""
+        t2 = time.perf_counter()
+        p = pending
+        if p.record is not None:                 # not checkable, recorded by `before`
+            return
+        out = list(out_flat)
+        tree = p.ctx.get("out_tree")
+        if tree is not None and getattr(tree, "num_leaves", -1) == len(out):
+            import jax
+
+            out = jax.tree_util.tree_unflatten(tree, out)
+        try:
+            res, ref, pols = chk.finish(p.traced, out, name=p.name, entry=p.entry, policy=self.policy,
+                                        ulps=self.ulps, seconds={"trace": p.t1 - p.t0, "xla": t2 - p.t1})
+            overhead = (p.t1 - p.t0) + (time.perf_counter() - t2)
+            rec = self._record(p.name, res.entry, p.via, "agree" if res.ok else "disagree", policy=res.policies,
+                               overhead=overhead, xla=t2 - p.t1)
+            if not res.ok:
+                self._disagreement(p, res, ref, pols, rec)
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable(p.name, p.entry, p.via, e, (p.t1 - p.t0) + (time.perf_counter() - t2), t2 - p.t1)
+
+    def _disagreement(self, p: _Pending, res, ref, pols, rec) -> None:
+        fn = intercept.module_level_jit(p.ctx["fun"]) if p.ctx.get("fun") is not None else None
+        if fn is None:
+            path, note = None, (f"no reproducer: the program ran as {p.via!r} with no module-level jit object "
+                                "to import; bind the jitted function to a module-level name")
+        else:
+            try:
+                path, note = chk.write_reproducer(fn, p.name, p.ctx["args"], p.ctx["kwargs"], ref, pols, None,
+                                                  self.repro_dir)
+            except Exception as e:  # noqa: BLE001 - the disagreement is recorded either way
+                path, note = None, f"no reproducer: {type(e).__name__}: {e}"
+        res.repro_path = path
+        rec["repro"] = path
+        err = chk.ConformanceError(res, note)
+        self.failures[self.context].append(err)
+        if self.echo is not None:
+            self.echo(str(err))
+
+    def before_device_put(self, xs, targets):
+        """Before `jax.device_put(xs, targets)`: None unless some input or target spans several
+        devices (a single-device put is not counted); else the inputs' host copies."""
+        t0 = time.perf_counter()
+        if not (any(prog._multi_device(x) for x in xs)
+                or any(prog._multi_device_sharding(getattr(t, "sharding", t)) for t in targets)):
+            return None
+        self.seen["device_put"] += 1
+        try:
+            hosts = chk.device_put_hosts(xs)
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable("device_put", "device_put", "device_put", e, time.perf_counter() - t0, None)
+            return None
+        return (hosts, list(targets), t0, time.perf_counter())
+
+    def after_device_put(self, pending, ys) -> None:
+        hosts, targets, t0, t1 = pending
         t2 = time.perf_counter()
         try:
-            res, ref, pols = chk.finish(traced, out, name=name, entry=entry, policy=self.policy, ulps=self.ulps,
-                                        seconds={"trace": t1 - t0, "xla": t2 - t1})
-            overhead = (t1 - t0) + (time.perf_counter() - t2)
-            rec = self._record(name, entry, via, "agree" if res.ok else "disagree", policy=res.policies,
-                               overhead=overhead, xla=t2 - t1)
+            res = chk.finish_device_put(hosts, targets, ys)
+            rec = self._record("device_put", "device_put", "device_put", "agree" if res.ok else "disagree",
+                               policy=res.policies, overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
             if not res.ok:
-                try:
-                    path, note = chk.write_reproducer(inner, name, args, kwargs, ref, pols, None, self.repro_dir)
-                except Exception as e:  # noqa: BLE001 - the disagreement is recorded either way
-                    path, note = None, f"no reproducer: {type(e).__name__}: {e}"
-                res.repro_path = path
-                rec["repro"] = path
-                err = chk.ConformanceError(res, note)
+                rec["repro"] = None
+                err = chk.ConformanceError(res, "no reproducer: a device_put is checked by its placement alone")
                 self.failures[self.context].append(err)
                 if self.echo is not None:
                     self.echo(str(err))
-        except Exception as e:  # noqa: BLE001 - see the docstring
-            self._not_checkable(name, entry, via, e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
-        return out
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable("device_put", "device_put", "device_put", e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+
+    def abandon(self, pending: _Pending) -> None:
+        """XLA raised on the execution (the user's error, which reaches the user): not counted,
+        nor recorded (e.g. a call on a deleted array)."""
+        self.seen[pending.via] -= 1
+        if pending.record is not None and pending.record in self.calls:
+            self.calls.remove(pending.record)
+
+    def not_intercepted(self, reason: str) -> None:
+        """Count a distributed execution that ran past the hooks (e.g. an ahead-of-time compiled call)."""
+        self.missed[reason] += 1
 
     def _not_checkable(self, name, entry, via, e, overhead, xla):
         if isinstance(e, prog.NotCheckable):
             reason, detail = e.reason, e.detail
         else:
             reason, detail = "oracle error", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        self._record(name, entry, via, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
+        return self._record(name, entry, via, "not_checkable", reason=reason, detail=detail, overhead=overhead, xla=xla)
 
     def _record(self, name, entry, via, outcome, *, overhead, xla, policy=None, reason=None, detail=None) -> dict:
         rec = {"test": self.context, "entry": entry, "via": via,
@@ -109,15 +213,14 @@ class Session:
     def counts(self) -> dict:
         checked = [c for c in self.calls if c["outcome"] in ("agree", "disagree")]
         reasons = collections.Counter(c["reason"] for c in self.calls if c["outcome"] == "not_checkable")
-        over = [c["seconds"] for c in checked]
         return {
             "checked": len(checked),
             "disagreed": sum(c["outcome"] == "disagree" for c in checked),
             "not_checkable": dict(sorted(reasons.items())),
             "skipped": self.skipped,
-            "overhead": {"mean_seconds": statistics.fmean(over) if over else 0.0,
-                         "median_seconds": statistics.median(over) if over else 0.0,
-                         "total_seconds": sum(over)},
+            "census": {"seen": sum(self.seen.values()), "by_path": _by_path(self.seen),
+                       "not_intercepted": dict(sorted(self.missed.items()))},
+            "overhead": _overhead(self.calls),
         }
 
     def summary_lines(self) -> list[str]:
@@ -143,18 +246,34 @@ def write_json(path: str, report: dict) -> None:
     os.replace(tmp, path)
 
 
+def _by_path(counter) -> dict:
+    """Counts by path in `PATHS` order (others after), zero counts left out."""
+    order = {p: i for i, p in enumerate(PATHS)}
+    return {k: counter[k] for k in sorted(counter, key=lambda k: (order.get(k, len(order)), k)) if counter[k]}
+
+
+def _overhead(calls) -> dict:
+    over = [c["seconds"] for c in calls if c["outcome"] in ("agree", "disagree")]
+    return {"mean_seconds": statistics.fmean(over) if over else 0.0,
+            "median_seconds": statistics.median(over) if over else 0.0, "total_seconds": sum(over)}
+
+
 def merge(reports: list[dict]) -> dict:
     """One report from several (pytest-xdist workers): counts added, calls concatenated."""
     out = {"checked": 0, "disagreed": 0, "not_checkable": collections.Counter(), "skipped": 0, "calls": []}
+    seen, by_path, missed = 0, collections.Counter(), collections.Counter()
     for r in reports:
         for k in ("checked", "disagreed", "skipped"):
             out[k] += r[k]
         out["not_checkable"].update(r["not_checkable"])
         out["calls"] += r["calls"]
-    over = [c["seconds"] for c in out["calls"] if c["outcome"] in ("agree", "disagree")]
+        census = r.get("census", {})
+        seen += census.get("seen", 0)
+        by_path.update(census.get("by_path", {}))
+        missed.update(census.get("not_intercepted", {}))
     out["not_checkable"] = dict(sorted(out["not_checkable"].items()))
-    out["overhead"] = {"mean_seconds": statistics.fmean(over) if over else 0.0,
-                       "median_seconds": statistics.median(over) if over else 0.0, "total_seconds": sum(over)}
+    out["census"] = {"seen": seen, "by_path": _by_path(by_path), "not_intercepted": dict(sorted(missed.items()))}
+    out["overhead"] = _overhead(out["calls"])
     for k in ("platform", "devices", "jax_version"):
         if reports and k in reports[0]:
             out[k] = reports[0][k]
@@ -162,11 +281,16 @@ def merge(reports: list[dict]) -> dict:
 
 
 def summary_lines(c: dict) -> list[str]:
-    """The summary line ``conformance oracle: N calls checked, D disagreed, S not checkable``,
-    then the overhead per checked call, the skipped calls and the not-checkable reasons; with
-    no call checked, a warning line saying why (a zero count is no verdict)."""
+    """The summary line ``conformance oracle: N calls checked, D disagreed, S not checkable; E
+    distributed executions seen, M not intercepted``, then the overhead per checked call, the
+    skipped calls and the not-checkable reasons, then the census (seen by path, the share
+    checked, not intercepted by reason); with no call checked, a warning line saying why (a zero
+    count is no verdict)."""
+    census = c.get("census", {"seen": 0, "by_path": {}, "not_intercepted": {}})
+    nc = sum(c["not_checkable"].values())
+    missed = sum(census["not_intercepted"].values())
     lines = [f"conformance oracle: {c['checked']} calls checked, {c['disagreed']} disagreed, "
-             f"{sum(c['not_checkable'].values())} not checkable"]
+             f"{nc} not checkable; {census['seen']} distributed executions seen, {missed} not intercepted"]
     o = c["overhead"]
     detail = [f"overhead per checked call: mean {o['mean_seconds'] * 1e3:.1f} ms, "
               f"median {o['median_seconds'] * 1e3:.1f} ms",
@@ -174,18 +298,23 @@ def summary_lines(c: dict) -> list[str]:
     if c["not_checkable"]:
         detail.append("not checkable: " + ", ".join(f"{k} x{v}" for k, v in c["not_checkable"].items()))
     lines.append("  " + "; ".join(detail))
+    total = census["seen"] + missed
+    share = f"{100.0 * c['checked'] / total:.1f}%" if total else "-"
+    paths = ", ".join(f"{k} {v}" for k, v in census["by_path"].items())
+    text = (f"  census: {census['seen']} seen" + (f" ({paths})" if paths else "")
+            + f", {c['checked']} checked ({share} of distributed executions), {nc} not checkable, {missed} not intercepted")
+    if missed:
+        text += " (" + ", ".join(f"{k} x{v}" for k, v in census["not_intercepted"].items()) + ")"
+    lines.append(text)
     if not c["checked"]:
         lines.append(_nothing_checked_warning(c))
     return lines
 
 
 def _nothing_checked_warning(c: dict) -> str:
-    from conformance.oracle.intercept import WRAPPED
-
     seen = c["skipped"] + sum(c["not_checkable"].values())
     if not seen:
-        return (f"WARNING: conformance oracle checked nothing: none of the calls went through the entry points "
-                f"it wraps ({', '.join(WRAPPED)}), as top-level calls of callables built after the oracle "
-                f"started; see docs/oracle.md")
+        return ("WARNING: conformance oracle checked nothing: no jit program, pmap, shard_map or eager operation "
+                "on sharded arrays ran through JAX's dispatch while the oracle was on; see docs/oracle.md")
     return (f"WARNING: conformance oracle checked nothing: the {seen} calls it saw were single-device or "
             f"not checkable")

@@ -75,10 +75,12 @@ def test_pytest_oracle_mode_counts_checks_and_fails_the_miscompiled_test(tmp_pat
     assert "FAILED test_suite.py::test_miscompiled_pipeline_fails_the_test" in out, out
     assert "DISAGREE: examples.pipeline._step" in out and "reproducer: python" in out, out
     m = SUMMARY.search(out)
-    assert m and m.groups() == ("4", "1", "1"), out          # 2 pipeline steps, pmap, faulted step; callback
+    # 2 pipeline steps, pmap, faulted step; callback; and 9 device_puts of the pipeline's and the
+    # callback test's inputs (reshards, checked too)
+    assert m and m.groups() == ("13", "1", "1"), out
     data = json.loads(report.read_text())
     assert {"checked", "disagreed", "not_checkable", "calls", "skipped", "overhead"} <= set(data)
-    assert data["checked"] == 4 and data["disagreed"] == 1 and data["skipped"] == 1
+    assert data["checked"] == 13 and data["disagreed"] == 1 and data["skipped"] == 1
     assert data["not_checkable"] == {"host callback": 1}
     rec = {c["test"].split("::")[1]: c for c in data["calls"] if c["outcome"] != "agree"}
     assert rec["test_miscompiled_pipeline_fails_the_test"]["outcome"] == "disagree"
@@ -86,7 +88,11 @@ def test_pytest_oracle_mode_counts_checks_and_fails_the_miscompiled_test(tmp_pat
     assert rec["test_callback_is_not_checkable"]["reason"] == "host callback"
     for c in data["calls"]:
         assert {"test", "entry", "outcome", "policy", "seconds"} <= set(c) and c["seconds"] >= 0
-    assert {c["entry"] for c in data["calls"]} == {"jit", "pmap"}
+    assert {c["entry"] for c in data["calls"]} == {"jit", "jit(shard_map)", "pmap", "device_put"}
+    # the census: every distributed execution seen, by the path it ran through
+    assert data["census"] == {"seen": 14, "by_path": {"jit call": 4, "pmap": 1, "device_put": 9},
+                              "not_intercepted": {}}, data
+    assert "census: 14 seen (jit call 4, pmap 1, device_put 9), 13 checked (92.9% of distributed executions)" in out, out
 
 
 def test_cli_check_runs_a_script_in_oracle_mode(tmp_path):
@@ -97,9 +103,10 @@ def test_cli_check_runs_a_script_in_oracle_mode(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "step 2: loss" in proc.stdout                      # the script's own output
     m = SUMMARY.search(proc.stdout)
-    assert m and m.groups() == ("3", "0", "0"), proc.stdout
+    assert m and m.groups() == ("7", "0", "0"), proc.stdout          # 3 steps and 4 device_puts
     data = json.loads(report.read_text())
-    assert data["checked"] == 3 and all(c["outcome"] == "agree" for c in data["calls"])
+    assert data["checked"] == 7 and all(c["outcome"] == "agree" for c in data["calls"])
+    assert data["census"]["by_path"] == {"jit call": 3, "device_put": 4}, data["census"]
 
 
 def test_cli_check_bad_script_is_one_line_and_exit_2(tmp_path):
@@ -114,3 +121,47 @@ def test_cli_check_without_a_script_is_one_line_and_exit_2():
     proc = subprocess.run([sys.executable, "-m", "conformance", "check"], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "missing SCRIPT.py" in proc.stderr and "Traceback" not in proc.stderr
+
+
+DEVICES_SUITE = '''\
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def test_devices():
+    assert jax.device_count() == 4
+    mesh = jax.make_mesh((4,), ("x",))
+    jax.jit(lambda a: a * 2)(jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, P("x"))))
+'''
+
+
+def _pytest(tmp_path, *opts):
+    (tmp_path / "test_devices.py").write_text(DEVICES_SUITE)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path),
+         "--rootdir", str(tmp_path), *opts], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_conformance_devices_sets_the_cpu_device_count_in_oracle_mode(tmp_path):
+    # no conftest sets the device count: --conformance-devices does, before JAX starts
+    proc = _pytest(tmp_path, "--conformance-oracle", "--conformance-devices", "4")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "1 passed" in out, out
+    m = SUMMARY.search(out)
+    assert m and m.groups() == ("2", "0", "0"), out                     # the device_put and the jit
+    bad = _pytest(tmp_path, "--conformance-oracle", "--conformance-devices", "0")
+    assert bad.returncode == 4 and "--conformance-devices=0" in bad.stderr + bad.stdout, bad.stderr
+
+
+def test_readme_and_oracle_page_run_as_scripts_without_xla_flags(tmp_path):
+    # their blocks set up the 8 devices they need (docs are code: also as a plain script)
+    import re
+
+    for page in ("README.md", os.path.join("docs", "oracle.md")):
+        with open(os.path.join(ROOT, page)) as fh:
+            blocks = re.findall(r"^```python\n(.*?)^```", fh.read(), re.S | re.M)
+        script = tmp_path / (os.path.basename(page) + ".py")
+        script.write_text("\n".join(blocks))
+        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(), capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, (page, proc.stdout[-2000:], proc.stderr[-3000:])

@@ -1,0 +1,183 @@
+"""Oracle mode on test suites nobody here wrote: each file run by pytest plainly and with
+``--conformance-oracle``, and the two runs compared test by test.
+
+    python scripts/oracle_on_suites.py JAX_SRC [--files F1,F2] [--out DIR] [--doc docs/oracle.md]
+
+JAX_SRC is a JAX source checkout at the tag of the installed jax (``git clone`` of jax-ml/jax,
+``git checkout jax-v0.10.2``; its ``tests/`` and root ``conftest.py`` / ``pyproject.toml`` are
+used as JAX's CI uses them); the suites are run from there and never copied into this
+repository. JAX's test utilities need ``absl-py``. Each file runs twice in a fresh process on 8
+virtual CPU devices: plainly, and with ``--conformance-oracle --conformance-oracle-report``.
+Printed (and with ``--doc``, written between the markers ``<!-- oracle-on-suites:begin -->`` and
+``<!-- oracle-on-suites:end -->`` of that page): one row per file with the tests passed plainly,
+the tests whose outcome changed under the oracle, the calls checked, disagreements, not
+checkable (by reason), the census (distributed executions seen, not intercepted, the share
+checked) and both wall times. ``--out DIR`` keeps the JUnit files, the oracle reports and a JSON
+summary with every changed test and every disagreement.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The twelve files of issue 27 (JAX's tests/ directory).
+JAX_FILES = ("pjit_test.py", "linalg_sharding_test.py", "array_test.py", "layout_test.py", "shard_alike_test.py",
+             "async_collectives_test.py", "custom_partitioning_test.py", "debugging_primitives_test.py",
+             "memories_test.py", "multi_device_test.py", "ragged_collective_test.py", "mesh_utils_test.py")
+BEGIN, END = "<!-- oracle-on-suites:begin -->", "<!-- oracle-on-suites:end -->"
+
+
+def outcomes(junit: str) -> dict:
+    """test id -> passed / failed / skipped, from a JUnit XML file (errors count as failed)."""
+    if not os.path.exists(junit):
+        return {}
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        tid = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        out[tid] = ("failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed")
+    return out
+
+
+def run_pytest(python: str, src: str, test_file: str, junit: str, extra: list, timeout: int) -> tuple[int, float, str]:
+    """(exit status, wall seconds, output tail) of one pytest run of `test_file` from `src`."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    env.pop("CI", None)
+    # -P: the checkout's own jax/ folder must not shadow the installed jax
+    cmd = [python, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
+           "--junitxml", junit, os.path.join("tests", test_file), *extra]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True, timeout=timeout)
+        code, text = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        code, text = 124, f"timed out after {timeout} s\n{(e.stdout or b'')[-4000:]!r}"
+    return code, time.perf_counter() - t0, text[-6000:]
+
+
+def measure(python: str, src: str, test_file: str, out_dir: str, timeout: int) -> dict:
+    """Both runs of one file and what changed between them."""
+    stem = test_file[:-3]
+    plain_xml, oracle_xml = (os.path.join(out_dir, f"{stem}.{k}.xml") for k in ("plain", "oracle"))
+    report = os.path.join(out_dir, f"{stem}.oracle.json")
+    for path in (plain_xml, oracle_xml, report):
+        if os.path.exists(path):
+            os.remove(path)
+    code_p, t_p, tail_p = run_pytest(python, src, test_file, plain_xml, [], timeout)
+    code_o, t_o, tail_o = run_pytest(python, src, test_file, oracle_xml,
+                                     ["--conformance-oracle", "--conformance-oracle-report", report], timeout)
+    plain, oracle = outcomes(plain_xml), outcomes(oracle_xml)
+    changed = sorted((t, plain.get(t), oracle.get(t)) for t in set(plain) | set(oracle)
+                     if plain.get(t) != oracle.get(t))
+    rep = json.load(open(report)) if os.path.exists(report) else None
+    row = {"file": test_file, "plain_status": code_p, "oracle_status": code_o,
+           "tests": len(plain), "passed_plain": sum(v == "passed" for v in plain.values()),
+           "failed_plain": sum(v == "failed" for v in plain.values()),
+           "skipped_plain": sum(v == "skipped" for v in plain.values()),
+           "changed": [{"test": t, "plain": a, "oracle": b} for t, a, b in changed],
+           "seconds_plain": round(t_p, 1), "seconds_oracle": round(t_o, 1)}
+    if rep is None:
+        row["error"] = tail_o
+        return row
+    census = rep.get("census", {})
+    row.update(checked=rep["checked"], disagreed=rep["disagreed"], not_checkable=rep["not_checkable"],
+               seen=census.get("seen", 0), by_path=census.get("by_path", {}),
+               not_intercepted=census.get("not_intercepted", {}), skipped_calls=rep.get("skipped", 0),
+               disagreements=[{k: c.get(k) for k in ("test", "name", "via", "entry", "repro")}
+                              for c in rep["calls"] if c["outcome"] == "disagree"],
+               not_checkable_calls=[{k: c.get(k) for k in ("test", "name", "via", "reason", "detail")}
+                                    for c in rep["calls"] if c["outcome"] == "not_checkable"])
+    return row
+
+
+def _share(checked: int, seen: int, missed: int) -> str:
+    total = seen + missed
+    return f"{100.0 * checked / total:.1f}%" if total else "-"
+
+
+def table(rows: list[dict]) -> str:
+    """The Markdown table (one row per file and a total)."""
+    head = ("| file | tests passed plainly | changed under the oracle | calls checked | disagreed | "
+            "not checkable | distributed executions seen | not intercepted | checked share | "
+            "wall time plain / oracle |\n|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    tot = {"tests": 0, "passed": 0, "changed": 0, "checked": 0, "disagreed": 0, "nc": 0, "seen": 0, "missed": 0,
+           "tp": 0.0, "to": 0.0}
+    for r in rows:
+        nc = r.get("not_checkable", {})
+        missed = sum(r.get("not_intercepted", {}).values())
+        nc_text = (f"{sum(nc.values())}: " + ", ".join(f"{k} x{v}" for k, v in sorted(nc.items()))) if nc else "0"
+        if "error" in r:
+            lines.append(f"| {r['file']} | {r['passed_plain']} of {r['tests']} | {len(r['changed'])} | "
+                         "(no oracle report) | | | | | | |")
+            continue
+        lines.append(f"| {r['file']} | {r['passed_plain']} of {r['tests']} | {len(r['changed'])} | {r['checked']} | "
+                     f"{r['disagreed']} | {nc_text} | {r['seen']} | {missed} | "
+                     f"{_share(r['checked'], r['seen'], missed)} | {r['seconds_plain']:.0f} s / {r['seconds_oracle']:.0f} s |")
+        for k, v in (("tests", r["tests"]), ("passed", r["passed_plain"]), ("changed", len(r["changed"])),
+                     ("checked", r["checked"]), ("disagreed", r["disagreed"]), ("nc", sum(nc.values())),
+                     ("seen", r["seen"]), ("missed", missed), ("tp", r["seconds_plain"]), ("to", r["seconds_oracle"])):
+            tot[k] += v
+    lines.append(f"| **all** | {tot['passed']} of {tot['tests']} | {tot['changed']} | {tot['checked']} | "
+                 f"{tot['disagreed']} | {tot['nc']} | {tot['seen']} | {tot['missed']} | "
+                 f"{_share(tot['checked'], tot['seen'], tot['missed'])} | {tot['tp']:.0f} s / {tot['to']:.0f} s |")
+    return "\n".join(lines)
+
+
+def write_doc(path: str, text: str) -> None:
+    """Replace what lies between the markers of `path` by `text`."""
+    with open(path) as fh:
+        doc = fh.read()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"--doc {path}: the page has no {BEGIN} ... {END} markers; add them where the table goes")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    with open(path, "w") as fh:
+        fh.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("jax_src", help="a JAX source checkout at the installed jax's tag (its tests/ are run)")
+    ap.add_argument("--files", default=",".join(JAX_FILES), help="comma-separated files of tests/ (default: issue 27's 12)")
+    ap.add_argument("--out", default=None, help="folder for the JUnit files, oracle reports and summary JSON")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter to run pytest with (default: this one)")
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds per pytest run (default 3600)")
+    ap.add_argument("--doc", default=None, help="write the table between the markers of this Markdown page")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(os.path.join(a.jax_src, "tests")):
+        ap.error(f"{a.jax_src!r} has no tests/ folder; pass a JAX source checkout (git clone jax-ml/jax)")
+    out_dir = a.out or os.path.join(os.path.abspath("."), "oracle-on-suites")
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    for f in [x for x in a.files.split(",") if x]:
+        if not os.path.exists(os.path.join(a.jax_src, "tests", f)):
+            ap.error(f"--files: {f} is not in {a.jax_src}/tests")
+        row = measure(a.python, a.jax_src, f, out_dir, a.timeout)
+        rows.append(row)
+        print(f"{f}: {row.get('checked', '?')} checked, {row.get('disagreed', '?')} disagreed, "
+              f"{len(row['changed'])} tests changed ({row['seconds_plain']:.0f} s / {row['seconds_oracle']:.0f} s)",
+              flush=True)
+    version = subprocess.run([a.python, "-c", "import jax, sys; print(jax.__version__, sys.version.split()[0])"],
+                             capture_output=True, text=True).stdout.split()
+    summary = {"jax": version[0] if version else None, "python": version[1] if len(version) > 1 else None,
+               "rows": rows}
+    with open(os.path.join(out_dir, "summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    text = table(rows)
+    print(text)
+    if a.doc:
+        write_doc(a.doc, f"jax {summary['jax']}, Python {summary['python']}, 8 virtual CPU devices:\n\n{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
