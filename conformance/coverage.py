@@ -21,7 +21,7 @@ __all__ = ["collect", "main", "render"]
 
 def collect(paths) -> dict:
     """Counts from the results.jsonl files under `paths` (folders or files)."""
-    from conformance.report import read_records
+    from conformance.report import Failure, read_records
 
     cells = collections.Counter()       # (op, pattern, direction) -> programs
     versions = collections.defaultdict(set)   # op -> JAX versions
@@ -35,7 +35,7 @@ def collect(paths) -> dict:
             if rec.get("type") == "plan":
                 version = rec.get("jax", "?")
                 continue
-            prog = (rec.get("details") or {}).get("program") if rec.get("type") == "case" else None
+            prog = Failure.from_json(rec.get("details")).program if rec.get("type") == "case" else None
             if not prog:
                 continue
             direction = "bwd" if prog.get("transform") in ("grad", "vjp") else "fwd"

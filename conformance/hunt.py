@@ -90,27 +90,27 @@ def _program_ops(case) -> str:
 
 def signature(result, case=None) -> tuple | None:
     """(stage, op, error class) of a failing `CaseResult` (None for a pass / xfail / unsupported)."""
-    d = result.details or {}
+    d = result.details
     ops = _program_ops(case) if case is not None else "-"
-    failure = d.get("failure") or {}
+    failure = d.signature or {}
     if result.status == "fail" or result.status == "error" and failure.get("kind") == "mismatch":
         # (an "error" mismatch: a listed case that differs otherwise than its xfails entry says)
-        st = d.get("stage") or {}
+        st = d.stage or {}
         classes = ",".join(failure.get("classes") or failure.get("layout") or ["value"])
         return (f"mismatch:{st.get('diverged_in') or 'unlocalised'}", st.get("op") or ops, classes)
     if result.status == "timeout":
         return ("hang", ops, "timeout")
     if result.status != "error":
         return None
-    if "worker_exit" in d:
-        tail = (d.get("fatal_line") or "") + "\n" + (d.get("stderr_tail") or "")
+    if d.worker_exit is not None:
+        tail = (d.fatal_line or "") + "\n" + (d.stderr_tail or "")
         check = (re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*)", tail)
                  or re.search(r"([A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail))
         where = re.search(r"([a-z_]+\.(?:cc|h)):\d+", tail)
-        return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d["worker_exit"]))
+        return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d.worker_exit))
     side = failure.get("side", "unknown")
-    exc = failure.get("exception") or d.get("exception_type") or "Exception"
-    tb = d.get("traceback") or ""
+    exc = failure.get("exception") or d.exception_type or "Exception"
+    tb = d.traceback or ""
     if side == "refsim":
         stage = "refsim" if re.search(r"refsim/interpreter/(rules|core\.py)", tb) else "trace"
     elif side == "xla" and "Cannot lower jaxpr" in (failure.get("message") or ""):
@@ -144,13 +144,13 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
             if line.startswith("SIGNATURE "):
                 sig = json.loads(line[len("SIGNATURE "):])
                 return tuple(sig) if sig else None
-        from conformance.report.results import CaseResult
+        from conformance.report.results import CaseResult, Failure
 
         how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
         res = CaseResult(case_id=case.case_id, suite="sharded", family=case.family, dtype=case.dtype, status="error",
-                         details={"worker_exit": how, "stderr_tail": "\n".join(p.stderr.splitlines()[-20:]),
-                                  "fatal_line": next((ln for ln in reversed(p.stderr.splitlines())
-                                                      if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)), "")})
+                         details=Failure(worker_exit=how, stderr_tail="\n".join(p.stderr.splitlines()[-20:]),
+                                         fatal_line=next((ln for ln in reversed(p.stderr.splitlines())
+                                                          if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)), "")))
         return signature(res, case)
 
 
@@ -312,10 +312,10 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                 task = by_id.get(res.case_id)
                 case = task.variants[0] if task is not None else None
                 if case is not None:
-                    res.details = dict(res.details or {}, program={
+                    res.details.program = {
                         "ops": [list(p) for p in case.op_patterns], "transform": case.transform,
                         "axis_types": case.axis_types, "partitioner": case.partitioner,
-                        "mesh": list(case.mesh.axis_sizes)})
+                        "mesh": list(case.mesh.axis_sizes)}
                 results.append(res)
                 for r in reporters:
                     r.case_finished(res)

@@ -85,7 +85,7 @@ class ProgressReporter:
             label = {"fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "xpass": "STALE XFAIL"}[result.status]
             first = result.message.strip().splitlines()[0] if result.message.strip() else ""
             repro = f" (reproducer: {escape(result.repro_path)})" if result.repro_path else ""
-            where = (result.details or {}).get("stage", {}).get("diverged_in")
+            where = result.details.diverged_in
             repro += f" [diverged in {where}]" if where else ""
             self._progress.console.print(f"[{_STYLE[result.status]}]{label}[/] {escape(result.case_id)}: "
                                          f"{escape(first)}{repro}")
