@@ -86,27 +86,9 @@ def check(out) -> list:
         if set(got) != set(EXPECTED[k]):
             failures.append(f"output {k}: devices {sorted(got)}, expected {sorted(EXPECTED[k])}")
             continue
-        norm = lambda ix: tuple(i.indices(n)[:2] if isinstance(i, slice) else (i, i + 1) for i, n in zip(ix, o.shape))
         for dev, want in sorted(EXPECTED[k].items()):
-            have = np.asarray(got[dev].data)
-            if norm(tuple(got[dev].index)) != norm(EXPECTED_INDEX[k][dev]):
-                failures.append(f"output {k} device {dev}: index {got[dev].index}, expected {EXPECTED_INDEX[k][dev]}")
-            elif have.dtype != want.dtype or have.shape != want.shape:
-                failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
-                                f"{want.dtype}{list(want.shape)}")
-            elif POLICIES[k] == "sum_bound":
-                ok, ref, bound = sum_ok_packed(have, BOUNDS[k][dev])
-                err = abs_diff(have, ref)
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, exact {ref[i]!r}, "
-                                    f"|diff| {err[i]!r} > bound {bound[i]!r}")
-            else:
-                if POLICIES[k] == "ulp":
-                    ok = within_ulp(have, want, ULPS[k])
-                else:
-                    ok = same(have, want, POLICIES[k] == "exact")
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, expected {want[i]!r}")
+            failures += shard_failures(k, dev, got[dev], want, EXPECTED_INDEX[k][dev], o.shape, POLICIES[k], ULPS[k],
+                                       BOUNDS[k].get(dev))
     return failures
 
 

@@ -22,6 +22,10 @@ from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 
+# The runner a jaxpr-stage fault planted by `conformance.faults.inject` puts in place: `bisect`
+# uses it when it is given no runner (None: no fault planted).
+planted_runner = None
+
 KINDS = ("shard_map", "jit")
 
 
@@ -232,9 +236,28 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
     `P(*mesh.axis_names)`, so device d's shard is exactly its own block; jit regions return
     the values with the shardings XLA chose for them.
     """
-    import jax
-
     import xla_backend
+
+    fn, out_specs = _region_program(region)
+    if out_specs is not None:
+        run = xla_backend.shard_map(fn, mesh=region.mesh, in_specs=tuple(region.in_layouts),
+                                    out_specs=out_specs, check_vma=region.check_vma)
+        return list(run(*args))
+    run = xla_backend.jit(fn, in_shardings=tuple(region.in_layouts))
+    try:
+        return list(run(*args))
+    except TypeError:
+        # XLA chose an output sharding refsim cannot name: read it back replicated instead.
+        rep = NamedSharding(region.mesh, PartitionSpec())
+        run = xla_backend.jit(fn, in_shardings=tuple(region.in_layouts),
+                              out_shardings=tuple(rep for _ in region.jaxpr.outvars))
+        return list(run(*args))
+
+
+def _region_program(region: Region):
+    """(the function XLA runs for `region`, its out_specs or None for a jit region): a shard_map
+    region returns each value with the mesh dims in front, laid out `P(*mesh.axis_names)`."""
+    import jax
 
     jaxpr, consts = region.jaxpr, list(region.consts)
     if region.kind == "shard_map":
@@ -244,23 +267,12 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
             outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
             return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
 
-        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
-        run = xla_backend.shard_map(body, mesh=region.mesh, in_specs=tuple(region.in_layouts),
-                                    out_specs=out_specs, check_vma=region.check_vma)
-        return list(run(*args))
+        return body, tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
 
     def prog(*a):
         return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
 
-    run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts))
-    try:
-        return list(run(*args))
-    except TypeError:
-        # XLA chose an output sharding refsim cannot name: read it back replicated instead.
-        rep = NamedSharding(region.mesh, PartitionSpec())
-        run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts),
-                              out_shardings=tuple(rep for _ in jaxpr.outvars))
-        return list(run(*args))
+    return prog, None
 
 
 class XlaCrash(RuntimeError):
@@ -284,27 +296,15 @@ class _Returned:
 
 def _staged_region(region: Region, args):
     """The program `xla_runner` runs for `region`, placed and lowered (not compiled)."""
-    import jax
-
     from xla_backend import staging
 
-    jaxpr, consts = region.jaxpr, list(region.consts)
-    if region.kind == "shard_map":
-        nm = region.mesh.ndim
-
-        def body(*a):
-            outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
-            return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
-
-        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
+    fn, out_specs = _region_program(region)
+    if out_specs is not None:
         layout = staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
                                           check_vma=region.check_vma)
-        staged = staging.stage(body, layout, tuple(args))
     else:
-        def prog(*a):
-            return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
-
-        staged = staging.stage(prog, staging.Layout.jit(tuple(region.in_layouts), None), tuple(args))
+        layout = staging.Layout.jit(tuple(region.in_layouts), None)
+    staged = staging.stage(fn, layout, tuple(args))
     return staged, staged.lower()
 
 

@@ -1,8 +1,9 @@
 """Faults planted between lowering and execution, to check that `explain` says "compiler".
 
-Each is an `edit_module(text) -> text` for `conformance.debug.explain(..., edit_module=...)`: it
-rewrites the StableHLO module JAX lowered before XLA compiles it, so XLA builds and runs a
-different program from the one the lowered stage interprets, as a wrong XLA pass would.
+Each is an `edit_module(text) -> text`, planted with ``with conformance.faults.inject(edit):`` (or
+passed as `conformance.debug.explain(..., edit_module=...)`): it rewrites the StableHLO module
+JAX lowered before XLA compiles it, so XLA builds and runs a different program from the one the
+lowered stage interprets, as a wrong XLA pass would.
 
 `XLA_CHECK_IN_COMPILE` and `XLA_CHECK_IN_EXECUTE` are faults of XLA's process itself: the
 worker that compiles and runs programs for explain and bisect (`xla_backend.isolated`) aborts
@@ -15,17 +16,18 @@ raises `XlaError` with stage "compiler").
 """
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
 
-import contextlib
-
 from conformance.faults.lowering import Fault
+from conformance.faults.stages import mark
 
 _PAIRS = re.compile(r"source_target_pairs = dense<(\[\[.*?\]\])>")
 
 
+@mark("compiler")
 def reversed_permute_pairs(text: str) -> str:
     """Every `collective_permute` sends along its (source, target) pairs backwards."""
 
@@ -61,16 +63,19 @@ _ALL_REDUCE_MUL = _body_edit("all_reduce", "multiply")
 _REDUCE_SCATTER_MAX = _body_edit("reduce_scatter", "maximum")
 
 
+@mark("compiler")
 def all_reduce_sum_as_max(text: str) -> str:
     """The first summing `all_reduce` reduces with maximum instead (a wrong reduction computation)."""
     return _ALL_REDUCE_MAX(text)
 
 
+@mark("compiler")
 def all_reduce_sum_as_product(text: str) -> str:
     """The first summing `all_reduce` multiplies instead."""
     return _ALL_REDUCE_MUL(text)
 
 
+@mark("compiler")
 def reduce_scatter_sum_as_max(text: str) -> str:
     """The first summing `reduce_scatter` reduces with maximum instead."""
     return _REDUCE_SCATTER_MAX(text)
@@ -79,6 +84,7 @@ def reduce_scatter_sum_as_max(text: str) -> str:
 _FIRST_PAIR = re.compile(r"source_target_pairs = dense<\[\[(-?\d+), (-?\d+)\]")
 
 
+@mark("compiler")
 def permute_to_missing_device(text: str) -> str:
     """The first `collective_permute` sends its first pair to a device that does not exist: the
     module XLA gets is invalid, and its verifier rejects it (a compile crash)."""

@@ -96,13 +96,10 @@ class CheckResult:
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
         lines += ["  " + o.line() for o in self.outputs]
         if not self.ok:
-            c, shown = self.comparison, 8
+            c = self.comparison
             lines.append(f"  MISMATCH ({len(c.mismatches)} found) in {c.outputs} output(s), {c.devices} device "
                          f"shard(s), {c.elements} element(s)")
-            for m in c.mismatches[:shown]:
-                lines += ["  " + ln for ln in m.render().splitlines()]
-            if len(c.mismatches) > shown:
-                lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
+            lines += compare.mismatch_lines(c.mismatches, 8)
         lines += ["  " + n for n in self.notes]
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")

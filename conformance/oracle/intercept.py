@@ -301,9 +301,9 @@ def _import_check_machinery() -> None:
     import jax.extend  # noqa: F401
 
     import refsim.interpreter  # noqa: F401
-    from conformance import compare  # noqa: F401
-    from conformance.oracle import check  # noqa: F401
+    from conformance.verdict import compare  # noqa: F401
     from xla_backend import convert  # noqa: F401
+    # conformance.oracle.check is loaded already: a session (conformance.oracle.session) imports it
 
 
 def install(session) -> None:

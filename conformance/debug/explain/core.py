@@ -154,6 +154,7 @@ def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_mo
     from conformance.debug.explain import xla_side
 
     _check_tolerances(max_ulp, rtol)  # NaN would make every stage "agree"
+    edit_module = xla_side.with_planted(edit_module)   # and compiler faults planted by conformance.faults.inject
     xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
     ids = xla.device_ids
     stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),

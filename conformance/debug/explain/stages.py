@@ -150,31 +150,17 @@ class _OpTrace:
                 runs.append((self.counter, outs[0]))
 
     def keyed(self, program) -> dict:
+        """{(key, occurrence): [(op, its runs), ...]} of the evaluated ops, grouped as `static_groups`."""
         out: dict = {}
-        counts: dict = {}
-
-        def block(b):
-            prev = None
-            for op in b.ops:
-                key = loc_key(op.loc)
-                if key is not None:
-                    if key != prev:
-                        counts[key] = counts.get(key, 0) + 1
-                    if op.index in self.runs:
-                        out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
-                prev = key
-                for r in op.regions:
-                    block(r)
-
-        for fn in program.funcs.values():
-            block(fn.body)
+        for group, op in located_ops(program):
+            if op.index in self.runs:
+                out.setdefault(group, []).append((op, self.runs[op.index]))
         return out
 
 
-def static_groups(program) -> dict:
-    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
-    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
-    out: dict = {}
+def located_ops(program):
+    """((key, occurrence), op) of every op with a source location, in program order (regions
+    depth first): consecutive ops of one location key in a block are one occurrence of it."""
     counts: dict = {}
 
     def block(b):
@@ -184,13 +170,21 @@ def static_groups(program) -> dict:
             if key is not None:
                 if key != prev:
                     counts[key] = counts.get(key, 0) + 1
-                out.setdefault((key, counts[key] - 1), []).append(op)
+                yield (key, counts[key] - 1), op
             prev = key
             for r in op.regions:
-                block(r)
+                yield from block(r)
 
     for fn in program.funcs.values():
-        block(fn.body)
+        yield from block(fn.body)
+
+
+def static_groups(program) -> dict:
+    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
+    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
+    out: dict = {}
+    for group, op in located_ops(program):
+        out.setdefault(group, []).append(op)
     return out
 
 

@@ -15,6 +15,24 @@ import numpy as np
 
 from conformance.debug.explain import stages as S
 
+# Edits of the lowered module planted by `conformance.faults.inject` (compiler-stage faults): explain
+# applies them, in order, after its own `edit_module`, to every module it compiles.
+PLANTED_EDITS: list = []
+
+
+def with_planted(edit_module=None):
+    """`edit_module` followed by the planted edits (`PLANTED_EDITS`), or `edit_module` when none is planted."""
+    edits = [e for e in (edit_module, *PLANTED_EDITS) if e is not None]
+    if len(edits) <= 1:
+        return edits[0] if edits else None
+
+    def edit(text: str) -> str:
+        for e in edits:
+            text = e(text)
+        return text
+
+    return edit
+
 
 @dataclasses.dataclass
 class Placement:
