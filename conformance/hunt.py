@@ -41,6 +41,22 @@ import sys
 import tempfile
 import time
 
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+import refsim
+from conformance.cli import _cores, _Parser, _positive, _seconds, _seed, _timeout
+from conformance.engine import runner, workers
+from conformance.report import open_report_dir, prepare_report_dir, timing
+from conformance.report.results import CaseResult, Failure, summarize
+from conformance.suites import base
+from conformance.suites import sharded as suite_mod
+from conformance.suites.base import ProgramTask
+from conformance.suites.sharded import shrink_case
+from conformance.verdict import xfails as xfails_mod
+from xla_backend import platform as xplat
+
+# None of these loads JAX (the worker processes and `--check` configure the platform first).
+
 __all__ = ["Finding", "HuntResult", "check_in_subprocess", "hunt", "main", "signature"]
 
 DB_KEY = b"conformance-hunt-failing-programs"
@@ -144,7 +160,6 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
             if line.startswith("SIGNATURE "):
                 sig = json.loads(line[len("SIGNATURE "):])
                 return tuple(sig) if sig else None
-        from conformance.report.results import CaseResult, Failure
 
         how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
         res = CaseResult(case_id=case.case_id, suite="sharded", family=case.family, dtype=case.dtype, status="error",
@@ -157,12 +172,7 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
 def _check_main(path: str, with_xfails: bool = False) -> int:
     """`--check FILE [--xfails]`: run the pickled case once (no shrinking) and print its signature
     (with the platform's xfails applied when asked: a known bug's signature is then null)."""
-    from xla_backend import platform
-
-    platform.configure()
-    from conformance.engine import runner
-    from conformance.verdict import xfails as xfails_mod
-    from conformance.suites.base import ProgramTask
+    xplat.configure()
 
     with open(path, "rb") as fh:
         case = pickle.load(fh)
@@ -177,8 +187,6 @@ def _check_main(path: str, with_xfails: bool = False) -> int:
 def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
     """`case` cut down (`conformance.suites.sharded.shrink_case`) while a fresh process running
     the variant still fails with the same stage and error class."""
-    from conformance.suites.sharded import shrink_case
-
     def same(cand) -> bool:
         got = check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
         return got is not None and got[0] == sig[0] and got[2] == sig[2]
@@ -190,8 +198,6 @@ def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
 def _reproducer(case, path: str) -> None:
     """Write `case`'s reproducer: refsim's values embedded, or (refsim cannot run it) none, so the
     script shows JAX's own error."""
-    import refsim
-
     try:
         expected = case.run(refsim)
         tols = case.tolerances()
@@ -228,24 +234,12 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
          xfails=None, devices: int = 8, platform: str = "cpu", database=None, shrink_seconds: float = 60.0,
          case_timeout: float = 300.0, out=print) -> HuntResult:
     """Draw and run programs of `suite` for `minutes`; return the distinct failures (see the module)."""
-    from xla_backend import platform as xplat
-
     if suite != "sharded":
         raise ValueError(f"suite={suite!r}: hunting draws from a suite's strategy; 'sharded' is the one built "
                          "for it.")
     if not minutes > 0:
         raise ValueError(f"minutes={minutes!r}; pass a positive number of minutes.")
     xplat.configure(platform, devices)
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    from conformance.engine import runner
-    from conformance.report import timing
-    from conformance.verdict import xfails as xfails_mod
-    from conformance.report import open_report_dir, prepare_report_dir
-    from conformance.report.results import summarize
-    from conformance.suites import base
-    from conformance.suites import sharded as suite_mod
-    from conformance.engine import workers
 
     report_dir = report_dir or tempfile.mkdtemp(prefix="conformance-hunt-")
     prepare_report_dir(report_dir)
@@ -389,8 +383,6 @@ def print_findings(result: HuntResult, out=print) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.cli import _Parser, _cores, _positive, _seconds, _seed, _timeout
-
     ap = _Parser(prog="python -m conformance hunt",
                  description="Draw random programs for N minutes; keep every distinct failure with its reproducer.")
     ap.add_argument("--minutes", type=float, required=True, help="how long to hunt")

@@ -13,14 +13,19 @@ runner raises `XlaCrash` naming the step, which bisect reports as the prefix XLA
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import xla_backend
 from refsim import compat as _compat
+from refsim.array import Shard
+from refsim.interpreter.registry import Context, load_rules
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import convert, isolated, placement, staging
 
 # The runner a jaxpr-stage fault planted by `conformance.faults.inject` puts in place: `bisect`
 # uses it when it is given no runner (None: no fault planted).
@@ -71,8 +76,6 @@ def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, chec
     """
     import jax
 
-    from xla_backend import placement, staging
-
     if isinstance(mesh, jax.sharding.Mesh):
         mesh = Mesh.from_jax(mesh)
     if not isinstance(mesh, Mesh):
@@ -114,8 +117,6 @@ def trace_called(fn, args: Sequence) -> tuple[Region, list[np.ndarray]]:
     arguments are placed. Returns the Region and the flat global arguments.
     """
     import jax
-
-    from xla_backend import convert
 
     call = fn if hasattr(fn, "lower") else jax.jit(fn)
     leaves = jax.tree_util.tree_leaves(tuple(args))
@@ -163,8 +164,6 @@ def _is_sharding(s) -> bool:
 
 
 def staging_spec(spec) -> PartitionSpec:
-    from xla_backend import staging
-
     return staging.spec_to_refsim(spec)
 
 
@@ -188,7 +187,6 @@ def refsim_values(region: Region, args: Sequence[np.ndarray]) -> dict:
     Recorded through the interpreter's probe hook.
     """
     from refsim.interpreter import core
-    from refsim.interpreter.registry import Context, load_rules
     from refsim.interpreter.rules.sharding import split_by_spec
 
     load_rules()
@@ -236,8 +234,6 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
     `P(*mesh.axis_names)`, so device d's shard is exactly its own block; jit regions return
     the values with the shardings XLA chose for them.
     """
-    import xla_backend
-
     fn, out_specs = _region_program(region)
     if out_specs is not None:
         run = xla_backend.shard_map(fn, mesh=region.mesh, in_specs=tuple(region.in_layouts),
@@ -288,16 +284,12 @@ class _Returned:
     """A value a runner returns: `shards` (refsim.Shard per device) and `sharding.mesh`."""
 
     def __init__(self, shards, mesh):
-        import types
-
         self.shards = shards
         self.sharding = types.SimpleNamespace(mesh=mesh)
 
 
 def _staged_region(region: Region, args):
     """The program `xla_runner` runs for `region`, placed and lowered (not compiled)."""
-    from xla_backend import staging
-
     fn, out_specs = _region_program(region)
     if out_specs is not None:
         layout = staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
@@ -312,9 +304,6 @@ def isolated_runner(region: Region, args: Sequence[np.ndarray]) -> list:
     """`xla_runner`'s program, compiled and run by XLA in a worker process; raises `XlaCrash` when XLA
     fails (or dies) compiling or running it."""
     import jax
-
-    from refsim.array import Shard
-    from xla_backend import isolated
 
     staged, lowered = _staged_region(region, args)
     with staged.context():

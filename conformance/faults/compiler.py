@@ -23,6 +23,8 @@ import numpy as np
 
 from conformance.faults.lowering import Fault
 from conformance.faults.stages import mark
+from refsim import compat
+from xla_backend import isolated
 
 _PAIRS = re.compile(r"source_target_pairs = dense<(\[\[.*?\]\])>")
 
@@ -97,8 +99,6 @@ def permute_to_missing_device(text: str) -> str:
 
 def _permute_to_missing_device(orig, env):
     def rule(ctx, *args, **params):
-        from refsim import compat
-
         res = orig(ctx, *args, **params)
         op = res[0].owner
         op.attributes["source_target_pairs"] = compat.mlir_ir().DenseIntElementsAttr.get(
@@ -116,8 +116,6 @@ PERMUTE_TO_MISSING_DEVICE = Fault("ppermute_to_missing_device",
 def _planted_check(phase):
     @contextlib.contextmanager
     def patch():
-        from xla_backend import isolated
-
         before = isolated.PLANTED_CHECK
         isolated.PLANTED_CHECK = phase
         try:

@@ -26,6 +26,7 @@ from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
 from conformance.verdict import ELEMENT_CHECK, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
+from refsim.layouts.partition_spec import PartitionSpec
 
 _HEAD = '''\
 # conformance reproducer v1 (program): {name}
@@ -259,8 +260,6 @@ def _mesh_desc(jmesh) -> tuple:
 
 def _layout(x):
     import jax
-
-    from refsim.layouts.partition_spec import PartitionSpec
 
     sh = getattr(x, "sharding", None)
     if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:

@@ -20,7 +20,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+import refsim.stablehlo as sh
 from refsim import compat as _compat
+from refsim.interpreter.registry import Context, load_rules
+from refsim.stablehlo import UnsupportedOp
+from xla_backend import convert
 
 STAGES = ("jaxpr", "lowered", "compiled", "executed")
 # the boundary before each stage, named after who is at fault when it is the first to differ
@@ -84,7 +88,6 @@ def _timed(stage: Stage, fn: Callable[[], Any], *, xla: bool = False):
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a stage that cannot run is reported, not raised
-        from refsim.stablehlo import UnsupportedOp
 
         stage.error = f"{type(e).__name__}: {e}"
         if isinstance(e, UnsupportedOp):
@@ -234,7 +237,6 @@ def _refsim_sharding(s):
     s = getattr(s, "sharding", s)
     if s is None or hasattr(s, "indices_by_id"):
         return None
-    from xla_backend import convert
 
     try:
         return convert.from_jax_sharding(s)
@@ -261,7 +263,6 @@ def _jaxpr_trace(region, args) -> dict:
     and cond bodies) included, keyed like ops: (primitive, file, line) and occurrence in order of
     first evaluation."""
     from refsim.interpreter import core
-    from refsim.interpreter.registry import Context, load_rules
     from refsim.interpreter.rules.sharding import split_by_spec
 
     load_rules()
@@ -378,8 +379,6 @@ def not_compiled(failure: dict) -> list:
 
 
 def run_lowered(staged, shardings, device_ids) -> Stage:
-    import refsim.stablehlo as sh
-
     st = Stage("lowered")
 
     def go():
@@ -412,8 +411,6 @@ def flat_in_shardings(compiled) -> list:
 
 def run_compiled(staged, xla, device_ids) -> Stage:
     """refsim.stablehlo on XLA's compiled per-device module (`xla`: an `xla_side.XlaRun`)."""
-    import refsim.stablehlo as sh
-
     st = Stage("compiled")
     if xla.compiled is not None:
         f = xla.compiled

@@ -13,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
+import refsim.stablehlo as sh
 from conformance.debug.explain import stages as S
+from refsim import compat
+from xla_backend import isolated as iso
 
 # Edits of the lowered module planted by `conformance.faults.inject` (compiler-stage faults): explain
 # applies them, in order, after its own `edit_module`, to every module it compiles.
@@ -81,9 +84,6 @@ def in_process(staged, edit_module=None) -> XlaRun:
     """Compile and run in this process (a fatal XLA CHECK ends it)."""
     import jax
 
-    import refsim.stablehlo as sh
-    from refsim import compat
-
     try:
         with staged.context():
             compiled = (compat.compile_edited_module(staged.lowered, edit_module) if edit_module is not None
@@ -121,10 +121,6 @@ def _execute_failure(text: str) -> dict:
 def isolated(staged, edit_module=None, *, timeout: float = 600.0) -> XlaRun:
     """Compile and run in `xla_backend.isolated`'s worker process."""
     import jax
-
-    import refsim.stablehlo as sh
-    from refsim import compat
-    from xla_backend import isolated as iso
 
     if staged.platforms is not None:
         return _failed(staged, S.classify_compile_error(RuntimeError("lowered elsewhere"), staged.platforms))
