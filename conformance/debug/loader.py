@@ -30,6 +30,9 @@ from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 KINDS = ("shard_map", "jit", "pmap", "device_put")
 CALLED = "called"
 _PMAP_DEFAULT_AXIS = "_internal_pmap_axis_name"

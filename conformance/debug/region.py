@@ -27,6 +27,9 @@ from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 from xla_backend import convert, isolated, placement, staging
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 # The runner a jaxpr-stage fault planted by `conformance.faults.inject` puts in place: `bisect`
 # uses it when it is given no runner (None: no fault planted).
 planted_runner = None

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from conformance.faults import lowering as faults
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 
 def _bf16_operands(orig, env):
     def rule(ctx, lhs, rhs, **params):

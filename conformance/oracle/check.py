@@ -40,6 +40,9 @@ from refsim.layouts.mesh import Mesh
 from refsim.layouts.partition_spec import PartitionSpec
 from xla_backend import convert, staging
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 __all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
            "XlaError", "check"]
 

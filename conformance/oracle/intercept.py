@@ -38,6 +38,9 @@ import threading
 
 from refsim import compat as _compat
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 _STATE = threading.local()
 #: what `install` replaced: [(object, attribute, original value)]
 _PATCHES: list = []

@@ -29,6 +29,9 @@ from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 from xla_backend import convert
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 #: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
 COLLECTIVES = frozenset({
     "psum", "psum_invariant", "pmax", "pmin", "ppermute", "pbroadcast", "all_gather", "all_gather_invariant",

@@ -20,6 +20,9 @@ from conformance.suites import base, programs as suite
 from refsim.stablehlo import plan
 from refsim.stablehlo.registry import load, op_key
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 EXAMPLES = ("transformer_jit", "transformer_fsdp", "pipeline", "moe")
 
 

@@ -23,6 +23,9 @@ from refsim import compat
 from refsim.layouts.mesh import Mesh
 from xla_backend import placement, staging
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 
 @dataclasses.dataclass
 class Staged:

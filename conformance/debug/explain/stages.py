@@ -26,6 +26,9 @@ from refsim.interpreter.registry import Context, load_rules
 from refsim.stablehlo import UnsupportedOp
 from xla_backend import convert
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 STAGES = ("jaxpr", "lowered", "compiled", "executed")
 # the boundary before each stage, named after who is at fault when it is the first to differ
 BOUNDARY = {"lowered": "lowering", "compiled": "compiler", "executed": "backend"}

@@ -9,6 +9,9 @@ from __future__ import annotations
 # the one line a report prints for a stage record lives with the failure record it formats
 from conformance.report.failure import stage_line  # noqa: F401 - kept name
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 
 def summarize(exp) -> dict:
     """{"diverged_in", "op", "source", "stages": {stage: agrees with the previous}, "headline",

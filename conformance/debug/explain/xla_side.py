@@ -18,6 +18,9 @@ from conformance.debug.explain import stages as S
 from refsim import compat
 from xla_backend import isolated as iso
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 # Edits of the lowered module planted by `conformance.faults.inject` (compiler-stage faults): explain
 # applies them, in order, after its own `edit_module`, to every module it compiles.
 PLANTED_EDITS: list = []
