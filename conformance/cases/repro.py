@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cases.source import _array_literal, _index_source, spec_source
-from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import pack_sum_check
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -92,18 +92,12 @@ def check(out) -> list:
     return failures
 
 
-if __name__ == "__main__":
-    failures = check(run())
-    if failures:
-        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
-        print("\\n".join(failures))
-        sys.exit(1)
-    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+# <main>
 '''
 
 # The element check every reproducer embeds (both templates): `conformance.verdict.elements`
 # source, the code conformance.verdict.compare runs. Kept under this name for older imports.
-_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK).replace("# <main>\n", REPRO_MAIN)
 
 
 def _ids_literal(mesh) -> str:

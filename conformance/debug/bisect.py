@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from conformance import validation
 from conformance.debug import diff, naming
 from conformance.debug import region as region_mod
 from conformance.debug.explain import tolerance as T
@@ -27,7 +28,6 @@ from conformance.debug.region import (Region, Runner, XlaCrash, as_global, is_pr
 from conformance.debug.region import trace_called
 from conformance.oracle.policy import rounds
 from conformance.oracle.program import primitive_names
-from conformance.validation import check
 from refsim import compat as _compat
 
 
@@ -194,7 +194,7 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
     largest magnitude (16 for narrow floats); "exact" holds every value bit for bit. `max_ulp` > 0
     instead accepts elements within that many ULP (ints / bools: unequal is a difference).
     """
-    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     if tolerance not in ("auto", "exact"):
         raise ValueError(f"tolerance={tolerance!r}; use 'auto' (exact where exact, else scaled to each value) or "
                          "'exact' (bit for bit).")
@@ -233,7 +233,7 @@ def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
                   max_ulp: float = 0, tolerance: str = "auto") -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
-    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     runner = runner or region_mod.planted_runner or isolated_runner   # a planted fault (conformance.faults.inject)
     jaxpr = region.jaxpr
     eqns = list(jaxpr.eqns)

@@ -24,7 +24,7 @@ import numpy as np
 
 from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
-from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
 from refsim.layouts.partition_spec import PartitionSpec
 
@@ -145,15 +145,9 @@ def check(out) -> list:
     return failures
 
 
-if __name__ == "__main__":
-    failures = check(run())
-    if failures:
-        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
-        print("\n".join(failures))
-        sys.exit(1)
-    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+# <main>
 '''
-_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK).replace("# <main>\n", REPRO_MAIN)
 
 
 class NotReproducible(ValueError):
