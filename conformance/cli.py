@@ -24,11 +24,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from typing import NamedTuple
 
+# None of these loads JAX: `platform.configure` runs before it loads (each subcommand's own module
+# is imported by name when the subcommand runs, `COMMANDS`).
 from conformance import validation
 from conformance.arguments import Parser as _Parser
+from conformance.engine import distributed, preflight, runner
+from conformance.engine.compile_cache import OFF, default_dir
+from conformance.engine.plan import parse_shard
+from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
+from conformance.report import prepare_report_dir, print_table
+from conformance.report.lock import acquire
 from conformance.report.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
 from conformance.suites import SUITES
 from xla_backend import limits, platform
@@ -67,8 +76,6 @@ _timeout = validation.seconds_option("--case-timeout")
 
 
 def _shard(text: str) -> tuple:
-    from conformance.engine.plan import parse_shard
-
     try:
         return parse_shard(text)
     except ValueError as e:
@@ -95,16 +102,12 @@ def _cores() -> int:
 
 def _compile_cache(value: str | None) -> str | None:
     """The persistent compilation cache folder for `--compile-cache` (None for 'off')."""
-    from conformance.engine.compile_cache import OFF, default_dir
-
     if value is None:
         return default_dir()
     return None if value.strip().lower() in OFF else value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
-
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
     run = sub.add_parser("run", help=COMMANDS["run"].help)
@@ -155,8 +158,6 @@ def check_ceilings(args) -> None:
     processes above 2 per CPU core or above what memory holds, virtual CPU devices above what
     memory holds in every worker (`xla_backend.limits`), draws per family above `MAX_EXAMPLES`.
     ValueError (`limits.AboveCeiling`) naming the value, the ceiling, why, and --force."""
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, MAX_EXAMPLES
-
     if args.force:
         return
     limits.check("--examples", args.examples, limits.Ceiling(
@@ -171,11 +172,7 @@ def check_ceilings(args) -> None:
 
 
 def run_command(args, console=None) -> int:
-    from conformance.engine import preflight, runner
-
     if args.distributed:
-        from conformance.engine import distributed
-
         return distributed.run_command(args, console, report_result)
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
     # in a child process, so that this parent holds no accelerator its workers need.
@@ -198,8 +195,6 @@ def run_command(args, console=None) -> int:
 
 def report_result(args, result, console=None) -> int:
     """Print the table, stale xfails, reproducers and where the report is; the exit status of the run."""
-    from conformance.report import print_table
-
     print_table(result.summary, console, results=result.results)
     out = console.print if console is not None else print
     for text in result.summary.get("unused_xfails", ()):
@@ -223,8 +218,6 @@ def report_result(args, result, console=None) -> int:
 
 def _resume_command(args) -> str:
     """The command line that continues this run's report folder."""
-    import shlex
-
     argv = list(getattr(args, "argv", None) or ["--report", str(args.report)])  # the arguments after `run`
     return shlex.join(["python", "-m", "conformance", "run"] + argv + ([] if "--resume" in argv else ["--resume"]))
 
@@ -274,8 +267,6 @@ def run_main(argv) -> int:
         ap.exit(2, f"{ap.prog} run: error: --resume needs --report DIR (the folder whose results.jsonl lists "
                    "finished cases)\n")
     args.argv = argv
-    from conformance.engine import runner
-
     try:
         check_ceilings(args)
     except ValueError as e:
@@ -287,9 +278,6 @@ def run_main(argv) -> int:
             if args.report and not args.distributed:
                 # The folder is this run's from now on: a second run fails here at once, before
                 # the platform check (a distributed run's process 0 takes it in the runner).
-                from conformance.report import prepare_report_dir
-                from conformance.report.lock import acquire
-
                 prepare_report_dir(args.report)
                 lock = acquire(args.report)
                 if lock.took_over:

@@ -16,13 +16,16 @@ import collections
 import os
 import sys
 
+from conformance.report import Failure, read_records
+from conformance.strategies import OPS
+from conformance.strategies._sharded_ops import ALIASES
+from conformance.strategies.sharded import PATTERNS
+
 __all__ = ["collect", "main", "render"]
 
 
 def collect(paths) -> dict:
     """Counts from the results.jsonl files under `paths` (folders or files)."""
-    from conformance.report import read_records
-
     cells = collections.Counter()       # (op, pattern, direction) -> programs
     versions = collections.defaultdict(set)   # op -> JAX versions
     op_dirs = collections.defaultdict(set)    # op -> {"fwd", "bwd"}
@@ -35,7 +38,7 @@ def collect(paths) -> dict:
             if rec.get("type") == "plan":
                 version = rec.get("jax", "?")
                 continue
-            prog = (rec.get("details") or {}).get("program") if rec.get("type") == "case" else None
+            prog = Failure.from_json(rec.get("details")).program if rec.get("type") == "case" else None
             if not prog:
                 continue
             direction = "bwd" if prog.get("transform") in ("grad", "vjp") else "fwd"
@@ -52,10 +55,6 @@ def collect(paths) -> dict:
 
 
 def render(data: dict, sources=()) -> str:
-    from conformance.strategies import OPS
-    from conformance.strategies._sharded_ops import ALIASES
-    from conformance.strategies.sharded import PATTERNS
-
     names = sorted(n for op in OPS for n in ALIASES.get(op, (op,)))
 
     cells, versions = data["cells"], data["versions"]

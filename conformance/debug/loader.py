@@ -16,6 +16,7 @@ as the user ran it (under its jax.jit / shard_map, or wrapped as WRAP says) and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -23,9 +24,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from conformance.debug.bisect import bisect
+from conformance.debug.movement import compare_device_put
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 KINDS = ("shard_map", "jit", "pmap", "device_put")
 CALLED = "called"
@@ -60,7 +66,6 @@ class Reproducer:
         if self.kind == CALLED:
             if not self.kwargs:
                 return {}
-            import functools
 
             return {"_fn": functools.partial(self.program, **self.kwargs)}
         if self.kind == "device_put":
@@ -77,11 +82,7 @@ class Reproducer:
     def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto"):
         """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
         is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
-        from conformance.debug.bisect import bisect
-
         if self.kind == "device_put":
-            from conformance.debug.movement import compare_device_put
-
             return compare_device_put(self.inputs[0], self.in_shardings[0], self.out_shardings, runner=runner,
                                       max_ulp=max_ulp)
 

@@ -25,6 +25,7 @@ import traceback
 from conformance.engine import plan as plan_mod
 from conformance.engine import workers
 from conformance.report import timing
+from conformance.report.failure import Failure, case_failure
 from conformance.report.files import writing
 from conformance.verdict import xfails as xfails_mod
 from conformance.report.results import CaseResult, summarize
@@ -113,9 +114,9 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
             reason = unsupported_reason(e)
             out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
-                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__,
-                                        # which side raised inside a check is unknown: never expected
-                                        "failure": xfails_mod.exception_failure("unknown", e)})
+                               details=Failure(traceback=traceback.format_exc(), exception_type=type(e).__name__,
+                                               # which side raised inside a check is unknown: never expected
+                                               signature=xfails_mod.exception_failure("unknown", e)))
     x1 = timing.xla_counters()
     status, message = _apply_xfail(out, entry)
     repro = None
@@ -123,13 +124,13 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         with timing.timed(phases, "shrink"):
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
-        out.details["shrunk"] = note
+        out.details.shrunk = note
         # which compiler stage introduced the difference (conformance.debug.explain); an engine that cannot
         # rerun a case here (the distributed run's: it needs every process) says so
         if repro is not None and getattr(xla, "can_explain", True):
             from conformance.debug.explain.summary import stage_of_reproducer
 
-            out.details["stage"] = stage_of_reproducer(repro)
+            out.details.stage = stage_of_reproducer(repro)
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
                       examples=out.examples, seconds=time.perf_counter() - t0,
                       compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,
@@ -161,7 +162,7 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
         return "pass", f"agreed (listed as {entry.signature}: {entry.reason}; some data or parameters differ)"
     if out.status == "pass":
         return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.signature}: {entry.reason}"
-    failure = out.details.get("failure")
+    failure = out.details.signature
     if failure is None and out.status == "unsupported":
         failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
     ok, why = entry.expects(failure)
@@ -170,7 +171,7 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
         said = "" if out.message in entry.reason else f"\n{out.message}"
         return "unsupported", f"unsupported: {entry.reason}{said}"
     if ok:
-        n = out.details.get("expected_failures", 1)
+        n = out.details.expected_failures or 1
         return "xfail", (f"expected failure {entry.signature} in {n} of {out.examples} example(s): {entry.reason}\n"
                          f"{out.message}")
     return "error", (f"{out.message}\nlisted in the xfails file as {entry.signature} ({entry.pattern!r}: {entry.reason}), "
@@ -187,7 +188,6 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
     import refsim
     from conformance.verdict import platform_models
     from conformance.verdict.compare import compare
-    from conformance.report import case_details
 
     phases = {} if phases is None else phases
     examples = 0
@@ -205,11 +205,11 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
-                details = case_details(case, expected=want)
-                details["failure"] = xfails_mod.exception_failure("xla", e, unsupported=True)
+                details = case_failure(case, expected=want,
+                                       signature=xfails_mod.exception_failure("xla", e, unsupported=True))
                 return base.Outcome("unsupported", reason, examples, details), None
             out = _crash("xla", case, e, examples)
-            if entry is not None and entry.expects(out.details["failure"])[0]:
+            if entry is not None and entry.expects(out.details.signature)[0]:
                 examples += 1
                 expected.append(out)
                 continue
@@ -221,26 +221,23 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
             models = {}
             if entry is not None and entry.kind == "model":
                 models[entry.model] = platform_models.check(entry.model, case, got)
-            details = case_details(case, res, expected=want)
-            details["failure"] = xfails_mod.comparison_failure(res, models)
+            # the failure record is built here, where the case is compared
+            details = case_failure(case, res, expected=want, signature=xfails_mod.comparison_failure(res, models))
             out = base.Outcome("fail", res.report(), examples, details)
-            if entry is not None and entry.expects(details["failure"])[0]:
+            if entry is not None and entry.expects(details.signature)[0]:
                 expected.append(out)
                 continue
             return out, (case, want, res)
     if expected:
         first = expected[0]
-        first.details["expected_failures"] = len(expected)
+        first.details.expected_failures = len(expected)
         return base.Outcome(first.status, first.message, examples, first.details), None
     return base.Outcome("pass", "", examples), None
 
 
 def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
-    from conformance.report import case_details
-
-    details = case_details(case)
-    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__,
-                   failure=xfails_mod.exception_failure(side, exc))
+    details = case_failure(case, traceback=traceback.format_exc(), exception_type=type(exc).__name__,
+                           signature=xfails_mod.exception_failure(side, exc))
     return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
                         max(examples, 1), details)
 

@@ -35,7 +35,7 @@ import traceback
 from multiprocessing import connection
 
 from conformance import faults
-from conformance.report import case_details
+from conformance.report.failure import Failure, case_failure
 from conformance.report.results import CaseResult
 from xla_backend import platform as xplat
 
@@ -200,10 +200,9 @@ class _Worker:
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
                      "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
-        details = {"worker_exit": how, "exitcode": code, "stderr_tail": tail}
-        fatal = self._fatal_line(self.log_offset)
-        if fatal:
-            details["fatal_line"] = fatal   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+        details = Failure(worker_exit=how, exitcode=code, stderr_tail=tail,
+                          # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+                          fatal_line=self._fatal_line(self.log_offset) or None)
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details=details)
@@ -224,16 +223,16 @@ class _Worker:
         and a reproducer of its first example (all examples share the structure that hung)."""
         task, _entry = self.job
         tail = self._stderr_tail(self.log_offset)
-        details: dict = {"timeout_seconds": case_timeout, "stderr_tail": tail}
+        details = Failure(timeout_seconds=case_timeout, stderr_tail=tail)
         repro = None
         variants = getattr(task, "variants", None)
         if variants:
             try:
-                details.update(case_details(variants[0]))
+                details = case_failure(variants[0], timeout_seconds=case_timeout, stderr_tail=tail)
                 repro = write_repro(task, variants[0], opts.get("repro_dir"))
             except Exception as e:  # noqa: BLE001 - the timeout is reported even without a reproducer
-                details["repro_error"] = f"{type(e).__name__}: {e}"
-        where = f"\n{details['description']}" if "description" in details else ""
+                details.repro_error = f"{type(e).__name__}: {e}"
+        where = f"\n{details.description}" if details.description is not None else ""
         message = (f"still running after {case_timeout:g} s (--case-timeout): killed with its worker; the run went "
                    f"on with a fresh worker. A hang in XLA (e.g. a collective rendezvous that never completes) "
                    f"looks like this.{where}" + (f"\nlast stderr lines:\n{tail}" if tail else ""))
@@ -303,5 +302,5 @@ def _serve(conn, run_task, xla) -> None:
         except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
             result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                                 status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",
-                                details={"traceback": traceback.format_exc()})
+                                details=Failure(traceback=traceback.format_exc()))
         conn.send(result)

@@ -16,6 +16,7 @@ is raised; its message is the mismatch report and `.repro_path` a standalone rep
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -23,15 +24,24 @@ from typing import Any
 
 import numpy as np
 
+import refsim
 from conformance import validation
-from conformance.verdict import compare
+from conformance.cases import spec_source
+from conformance.oracle import intercept
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
 from conformance.oracle import reproduce, vectors
 from conformance.oracle.program import NotCheckable
+from conformance.verdict import compare
 from conformance.verdict.elements import abs_diff, is_float
 from refsim import compat
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import convert, staging
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 __all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
            "XlaError", "check"]
@@ -96,13 +106,10 @@ class CheckResult:
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
         lines += ["  " + o.line() for o in self.outputs]
         if not self.ok:
-            c, shown = self.comparison, 8
+            c = self.comparison
             lines.append(f"  MISMATCH ({len(c.mismatches)} found) in {c.outputs} output(s), {c.devices} device "
                          f"shard(s), {c.elements} element(s)")
-            for m in c.mismatches[:shown]:
-                lines += ["  " + ln for ln in m.render().splitlines()]
-            if len(c.mismatches) > shown:
-                lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
+            lines += compare.mismatch_lines(c.mismatches, 8)
         lines += ["  " + n for n in self.notes]
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")
@@ -218,9 +225,6 @@ def _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_
     """The staging layout the keyword arguments ask for, or None: call `fn` as given."""
     import jax
 
-    from refsim.layouts.mesh import Mesh
-    from xla_backend import staging
-
     spec_mode = mesh is not None or in_specs is not None or out_specs is not None
     shard_mode = in_shardings is not None or out_shardings is not None
     if spec_mode and shard_mode:
@@ -246,10 +250,6 @@ def _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_
 def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
     """(callable, placed args, wrap description for the reproducer, mesh context or None, entry)."""
     import jax
-
-    from conformance.cases import spec_source
-    from refsim.layouts.partition_spec import PartitionSpec
-    from xla_backend import staging
 
     layout = _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings)
     if layout is None:
@@ -529,9 +529,6 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     else by the sharding XLA gave the result ("xla"). Exact."""
     import jax
 
-    import refsim
-    from xla_backend import convert
-
     ref, xla, where = [], [], []
     for h, t, y in zip(hosts, targets, ys):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
@@ -567,8 +564,6 @@ def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tupl
 
 def _run_xla(call, placed, kwargs, label):
     """`call(*placed, **kwargs)` on XLA; XLA's own failure is raised as a classified `XlaError`."""
-    from refsim import compat
-
     with compat.tag_compile_errors():
         try:
             return call(*placed, **kwargs)
@@ -595,11 +590,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
     Other keyword arguments are passed to `fn`.
     """
-    import contextlib
-
     import jax
-
-    from conformance.oracle import intercept
 
     validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
                              none_means="for no limit")

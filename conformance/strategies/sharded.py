@@ -29,12 +29,15 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+import refsim
 from conformance.cases import Program
 from conformance.strategies import _validate as v
 from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, spec_text
 from conformance.strategies._sharded_ops import KINKED, NOT_DIFFERENTIABLE, OPS
+from conformance.strategies.meshes import meshes
 from conformance.strategies.specs import _check_mesh
 from conformance.verdict.compare import Exact, SumBound
+from conformance.verdict.compare import as_outputs
 from refsim import compat as _compat
 from refsim.layouts.mesh import AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
@@ -121,11 +124,7 @@ class ShardedProgram(Program):
 
     def tolerances(self) -> list:
         """Per output: exact (either sign of a zero), or an `ErrorBound` around refsim's value."""
-        from conformance.verdict.compare import as_outputs
-
         if "_refsim_out" not in self.__dict__:
-            import refsim
-
             self.run(refsim)
         outs = as_outputs(self.__dict__["_refsim_out"])
         pols = []
@@ -394,8 +393,6 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
     'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'
     """
     if mesh is None:
-        from conformance.strategies.meshes import meshes
-
         v.check_int("max_devices", max_devices, min_value=1)
         mesh_s = meshes(max_devices=max_devices)
     else:

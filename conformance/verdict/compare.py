@@ -40,7 +40,7 @@ from conformance.verdict.elements import same, sum_ok, ulp_distance, within_ulp
 from refsim.values import complex_from_parts
 
 __all__ = ["EXACT", "ComparisonResult", "Exact", "Mismatch", "SumBound", "Ulp", "as_outputs", "compare",
-           "element_classes", "element_rule", "gamma", "ulp_distance", "unit_roundoff"]
+           "element_classes", "element_rule", "gamma", "mismatch_lines", "ulp_distance", "unit_roundoff"]
 
 _MAX_ELEMENTS = 5  # differing elements listed per mismatch
 
@@ -469,10 +469,7 @@ class ComparisonResult:
         pol = "; ".join(self.applied) if self.applied else ", ".join(p.describe() for p in self.policies)
         lines.append(f"  checked {self.outputs} output(s), {self.devices} device shard(s), "
                      f"{self.elements} element(s); policy: {pol or 'exact'}")
-        for m in self.mismatches[:max_mismatches]:
-            lines += ["  " + ln for ln in m.render().splitlines()]
-        if len(self.mismatches) > max_mismatches:
-            lines.append(f"  ... {len(self.mismatches) - max_mismatches} more mismatches")
+        lines += mismatch_lines(self.mismatches, max_mismatches)
         return "\n".join(lines)
 
     __str__ = report
@@ -483,6 +480,14 @@ class ComparisonResult:
 
 
 # -- the comparator --------------------------------------------------------------------------
+def mismatch_lines(mismatches, most: int) -> list[str]:
+    """The report lines of the first `most` mismatches (indented two spaces), then how many more."""
+    lines = ["  " + ln for m in mismatches[:most] for ln in m.render().splitlines()]
+    if len(mismatches) > most:
+        lines.append(f"  ... {len(mismatches) - most} more mismatches")
+    return lines
+
+
 def as_outputs(x) -> list:
     """A result as a list of Arrays (an Array, or a tuple/list/pytree-leaf list of them)."""
     if hasattr(x, "shards"):

@@ -275,28 +275,14 @@ def test_plain_function_reproducer_rebuilds_the_wrapping(mode, tmp_path):
 
 
 def planted_fault():
-    """XLA multiplies by a wrong constant: a `mul` lowered as mul-then-double (planted here only)."""
-    import contextlib
+    """XLA multiplies by a wrong constant: a `mul` lowered as mul-then-square (planted here only)."""
 
-    from jax._src.lax import lax as lax_internal
-
-    from refsim import compat as _compat
-
-    @contextlib.contextmanager
-    def patch():
-        default, _, entry_cls = _compat.lowering_tables()
-        prim = lax_internal.mul_p
-        saved = default[prim]
-
+    def make_rule(orig, env):
         def rule(ctx, a, b, **params):
-            (out,) = saved.rule(ctx, a, b, **params)
-            return saved.rule(ctx.replace(avals_in=ctx.avals_out * 2), out, out, **params)   # out * out
-        default[prim] = entry_cls(rule, saved.inline)
-        try:
-            yield
-        finally:
-            default[prim] = saved
-    return faults.Fault("mul_squared", "mul returns its product squared", patch=patch)
+            (out,) = orig(ctx, a, b, **params)
+            return orig(ctx.replace(avals_in=ctx.avals_out * 2), out, out, **params)   # out * out
+        return rule
+    return faults.Fault("mul_squared", "mul returns its product squared", ("mul",), make_rule)
 
 
 def test_oracle_records_a_disagreement_even_when_the_inputs_were_donated(tmp_path):
@@ -461,32 +447,15 @@ def test_jit_outputs_without_out_shardings_are_compared_on_xlas_layout():
 
 def _matmul_scaled(factor):
     """A planted fault: XLA's dot_general returns its product times `factor`."""
-    import contextlib
 
-    from jax.extend.core import primitives
-
-    from refsim import compat as _compat
-
-    @contextlib.contextmanager
-    def patch():
-        prim = primitives.dot_general_p
-        default, per_platform, entry_cls = _compat.lowering_tables()
-        saved = [(t, t[prim]) for t in [default, *per_platform.values()] if prim in t]
-
-        def scaled(orig):
-            def rule(ctx, *args, **params):
-                (aval,) = ctx.avals_out
-                (out,) = orig(ctx, *args, **params)
-                return [faults.apply(ctx, lambda a: (a.astype(jnp.float32) * factor).astype(a.dtype), out, aval, aval)]
-            return rule
-        try:
-            for t, entry in saved:
-                t[prim] = entry_cls(scaled(entry.rule), entry.inline)
-            yield
-        finally:
-            for t, entry in saved:
-                t[prim] = entry
-    return faults.Fault(f"dot_general_times_{factor}", f"dot_general returns its product times {factor}", patch=patch)
+    def scaled(orig, env):
+        def rule(ctx, *args, **params):
+            (aval,) = ctx.avals_out
+            (out,) = orig(ctx, *args, **params)
+            return [faults.apply(ctx, lambda a: (a.astype(jnp.float32) * factor).astype(a.dtype), out, aval, aval)]
+        return rule
+    return faults.Fault(f"dot_general_times_{factor}", f"dot_general returns its product times {factor}",
+                        ("dot_general",), scaled)
 
 
 def test_narrow_float_bound_is_the_float32_bound_plus_eight_units_of_the_dtype():

@@ -1,5 +1,4 @@
 """conformance.verdict.compare: hand-computed cases of the comparison policy (docs/comparison.md)."""
-import dataclasses
 
 import ml_dtypes
 import numpy as np
@@ -9,23 +8,9 @@ from conformance.cases import Program
 from conformance.verdict.compare import EXACT, Exact, SumBound, compare, gamma, unit_roundoff
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.partition_spec import PartitionSpec as P
+from fake_arrays import Arr, Sh
 
 U32 = 2.0 ** -24
-
-
-@dataclasses.dataclass
-class Sh:
-    device_id: int
-    index: tuple
-    data: np.ndarray
-
-
-@dataclasses.dataclass
-class Arr:
-    """The refsim.Array surface compare() reads: shape, dtype, shards."""
-    shape: tuple
-    dtype: np.dtype
-    shards: list
 
 
 def one(values, dtype=np.float32, device=0, index=None):
