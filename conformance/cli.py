@@ -185,15 +185,22 @@ def run_command(args, console=None) -> int:
     except preflight.PreflightError as e:
         raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
     devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
-    result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
-                        devices=devices, report_dir=args.report, progress=not args.no_progress,
-                        resume=args.resume, xfails=args.xfails, processes=args.processes,
-                        compile_cache=_compile_cache(args.compile_cache),
-                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
-                        case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
-                        shard=args.shard,
-                        plan_extra=preflight.plan_entries(hardware))
+    result = runner.run_options(run_options(args, devices=devices, console=console,
+                                            plan_extra=preflight.plan_entries(hardware)))
     return report_result(args, result, console)
+
+
+def run_options(args, *, devices: int, console=None, plan_extra: dict | None = None):
+    """The `conformance.engine.runner.RunOptions` of parsed `run` arguments (`devices`: the count found)."""
+    from conformance.engine import runner
+
+    return runner.RunOptions(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
+                             devices=devices, report_dir=args.report, progress=not args.no_progress,
+                             resume=args.resume, xfails=args.xfails, processes=args.processes,
+                             compile_cache=_compile_cache(args.compile_cache),
+                             shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
+                             case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
+                             shard=args.shard, plan_extra=plan_extra)
 
 
 def report_result(args, result, console=None) -> int:
