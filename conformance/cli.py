@@ -3,7 +3,7 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
-        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
+        [--shrink-seconds T] [--compile-cache DIR|off] [--data-per-program N] [--shard K/N] [--case-timeout T] [--distributed]
         [--force]
     python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
     python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
@@ -102,8 +102,15 @@ def _compile_cache(value: str | None) -> str | None:
     return None if value.strip().lower() in OFF else value
 
 
+def _plan_cache(value: str | None) -> str | None:
+    """The drawn-plan cache folder: ``plans`` in the compile-cache folder (None for 'off')."""
+    folder = _compile_cache(value)
+    return None if folder is None else os.path.join(folder, "plans")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
+    from conformance.engine.runner import (DEFAULT_CASE_TIMEOUT, DEFAULT_DATA_PER_PROGRAM, DEFAULT_EXAMPLES,
+                                           MAX_EXAMPLES, SHRINK_SECONDS)
 
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
@@ -129,8 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
-                     help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
-                          "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
+                     help="JAX's persistent compilation cache, the executables and the drawn plans, so a rerun "
+                          "skips drawing, tracing, lowering and compiling (default: $CONFORMANCE_COMPILE_CACHE or "
+                          "~/.cache/refsim-conformance/xla; 'off': none)")
+    run.add_argument("--data-per-program", type=_positive, default=DEFAULT_DATA_PER_PROGRAM, metavar="N",
+                     help=f"data sets (special values, rounding data, random) each drawn program structure runs "
+                          f"with on its one compiled executable (default {DEFAULT_DATA_PER_PROGRAM}; at least what "
+                          "each suite draws)")
     run.add_argument("--shard", type=_shard, default=None, metavar="K/N",
                      help="run only shard K of N (plan positions K-1, K-1+N, ...); merge the N report folders "
                           "with `python -m conformance merge`")
@@ -200,7 +212,8 @@ def run_options(args, *, devices: int, console=None, plan_extra: dict | None = N
                              compile_cache=_compile_cache(args.compile_cache),
                              shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
                              case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
-                             shard=args.shard, plan_extra=plan_extra)
+                             shard=args.shard, plan_extra=plan_extra, plan_cache=_plan_cache(args.compile_cache),
+                             data_per_program=args.data_per_program)
 
 
 def report_result(args, result, console=None) -> int:

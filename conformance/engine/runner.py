@@ -31,7 +31,7 @@ from conformance.report.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunOptions", "RunResult",
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_DATA_PER_PROGRAM", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunOptions", "RunResult",
            "interruptible", "plan_chunks", "plan_tasks", "run", "run_options", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
@@ -41,6 +41,9 @@ DEFAULT_EXAMPLES = 20
 # default: hours of run time; the plan draws them all before the first case ends).
 MAX_EXAMPLES = 1000
 SHRINK_SECONDS = 60.0
+# Data sets each drawn program structure of `python -m conformance run` runs with on its one compiled
+# executable (`RunOptions.data_per_program`; None: what each suite draws, 3 or 2).
+DEFAULT_DATA_PER_PROGRAM = None
 # A case (all its examples) normally takes seconds; one still running after this is a hang.
 DEFAULT_CASE_TIMEOUT = 300.0
 
@@ -682,6 +685,13 @@ class _Run:
                 yield chunk
 
         drawn = plan_chunks(o.suite, examples=o.examples, seed=o.seed, devices=o.devices)
+        if o.data_per_program is not None:
+            drawn = (plan_mod.with_data(chunk, o.data_per_program, o.seed) for chunk in drawn)
+        if o.plan_cache is not None:   # a rerun of the same plan reads it back instead of drawing it
+            cache = plan_mod.PlanCache(o.plan_cache)
+            identity = dict(suite=",".join(selected(o.suite)), seed=o.seed, examples=o.examples, devices=o.devices,
+                            platform=o.platform, **_versions())
+            drawn = cache.chunks(cache.key(identity, o.data_per_program), drawn)
         return plan_mod.select_shard_chunks(counted(drawn), shard_kn)
 
     def dispatch(self, chunks):
@@ -795,6 +805,9 @@ class _Run:
         _xfail_summary(summary, self.xf, results, o.strict_xfails, complete=set(selected(o.suite)) == set(SUITES))
         summary["plan"] = {k: v for k, v in self.plan.items() if k != "case_ids"}  # the plan line has them
         summary["phases"] = timing.totals(results, self.drawing)
+        # the share of the work (summed over the workers, as the phase line counts it), not of the wall time
+        work = sum(summary["phases"].values())
+        summary["compile_share"] = summary["phases"]["xla_compile"] / work if work > 0 else 0.0
         cover(summary, self.plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
         for r in self.reporters:
             r.finish(summary)

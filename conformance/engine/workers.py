@@ -35,6 +35,7 @@ import traceback
 from multiprocessing import connection
 
 from conformance import faults
+from conformance.engine import compile_cache
 from conformance.report import case_details
 from conformance.report.results import CaseResult
 from xla_backend import platform as xplat
@@ -285,6 +286,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     os.close(fd)
     xplat.configure(platform, devices)
     xplat.share_accelerator()
+    compile_cache.install_from_env()   # the parent's executable store, if it enabled one
     with contextlib.ExitStack() as stack:
         if fault is not None:
             stack.enter_context(faults.inject(fault))
