@@ -31,12 +31,13 @@ class Stats:
 
 _STATS = Stats()
 _CACHE: "OrderedDict[object, object]" = OrderedDict()
-_STORE: list = [None]  # an object with load(key) -> executable | None and save(key, executable)
+_STORE: list = [None]  # load(key) -> executable | None; compile(key, compile_fn) -> executable, kept
 
 
 def set_store(store) -> None:
     """Back the cache with a persistent `store` (None: none): ``store.load(key)`` gives the
-    executable for a key of `compiled` or None, ``store.save(key, executable)`` keeps one."""
+    executable for a key of `compiled` or None; on a miss ``store.compile(key, compile_fn)``
+    compiles it and keeps it."""
     _STORE[0] = store
 
 
@@ -54,12 +55,10 @@ def compiled(key, compile_fn):
                 _CACHE.popitem(last=False)
             return exe, True
         t0 = time.perf_counter()
-        exe = compile_fn()
+        exe = compile_fn() if store is None else store.compile(key, compile_fn)
         _STATS.compile_seconds += time.perf_counter() - t0
         _STATS.compiles += 1
         _CACHE[key] = exe
-        if store is not None:
-            store.save(key, exe)
         if len(_CACHE) > MAX_ENTRIES:
             _CACHE.popitem(last=False)
         return exe, False

@@ -223,6 +223,22 @@ class ExecutableStore:
         except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
             return None
 
+    def compile(self, key, compile_fn):
+        """`compile_fn()`, kept under `key`'s stable name. A stable key's program is compiled by XLA
+        here, not read from JAX's persistent cache: an executable JAX loaded from its cache does not
+        serialize whole again (jaxlib's CPU client drops its kernels: "Function ... not found")."""
+        import jax
+
+        if self._path(key, again=True) is None:
+            return compile_fn()
+        jax.config.update("jax_enable_compilation_cache", False)
+        try:
+            executable = compile_fn()
+        finally:
+            jax.config.update("jax_enable_compilation_cache", True)
+        self.save(key, executable)
+        return executable
+
     def save(self, key, executable) -> None:
         import pickle
         import tempfile
