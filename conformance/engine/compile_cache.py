@@ -93,6 +93,33 @@ def _case_source(fn) -> str | None:
     return None
 
 
+CASE_MODULES = ("conformance.cases.",)   # modules whose top-level functions are case programs (the corpus)
+
+
+def _module_function(fn) -> str:
+    """A top-level function (or lambda) of a case module (`CASE_MODULES`, the corpus's programs) by its
+    module, name, line and code, and the sha256 of its module's file, which holds it and every helper of
+    that module it calls."""
+    import hashlib
+    import sys
+
+    mod = sys.modules.get(fn.__module__ or "")
+    path = getattr(mod, "__file__", None)
+    if (fn.__closure__ is not None or mod is None or path is None or "<locals>" in fn.__qualname__
+            or not fn.__module__.startswith(CASE_MODULES)):
+        raise Unstable(f"function {fn.__qualname__} is neither a case's source nor a case module's function")
+    digest = _FILE_DIGESTS.get(path)
+    if digest is None:
+        with open(path, "rb") as fh:
+            digest = _FILE_DIGESTS[path] = hashlib.sha256(fh.read()).hexdigest()
+    code = fn.__code__   # which function of the file (a lambda has no name of its own)
+    where = hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
+    return f"function:{fn.__module__}.{fn.__qualname__}@{code.co_firstlineno}:{where}:{digest}"
+
+
+_FILE_DIGESTS: dict = {}
+
+
 def _mesh_text(axis_names, device_ids, axis_types=None) -> str:
     return f"mesh({tuple(axis_names)!r},{list(map(int, device_ids))!r},{tuple(str(t) for t in axis_types or ())!r})"
 
@@ -118,9 +145,9 @@ def encode(part) -> str:
         return "{" + ",".join(sorted(f"{encode(k)}:{encode(v)}" for k, v in part.items())) + "}"
     if isinstance(part, types.FunctionType):
         source = _case_source(part)
-        if source is None:
-            raise Unstable(f"function {part.__qualname__} is not a case's source")
-        return "source:" + hashlib.sha256(source.encode("utf-8")).hexdigest()
+        if source is not None:
+            return "source:" + hashlib.sha256(source.encode("utf-8")).hexdigest()
+        return _module_function(part)
     if isinstance(part, np.ndarray):
         return f"array({part.dtype.str},{part.shape},{hashlib.sha256(part.tobytes()).hexdigest()})"
     if isinstance(part, (np.dtype, np.generic)):

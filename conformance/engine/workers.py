@@ -43,6 +43,10 @@ from xla_backend import platform as xplat
 __all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
 
 STDERR_TAIL_LINES = 20
+# Tasks a worker holds: the one it runs and the next, already in its pipe, so it never waits for
+# the parent (which may be drawing the next family). A task sent behind one that kills or hangs
+# its worker was never started: it goes back to the front of the queue.
+QUEUE_DEPTH = 2
 _READY = "ready"      # a worker's first message: it imported and configured the platform
 _PENDING = object()   # receive(): nothing finished yet
 
@@ -73,9 +77,7 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
                 workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
                                        fault, run_task))
                 started += 1
-            for w in workers:
-                if w.job is None and pending:
-                    w.send(pending.popleft(), opts)
+            _top_up(workers, pending, opts)
             busy = [w for w in workers if w.job is not None]
             # while tasks are still to be drawn, only look (timeout 0): drawing is the next thing to do
             timeout = 0 if more is not None else _next_deadline(busy, case_timeout)
@@ -83,6 +85,7 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
             for w in busy:
                 if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
                     result = w.timeout_result(case_timeout, opts, write_repro)
+                    pending.extendleft(reversed(w.queued()))   # sent behind the hung task, never started
                     w.kill()
                     workers.remove(w)
                     yield result
@@ -96,10 +99,11 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
                     if not w.ready:
                         raise RuntimeError(w.startup_failure())
                     result = w.death_result()
+                    pending.extendleft(reversed(w.queued()))   # sent behind the task that killed it
                     w.close()
                     workers.remove(w)
-                elif pending:  # the worker's next task goes out before the reporters see this result
-                    w.send(pending.popleft(), opts)
+                else:  # the worker's next tasks go out before the reporters see this result
+                    _top_up(workers, pending, opts)
                 yield result
             if more is not None:
                 chunk = next(more, None)
@@ -115,6 +119,15 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
         for name in os.listdir(logs):
             os.unlink(os.path.join(logs, name))
         os.rmdir(logs)
+
+
+def _top_up(workers: list, pending, opts) -> None:
+    """Send tasks in plan order until every worker holds `QUEUE_DEPTH` (or none are left): a
+    worker starts its next task the moment it sends a result, even while the parent is drawing."""
+    for depth in range(1, QUEUE_DEPTH + 1):
+        for w in workers:
+            if pending and len(w.jobs) < depth:
+                w.send(pending.popleft(), opts)
 
 
 def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
@@ -135,15 +148,25 @@ class _Worker:
                                 daemon=True)
         self.proc.start()
         child.close()
-        self.job = None
+        self.jobs: collections.deque = collections.deque()   # sent, in order; the first is running
         self.ready = False
         self.log_offset = 0
         self.t0 = 0.0
         self.t_ready = None
 
     @property
+    def job(self):
+        """The (task, entry) running now (None: none sent)."""
+        return self.jobs[0] if self.jobs else None
+
+    def queued(self) -> list:
+        """The jobs sent behind the running one (not started)."""
+        return list(self.jobs)[1:]
+
+    @property
     def started(self) -> float | None:
-        """When the task in flight started to run: sent, and the worker ready (None: not yet)."""
+        """When the task in flight started to run: sent (or its predecessor's result came), and
+        the worker ready (None: not yet)."""
         if self.job is None or self.t_ready is None:
             return None
         return max(self.t0, self.t_ready)
@@ -151,9 +174,15 @@ class _Worker:
     def overdue(self, case_timeout: float) -> bool:
         return self.started is not None and time.perf_counter() - self.started > case_timeout
 
+    def _starts(self, *, log: bool = True) -> None:
+        self.t0 = time.perf_counter()
+        if log:
+            self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+
     def send(self, job, opts) -> None:
-        self.job, self.t0 = job, time.perf_counter()
-        self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        self.jobs.append(job)
+        if len(self.jobs) == 1:
+            self._starts()
         task, entry = job
         try:
             self.conn.send((task, entry, opts))
@@ -170,7 +199,11 @@ class _Worker:
                     self.ready = True
                     self.t_ready = time.perf_counter()
                     continue
-                self.job = None
+                self.jobs.popleft()
+                if self.jobs:
+                    # the next task, already sent, runs from now; its stderr is read from where its
+                    # predecessor's began (it may have written, or crashed, before this result was read)
+                    self._starts(log=False)
                 return msg
             if self.proc.is_alive():
                 return _PENDING

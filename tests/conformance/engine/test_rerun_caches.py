@@ -247,3 +247,31 @@ def test_nothing_is_read_from_the_store_under_an_injected_fault(tmp_path):
     finally:
         cache.set_store(None)
         cache.clear_cache()
+
+
+def test_a_corpus_function_is_keyed_by_its_module_file():
+    from conformance.cases import corpus
+
+    fn = corpus.PROGRAMS[0].fn
+    key = compile_cache.encode(("shard_map", fn))
+    assert corpus.__name__ in key and fn.__name__ in key
+    path = corpus.__file__
+    was = compile_cache._FILE_DIGESTS.get(path)
+    compile_cache._FILE_DIGESTS[path] = "0" * 64   # as if the file had other contents
+    try:
+        assert compile_cache.encode(("shard_map", fn)) != key
+    finally:
+        if was is None:
+            compile_cache._FILE_DIGESTS.pop(path, None)
+        else:
+            compile_cache._FILE_DIGESTS[path] = was
+    assert compile_cache.encode(("shard_map", fn)) == key
+
+
+def _not_a_case(a):
+    return a
+
+
+def test_a_function_outside_the_case_modules_is_not_stored():
+    with pytest.raises(compile_cache.Unstable):
+        compile_cache.encode(("jit", _not_a_case))
