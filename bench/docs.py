@@ -33,6 +33,8 @@ python -m bench.docs figures.jsonl --out docs/performance.md
 python -m bench.docs docs/performance-figures.jsonl --out docs/performance.md   # this page, again
 python -m bench --quick                                   # tiny sizes: checks the code paths only
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
+git worktree add --detach ../base <commit>                # the reruns part's baseline, then:
+python -m bench.reruns --against ../base --passes 3 --json docs/performance-figures.jsonl
 ```
 
 `bench/` is not installed with the package (a top-level `bench` module would clash with other
