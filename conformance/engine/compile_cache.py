@@ -161,7 +161,7 @@ def encode(part) -> str:
     if type(part).__qualname__ == "NamedSharding":
         kind = getattr(part, "memory_kind", None)
         return f"sharding({encode(part.mesh)},{encode(tuple(part.spec))},{kind!r})"
-    if type(part).__qualname__ == "PartitionSpec":
+    if type(part).__qualname__ in ("PartitionSpec", "P"):   # jax.P is jax.sharding.PartitionSpec
         return f"P{encode(tuple(part))}"
     if type(part).__qualname__ == "PyTreeDef":
         return f"tree({part})"

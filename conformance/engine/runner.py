@@ -42,8 +42,10 @@ DEFAULT_EXAMPLES = 20
 MAX_EXAMPLES = 1000
 SHRINK_SECONDS = 60.0
 # Data sets each drawn program structure of `python -m conformance run` runs with on its one compiled
-# executable (`RunOptions.data_per_program`; None: what each suite draws, 3 or 2).
-DEFAULT_DATA_PER_PROGRAM = None
+# executable (`RunOptions.data_per_program`; `run()`'s None: what each suite draws, 3 or 2). One more
+# data set costs ~2 ms of CPU (refsim, an XLA run, compare) where a compile costs ~45 ms: 10 checks
+# ~3.5x the data examples of the suites' own 3 for ~15% more CPU in a cold run (docs/performance.md).
+DEFAULT_DATA_PER_PROGRAM = 10
 # A case (all its examples) normally takes seconds; one still running after this is a hang.
 DEFAULT_CASE_TIMEOUT = 300.0
 
