@@ -94,12 +94,15 @@ def side_by_side(against: str | None, *, examples: int = 20, passes: int = 3, su
                              "`git worktree add --detach DIR COMMIT`.")
     roots = {"baseline": against, "this": ROOT}
     runs: dict = {v: [] for v in VARIANTS if against is not None or not v.startswith("baseline")}
-    for _ in range(passes):
+    for i in range(passes):
         caches = {k: tempfile.mkdtemp(prefix=f"bench-reruns-{k}-") for k in roots if roots[k]}
         try:
             for v in runs:   # baseline cold, cold, baseline rerun, rerun: each side's rerun on its own cold's cache
                 side = "baseline" if v.startswith("baseline") else "this"
                 runs[v].append(cli_pass(roots[side], caches[side], examples=examples, suite=suite))
+                load = [round(x, 2) for x in os.getloadavg()]
+                C.emit(dict(bench="conformance_reruns_pass", variant=v, pass_no=i + 1, load_average=load,
+                            **{k: x for k, x in runs[v][-1].items() if k != "phases"}))
         finally:
             for c in caches.values():
                 shutil.rmtree(c, ignore_errors=True)
