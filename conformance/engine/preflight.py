@@ -31,11 +31,9 @@ def check(platform: str, devices: int | None, *, in_process: bool, timeout_s: fl
     in_process=True starts JAX here (the run's cases will run here too, or JAX is already up);
     False checks in a short-lived child process, so that a parent whose cases run in worker
     processes does not hold the accelerator (a GPU's memory is preallocated by the first
-    process that starts it). The CPU platform is always checked here: it holds no accelerator,
-    and a child process would cost a second interpreter's start-up and JAX import on every run.
-    Raises PreflightError.
+    process that starts it). Raises PreflightError.
     """
-    if in_process or platform == "cpu" or _backends_started():
+    if in_process or _backends_started():
         return _check_here(platform, devices)
     cmd = [sys.executable, "-m", "xla_backend", "info", "--platform", platform, "--hardware"]
     if devices is not None:
