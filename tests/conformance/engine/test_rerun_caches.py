@@ -79,7 +79,7 @@ def test_a_half_drawn_plan_is_not_kept(tmp_path):
 
 
 def test_a_rerun_on_the_plan_cache_runs_the_same_cases_without_drawing(tmp_path, monkeypatch):
-    kw = dict(suite="collectives", examples=1, seed=2, devices=4, progress=False, shrink_seconds=0,
+    kw = dict(suite="collectives", examples=1, seed=2, devices=8, progress=False, shrink_seconds=0,
               plan_cache=str(tmp_path))
     first = runner.run(**kw)
     monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter(()))   # nothing to draw from

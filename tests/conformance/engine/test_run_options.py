@@ -6,7 +6,7 @@ import pytest
 from conformance import cli
 from conformance.engine import runner
 
-SMALL = dict(suite="collectives", examples=1, seed=3, devices=4, progress=False, shrink_seconds=0)
+SMALL = dict(suite="collectives", examples=1, seed=3, devices=8, progress=False, shrink_seconds=0)
 
 
 def test_run_and_run_options_are_the_same_run():
