@@ -102,11 +102,20 @@ def side_by_side(against: str | None, *, examples: int = 20, passes: int = 3, su
                 runs[v].append(cli_pass(roots[side], caches[side], examples=examples, suite=suite))
                 load = [round(x, 2) for x in os.getloadavg()]
                 C.emit(dict(bench="conformance_reruns_pass", variant=v, pass_no=i + 1, load_average=load,
+                            commit=C.git_commit(roots[side]),
                             **{k: x for k, x in runs[v][-1].items() if k != "phases"}))
         finally:
             for c in caches.values():
                 shutil.rmtree(c, ignore_errors=True)
     commits = {v: C.git_commit(against if v.startswith("baseline") else ROOT) for v in runs}
+    recs = summarize(runs, commits, examples=examples, passes=passes, suite=suite)
+    for r in recs:
+        C.emit(r)
+    return recs
+
+
+def summarize(runs: dict, commits: dict, *, examples: int, passes: int, suite: str) -> list[dict]:
+    """One record per variant (medians over its passes) and, with a baseline, one of the targets."""
     recs = []
     for v, rs in runs.items():
         med = {k: _median([r[k] for r in rs]) for k in ("examples_per_s", "cpu_ms_per_example", "busy_share",
@@ -114,8 +123,8 @@ def side_by_side(against: str | None, *, examples: int = 20, passes: int = 3, su
         recs.append(dict(bench="conformance_reruns", variant=v, commit=commits[v], suite=suite, examples_option=examples,
                          passes=passes, examples=rs[0]["examples"], cases=rs[0]["cases"],
                          processes=rs[0]["processes"], each=[{k: r[k] for k in r if k != "phases"} for r in rs],
-                         phases=sorted(rs, key=lambda r: r["examples_per_s"])[len(rs) // 2]["phases"], **med))
-    if against is not None:
+                         phases=sorted(rs, key=lambda r: r["examples_per_s"])[len(rs) // 2].get("phases"), **med))
+    if "baseline cold" in runs and "rerun" in runs:
         by = {r["variant"]: r for r in recs}
         per_pass = lambda k, a, b: [x[k] / y[k] for x, y in zip(by[a]["each"], by[b]["each"])]  # noqa: E731
         recs.append(dict(
@@ -128,9 +137,23 @@ def side_by_side(against: str | None, *, examples: int = 20, passes: int = 3, su
             cold_data_per_minute_ratio=by["cold"]["examples_per_minute"] / by["baseline cold"]["examples_per_minute"],
             cold_data_per_minute_ratio_each=per_pass("examples_per_minute", "cold", "baseline cold"),
             cold_wall_ratio=by["cold"]["process_s"] / by["baseline cold"]["process_s"]))
-    for r in recs:
-        C.emit(r)
     return recs
+
+
+def from_passes(path: str, commits: dict | None = None) -> list[dict]:
+    """The records of `summarize` from the per-pass records of the last run in the JSON-lines file
+    `path` (a side by side stopped early: only passes in which every variant ran count)."""
+    with open(path) as fh:
+        recs = [json.loads(line) for line in fh if line.strip().startswith("{")]
+    last = max(i for i, r in enumerate(recs) if r.get("bench") == "machine")
+    passes = [r for r in recs[last:] if r.get("bench") == "conformance_reruns_pass"]
+    variants = [v for v in VARIANTS if any(p["variant"] == v for p in passes)]
+    complete = [n for n in sorted({p["pass_no"] for p in passes})
+                if all(any(p["pass_no"] == n and p["variant"] == v for p in passes) for v in variants)]
+    runs = {v: [p for n in complete for p in passes if p["pass_no"] == n and p["variant"] == v] for v in variants}
+    commits = {v: (commits or {}).get("baseline" if v.startswith("baseline") else "this")
+               or runs[v][0].get("commit", "?") for v in variants}
+    return summarize(runs, commits, examples=0, passes=len(complete), suite="all")
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -181,7 +204,21 @@ def main(argv=None) -> int:
     ap.add_argument("--suite", default="all")
     ap.add_argument("--quick", action="store_true", help="this checkout only, collectives, 1 draw per family")
     ap.add_argument("--json", metavar="FILE", help="also append every JSON line to FILE")
+    ap.add_argument("--from-passes", metavar="FILE", help="summarise the per-pass records of FILE's last run "
+                                                          "(a side by side stopped early) and append to --json")
+    ap.add_argument("--baseline-commit", help="--from-passes: the baseline's commit, where the records lack it")
+    ap.add_argument("--commit", help="--from-passes: this checkout's commit, where the records lack it")
     args = ap.parse_args(argv)
+    if args.from_passes:
+        recs = from_passes(args.from_passes, {"baseline": args.baseline_commit, "this": args.commit})
+        C.open_json(args.json)
+        try:
+            for r in recs:
+                C.emit(r)
+            show(recs)
+        finally:
+            C.close_json()
+        return 0
     C.open_json(args.json)
     try:
         C.emit(C.machine())
