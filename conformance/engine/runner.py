@@ -7,10 +7,19 @@ case to every reporter as it finishes. A disagreeing case is shrunk with hypothe
 its family and dtype (smallest mesh, smallest shape) and written as a standalone
 reproducer (`conformance.cases.Program.repro`).
 
+A run's options are one frozen `RunOptions` (`run(**kw)` builds it; the command line builds it
+from its arguments), and `_Run` runs it in named steps: setup, draw, dispatch, collect, finish.
+
 In worker processes (the CLI's default) drawing overlaps with running: the workers start
 first, the parent draws family by family and hands each family's tasks out as soon as it is
-drawn, in plan order. The reporters start once the whole plan is drawn (they are told its
-case count first); results that came before are replayed to them in the order they came.
+drawn, in plan order; each worker holds its next task already (`conformance.engine.workers`), so
+none waits while the parent draws. With `plan_cache` a rerun reads the drawn plan back
+(`conformance.engine.plan.PlanCache`), and with `compile_cache` each program's executable
+(`conformance.engine.compile_cache.ExecutableStore`, keyed before tracing), so it neither draws,
+traces, lowers nor compiles an unchanged case. `data_per_program` runs each drawn structure with
+more data sets on its one executable (`conformance.engine.plan.with_data`). The reporters start
+once the whole plan is drawn (they are told its case count first); results that came before are
+replayed to them in the order they came.
 """
 from __future__ import annotations
 

@@ -14,8 +14,10 @@ layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
-JAX while the parent draws), and between chunks the parent only polls the workers, so a
-worker that finishes gets the next task as soon as it is drawn.
+JAX while the parent draws), and between chunks the parent only polls the workers. Each worker
+holds `QUEUE_DEPTH` tasks (the one it runs and the next, already in its pipe), so a worker that
+finishes starts its next task at once, even while the parent is drawing; a task queued behind one
+that kills or hangs its worker was never started and goes back to the front of the queue.
 
 What a worker runs is given, not imported: `run_task` (the runner's, `run_task(task, xla, entry,
 **opts) -> CaseResult`, sent to each worker by reference) and `write_repro` (the parent writes a
