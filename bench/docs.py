@@ -71,7 +71,9 @@ rerun") and this commit again on its own ("rerun"). CPU is the whole process tre
 preflight child and its workers: `RUSAGE_CHILDREN`) per example; examples/s is the runner's own
 figure; workers busy is the seconds the workers spent in cases over workers × the runner's wall time;
 examples/min is per minute of the process's wall time. An example is one data set run on both sides
-and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`).""",
+and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`):
+this commit's per-example figures gain from its default `--data-per-program` as well as from its
+caches, so the CPU seconds of each pass are given beside them.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
@@ -190,11 +192,13 @@ def _conformance(recs: list) -> str:
 def _reruns(recs: list) -> str:
     rows = [(r["variant"], f"`{r['commit']}`", r["processes"], r["cases"], r["examples"],
              "%.1f (%s)" % (r["examples_per_s"], ", ".join("%.1f" % x["examples_per_s"] for x in r["each"])),
-             f"{r['cpu_ms_per_example']:.1f}", f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
+             f"{r['cpu_ms_per_example']:.1f}", ", ".join(f"{x['cpu_s']:.0f}" for x in r["each"]),
+             f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
              ", ".join(f"{x['process_s']:.0f}" for x in r["each"]))
             for r in recs if r.get("bench") == "conformance_reruns"]
     text = _md_table(["variant", "commit", "workers", "cases", "examples", "examples/s, median (each pass)",
-                      "CPU ms per example", "workers busy", "examples per minute", "process wall s (each pass)"], rows)
+                      "CPU ms per example", "CPU s (each pass)", "workers busy", "examples per minute",
+                      "process wall s (each pass)"], rows)
     side = [r for r in recs if r.get("bench") == "conformance_reruns"]
     if side:
         text += f"\n\n{side[0]['passes']} interleaved passes; medians."

@@ -18,7 +18,7 @@ def test_quick_run_records_a_cold_run_and_a_rerun():
 
 def _rec(variant, eps, cpu_ms, busy, epm, wall):
     each = [dict(examples_per_s=eps, cpu_ms_per_example=cpu_ms, busy_share=busy, examples_per_minute=epm,
-                 process_s=wall)]
+                 process_s=wall, cpu_s=cpu_ms * 100 / 1000)]
     return dict(bench="conformance_reruns", variant=variant, commit="abc", processes=2, cases=10, examples=100,
                 passes=1, each=each, examples_per_s=eps, cpu_ms_per_example=cpu_ms, busy_share=busy,
                 examples_per_minute=epm, process_s=wall)
@@ -35,4 +35,4 @@ def test_targets_are_judged_from_hand_made_records():
     assert [ok for _t, _m, ok in rows] == [True, True, True, True]
     assert rows[1][1] == "2.25x (per pass: 2.25x)"
     table = bench_docs._reruns(recs)
-    assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 70% | 2400 | 15 |" in table
+    assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 1 | 70% | 2400 | 15 |" in table
