@@ -3,7 +3,7 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
-        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
+        [--shrink-seconds T] [--compile-cache DIR|off] [--data-per-program N] [--shard K/N] [--case-timeout T] [--distributed]
         [--force]
     python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
     python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
@@ -35,7 +35,8 @@ from conformance.arguments import Parser as _Parser
 from conformance.engine import distributed, preflight, runner
 from conformance.engine.compile_cache import OFF, default_dir
 from conformance.engine.plan import parse_shard
-from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
+from conformance.engine.runner import (DEFAULT_CASE_TIMEOUT, DEFAULT_DATA_PER_PROGRAM, DEFAULT_EXAMPLES, MAX_EXAMPLES,
+                                       SHRINK_SECONDS)
 from conformance.report import prepare_report_dir, print_table
 from conformance.report.lock import acquire
 from conformance.report.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
@@ -107,6 +108,12 @@ def _compile_cache(value: str | None) -> str | None:
     return None if value.strip().lower() in OFF else value
 
 
+def _plan_cache(value: str | None) -> str | None:
+    """The drawn-plan cache folder: ``plans`` in the compile-cache folder (None for 'off')."""
+    folder = _compile_cache(value)
+    return None if folder is None else os.path.join(folder, "plans")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
@@ -132,8 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
-                     help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
-                          "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
+                     help="JAX's persistent compilation cache, the executables and the drawn plans, so a rerun "
+                          "skips drawing, tracing, lowering and compiling (default: $CONFORMANCE_COMPILE_CACHE or "
+                          "~/.cache/refsim-conformance/xla; 'off': none)")
+    run.add_argument("--data-per-program", type=_positive, default=DEFAULT_DATA_PER_PROGRAM, metavar="N",
+                     help=f"data sets (special values, rounding data, random) each drawn program structure runs "
+                          f"with on its one compiled executable (default {DEFAULT_DATA_PER_PROGRAM}; at least what "
+                          "each suite draws)")
     run.add_argument("--shard", type=_shard, default=None, metavar="K/N",
                      help="run only shard K of N (plan positions K-1, K-1+N, ...); merge the N report folders "
                           "with `python -m conformance merge`")
@@ -182,15 +194,21 @@ def run_command(args, console=None) -> int:
     except preflight.PreflightError as e:
         raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
     devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
-    result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
-                        devices=devices, report_dir=args.report, progress=not args.no_progress,
-                        resume=args.resume, xfails=args.xfails, processes=args.processes,
-                        compile_cache=_compile_cache(args.compile_cache),
-                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
-                        case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
-                        shard=args.shard,
-                        plan_extra=preflight.plan_entries(hardware))
+    result = runner.run_options(run_options(args, devices=devices, console=console,
+                                            plan_extra=preflight.plan_entries(hardware)))
     return report_result(args, result, console)
+
+
+def run_options(args, *, devices: int, console=None, plan_extra: dict | None = None):
+    """The `conformance.engine.runner.RunOptions` of parsed `run` arguments (`devices`: the count found)."""
+    return runner.RunOptions(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
+                             devices=devices, report_dir=args.report, progress=not args.no_progress,
+                             resume=args.resume, xfails=args.xfails, processes=args.processes,
+                             compile_cache=_compile_cache(args.compile_cache),
+                             shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
+                             case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
+                             shard=args.shard, plan_extra=plan_extra, plan_cache=_plan_cache(args.compile_cache),
+                             data_per_program=args.data_per_program)
 
 
 def report_result(args, result, console=None) -> int:
