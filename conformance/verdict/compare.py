@@ -219,7 +219,13 @@ class SumBound:
                 tr = t.astype(ref)
                 total = tr.sum(axis=0)
                 exact[d] = _divide_parts(total, divisor)
-                abs_sum[d] = np.abs(tr).sum(axis=0)
+                if tr.dtype.kind == "c":
+                    # the modulus of the finite parts: a NaN / inf part is judged by the IEEE masks
+                    # below and must not make the other part's bound NaN / inf
+                    re, im = (np.where(np.isfinite(c), c, 0) for c in (tr.real, tr.imag))
+                    abs_sum[d] = np.hypot(re, im).sum(axis=0)
+                else:
+                    abs_sum[d] = np.abs(tr).sum(axis=0)
                 parts = (tr.real, tr.imag) if tr.dtype.kind == "c" else (tr,)
                 if integer:
                     mask[d] = np.ones(exact[d].shape, bool)
