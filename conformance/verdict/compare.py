@@ -2,8 +2,10 @@
 
 * Layout: both sides hold the same device ids, and each device the same index, shape and dtype.
 * `Exact` (data movement, integers, bool, min/max): bit-exact, except that NaN equals NaN
-  (payloads are ignored) and, with ``signed_zero=False`` (min/max, where IEEE 754 leaves
-  the sign of a zero result open), +0 equals -0.
+  (payloads and the quiet bit are ignored); the sign of a zero counts (max/min too: StableHLO's
+  maximum / minimum are IEEE 754-2019's, +0 > -0). With ``signed_zero=False`` (where the spec
+  leaves the sign of a zero open: a sum from `reduce`, which intersperses +0 init values)
+  +0 equals -0.
 * `SumBound` (floating psum / pmean / psum_scatter), element by element:
   - *exact* where no order of the additions can round (every partial sum of the terms is
     representable: all terms are multiples of 2**q and sum|x_i| < 2**(q+p) for p significand
@@ -57,7 +59,7 @@ class Exact:
 
     def why(self) -> str:
         return ("exact: the result is representable, so any correct implementation gives these bits"
-                + ("" if self.signed_zero else "; +0 == -0 because max/min leave the sign of a zero open"))
+                + ("" if self.signed_zero else "; +0 == -0 because the spec leaves the sign of this zero open"))
 
 
 EXACT = Exact()
