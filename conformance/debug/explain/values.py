@@ -232,7 +232,11 @@ def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dic
         if not q:
             return None
         pick, res = 0, None
-        for i, ref in enumerate(q):
+        # an op being put right takes the evaluations of its key in order: pairing it with the first
+        # value it agrees with could pair a faulty op with another op's value of the same key (the
+        # reversed forward ppermute of a pipeline equals a value of its backward ppermute)
+        in_order = anchor is not None and anchor(primary)
+        for i, ref in enumerate(q if not in_order else ()):
             r = differs(ref, val, device_ids, rule)
             if r is not None and r[0]:
                 pick, res = i, r
