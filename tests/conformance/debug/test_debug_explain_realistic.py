@@ -163,6 +163,12 @@ EXAMPLES = [
     # verifies right in evaluation order, not by the first value they agree with
     ("pipeline", planted.reversed_permute_pairs, "compiler", "stablehlo.collective_permute"),
     ("transformer_fsdp", planted.all_reduce_sum_as_max, "compiler", "stablehlo.all_reduce"),
+    # a gradient's reduce_scatter (all_gather's transpose) with a max body: XLA's compiled module has
+    # three reduce_scatters of one key and shape, which explain pairs by the values they agree with
+    ("transformer_fsdp", planted.reduce_scatter_sum_as_max, "compiler", "stablehlo.reduce_scatter"),
+    ("transformer_fsdp", planted.all_reduce_sum_as_product, "compiler", "stablehlo.all_reduce"),
+    ("moe", planted.all_reduce_sum_as_max, "compiler", "stablehlo.all_reduce"),
+    ("pipeline", planted.all_reduce_sum_as_product, "compiler", "stablehlo.all_reduce"),
 ]
 
 
