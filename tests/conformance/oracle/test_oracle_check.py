@@ -619,3 +619,22 @@ def test_an_explain_that_fails_is_named_and_the_disagreement_stays_the_error(tmp
     with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
         conformance.check(shifted, x, repro_dir=str(tmp_path))
     assert str(info.value).splitlines()[-1].strip() == "explain: could not run (RuntimeError: no stage could be built)"
+
+
+def test_explain_line_for_every_verdict():
+    from conformance.debug.explain.core import Explanation
+    from conformance.oracle.check import explain_line
+
+    named = Explanation("compiler", [], {}, op="stablehlo.scatter", op_index=12, source="f.py:7")
+    assert explain_line(named) == "explain: diverged in compiler at stablehlo.scatter (op #12), f.py:7"
+    crash = Explanation("compiler", [], {}, crash="XLA crashed compiling it: Check failed: sliced.has_value()\nmore")
+    assert explain_line(crash) == "explain: diverged in compiler (crash: XLA crashed compiling it: Check failed: sliced.has_value())"
+    undetermined = Explanation("undetermined", [], {}, candidates=["compiler", "backend"],
+                               not_evaluated={"compiled": "refsim.stablehlo has no rule for mhlo.foo"})
+    assert explain_line(undetermined) == ("explain: undetermined between compiler and backend (compiled not evaluated "
+                                          "(refsim.stablehlo has no rule for mhlo.foo))")
+    nothing = Explanation("undetermined", [], {})
+    assert explain_line(nothing) == "explain: undetermined (no stage could be compared)"
+    agree = Explanation(None, [], {}, tolerance="bit-exact")
+    assert explain_line(agree).startswith("explain: no stage differs from the one before under explain's per-op "
+                                          "tolerance (bit-exact; all stages agree)")
