@@ -86,10 +86,13 @@ def _model_arith(case, actual):
 
 def _model_max_min(case, actual):
     """XLA:CPU's all-reduce max / min: NaN ignored (the accumulator starts at -inf / +inf and
-    keeps itself when a comparison with NaN is false), an all-NaN group gives -inf / +inf, and
-    inputs are flushed as in `xla-cpu-arith`. Plain JAX on jax 0.10.2 CPU, 8 devices:
-    ``pmax([nan, 1, ..., 7]) == 7``, ``pmax`` over a size-1 axis of NaN gives -inf,
-    ``pmin([nan, nan]) == inf``, while ``jnp.maximum(nan, 1)`` is NaN."""
+    keeps itself when a comparison with NaN is false), an all-NaN group gives -inf / +inf, of
+    -0 and +0 the one first in the group wins (the comparison is strict; IEEE 754-2019 and
+    StableHLO: +0 for max, -0 for min), and inputs are flushed as in `xla-cpu-arith`. Plain JAX
+    on jax 0.10.2 and 0.12 CPU: ``pmax([nan, 1, ..., 7]) == 7``, ``pmax`` over a size-1 axis of
+    NaN gives -inf, ``pmin([nan, nan]) == inf``, ``pmax([-0., 0.])`` is -0.0 and
+    ``pmin([0., -0.])`` is +0.0 on both devices, while ``jnp.maximum(nan, 1)`` is NaN and
+    ``jnp.maximum(-0., 0.)`` is +0.0. Zero signs are checked."""
     name = getattr(case, "name", "")
     if getattr(case, "family", "") == "pargmax_pargmin":
         return _model_parg(case, actual)
@@ -104,13 +107,17 @@ def _model_max_min(case, actual):
             if t.dtype.kind == "b" or t.dtype.kind in "iu":
                 red = t.max(axis=0) if name == "pmax" else t.min(axis=0)
             else:
+                # acc = x if x > acc else acc, in group order from -inf (+inf for min): a NaN
+                # compares false and is skipped, and of two equal values (-0 and +0) the first stays
                 wide = t.astype(np.float64)
-                ident = -np.inf if name == "pmax" else np.inf
-                wide = np.where(np.isnan(wide), ident, wide)
-                red = (wide.max(axis=0) if name == "pmax" else wide.min(axis=0)).astype(t.dtype)
+                better = np.greater if name == "pmax" else np.less
+                acc = np.full(wide.shape[1:], -np.inf if name == "pmax" else np.inf)
+                for term in wide:
+                    acc = np.where(better(term, acc), term, acc)
+                red = acc.astype(t.dtype)
             shards.append(_Shard(s.device_id, s.index, np.asarray(red).reshape(np.shape(s.data))))
         outs.append(_Out(arr_expected.shape, arr_expected.dtype, shards))
-    return compare(outs, actual, tolerances=Exact(signed_zero=False))
+    return compare(outs, actual, tolerances=Exact())
 
 
 _PARG_CALL = re.compile(r"jax\._src\.lax\.parallel\.parg(max|min)\(\s*a,\s*('[^']*')\s*\)")

@@ -59,6 +59,7 @@ class Explanation:
     compared: tuple = ()
     complete: bool = True
     tolerance: str = ""  # the rule values were held to
+    op_index: int | None = None  # the op's position in its module (pre-order), as `refsim.stablehlo` numbers it
 
     def to_json(self) -> dict:
         """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
@@ -66,7 +67,7 @@ class Explanation:
         return {
             "diverged_in": self.diverged_in, "candidates": list(self.candidates), "crash": self.crash,
             "complete": self.complete, "not_evaluated": dict(self.not_evaluated),
-            "op": self.op, "op_text": self.op_text, "source": self.source,
+            "op": self.op, "op_index": self.op_index, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
             "compared": list(self.compared), "tolerance": self.tolerance,
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
@@ -212,7 +213,7 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
     if exp.diverged_in is None and len(evaluated) < 2:
         exp.diverged_in = "undetermined"
     if exp.diverged_in == "undetermined":
-        exp.op, exp.op_text, exp.source = None, "", ""
+        exp.op, exp.op_text, exp.source, exp.op_index = None, "", "", None
     for st in stages:
         if st.missing_ops:
             exp.notes.append(f"{st.name}: refsim.stablehlo has no rule for {sorted(st.missing_ops)}")
@@ -239,6 +240,7 @@ def _name_op(exp: Explanation, prev, st, device_ids, rule):
     if op is None:
         return
     exp.op, exp.op_text, exp.source = op.name, op.text, op.loc.source
+    exp.op_index = getattr(op, "index", None)
     if res is not None:  # the op's own value: its per-device errors and first differing elements
         exp.devices, exp.elements = res[1], res[2]
 
