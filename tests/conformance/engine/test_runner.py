@@ -354,3 +354,23 @@ def test_xla_cpu_max_min_keeping_the_first_zero_is_found_and_expected_with_its_s
     # the model predicts the first zero exactly, sign included: refsim's IEEE zero is not it
     assert platform_models.check("xla-cpu-max-min", call, call.run(xla_backend)) is True
     assert platform_models.check("xla-cpu-max-min", call, call.run(refsim)) is False
+
+
+def test_xla_cpu_folding_a_plus_zero_keeps_subnormals_and_the_arith_model_expects_it():
+    # a + axis_index over a size-1 axis is a + 0, which XLA:CPU folds to a: nothing is flushed, so a
+    # float32 subnormal comes back as it went in (IEEE and refsim: 1e-40 + 0 == 1e-40 too) while the
+    # flushed-arithmetic half of the model predicts 0; -0.0 comes back -0.0 (IEEE: +0.0).
+    from conformance.verdict import platform_models
+
+    x = np.array([1e-40, -0.0, -1e-40], np.float32)
+    call = CollectiveCall(family="axis_index", entry="shard_map",
+                          source="def f(a):\n    return a + jax.lax.axis_index(('y',)).astype(a.dtype)\n",
+                          mesh=Mesh((3, 1), ("x", "y")), args=(x,), in_specs=(P(("x", "y")),), out_specs=P(("x", "y")),
+                          labels=(("axes", "('y',)"),), outputs=("exact",), name="axis_index",
+                          params={"axis_name": ("y",)})
+    xla = call.run(xla_backend)
+    got = np.concatenate([np.asarray(s.data) for s in sorted(xla.shards, key=lambda s: s.index[0].start)])
+    assert got.view(np.uint32).tolist() == x.view(np.uint32).tolist()  # folded: the input's bits
+    assert platform_models.check("xla-cpu-arith", call, xla) is True
+    wrong = dataclasses.replace(call, source=call.source.replace("a + ", "2 * a + 1 + "))
+    assert platform_models.check("xla-cpu-arith", call, wrong.run(xla_backend)) is False
