@@ -89,7 +89,9 @@ def _shard_map(coll: str):
         if b.explicit and a.spec != in_spec:
             a = b.reshard(a, in_spec)   # shard_map on Explicit axes takes inputs typed as its in_specs
         manual = set(axes) if b.boolean() or len(axes) < len(names) else None
-        kw = "" if manual is None else f", axis_names={set(sorted(manual))!r}"
+        # sorted text, not a set's repr: a set of strings prints in PYTHONHASHSEED's order, and the
+        # same seed must give the same source in every process (hunt --seed, the example database)
+        kw = "" if manual is None else ", axis_names={" + ", ".join(map(repr, sorted(manual))) + "}"
         expr = (f"jax.shard_map(lambda x: {body}, in_specs={spec_text(in_spec)}, out_specs={spec_text(out_spec)}"
                 f"{kw})({a.name})")
         v = b.emit(f"shard_map_{coll}", expr, shape, a.dtype, main=main, spec=None if b.explicit else (), **m)
