@@ -19,6 +19,7 @@ from conformance.verdict.compare import compare
 from conformance.hunt import check_in_subprocess
 from conformance.strategies import OPS, ShardedProgram, meshes, sharded_programs
 from conformance.strategies._sharded_ops import ALIASES
+from conformance.strategies._sharded_ops.sharding import has_unreduced
 from conformance.strategies.sharded import PATTERNS, ErrorBound, assemble
 from conformance.suites.sharded import shrink_case
 from refsim import compat
@@ -211,3 +212,16 @@ def test_same_seed_same_source_in_every_process(tmp_path):
     assert "axis_names={" in texts[0]
     assert texts[0] == texts[1]
 
+
+@pytest.mark.skipif(not has_unreduced(), reason="this JAX has no unreduced specs")
+@settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(sharded_programs(SAFE_MESHES, ops=("unreduced_sum", "mul", "sum", "matmul"), min_ops=2, max_ops=4,
+                        axis_types=("explicit",), transforms=("none", "grad", "vjp"), partitioners=("shardy",)))
+def test_unreduced_values_trace_and_agree_forward_and_backward(case):
+    # a reduce_sum into P(..., unreduced={...}), then the reshard that adds the partial sums: refsim
+    # holds the partials (refsim.interpreter.unreduced) and must agree with XLA's all-reduce, and
+    # with its transpose under grad / vjp
+    if "unreduced=" not in case.source:
+        reject()
+    assert_traces_as_modelled(case)
+    run_judged(case)

@@ -1,9 +1,24 @@
-"""Sharding ops: with_sharding_constraint (Auto), reshard (Explicit) and partial-manual
-shard_map regions with a collective inside."""
+"""Sharding ops: with_sharding_constraint (Auto), reshard (Explicit), unreduced values (Explicit,
+where the installed JAX has `P(unreduced=...)`) and partial-manual shard_map regions with a
+collective inside."""
 from __future__ import annotations
 
+import functools
+
 from conformance.strategies._sharded_graph import F32, I32, Builder, model_of, spec_text, sum_result
-from conformance.strategies._sharded_ops.common import fits, result_model
+from conformance.strategies._sharded_ops.common import fits, numeric, result_model
+
+
+@functools.lru_cache(maxsize=None)
+def has_unreduced() -> bool:
+    """Whether the installed JAX has unreduced specs (``P(..., unreduced={...})``)."""
+    import jax
+
+    try:
+        jax.sharding.PartitionSpec(unreduced={"x"})
+    except TypeError:
+        return False
+    return True
 
 
 def _wsc(b: Builder) -> bool:
@@ -23,6 +38,34 @@ def _reshard(b: Builder) -> bool:
     if a is None:
         return False
     b.reshard(a, b.draw_spec(a.shape, dividing=True))
+    return True
+
+
+def _unreduced_sum(b: Builder) -> bool:
+    """``reduce_sum`` over sharded dimensions into an unreduced value (each device keeps its
+    partial sum: `out_sharding=P(..., unreduced={axes})`), then a reshard that sums the partials
+    (JAX's all-reduce). The unreduced value itself stays out of the pool: it is read only by the
+    reshard, never by an op or the host (JAX refuses to read one)."""
+    if not b.explicit or not has_unreduced():
+        return False
+    a = b.pick(lambda v: numeric(v) and v.ndim >= 1 and v.spec is not None and any(v.spec))
+    if a is None:
+        return False
+    sharded = [d for d, ax in enumerate(a.spec) if ax]
+    summed = sorted(set(b.draw_permutation_of(sharded)[:b.draw_int(1, len(sharded))])
+                    | {d for d in range(a.ndim) if not a.spec[d] and b.draw_int(0, 3) == 0})
+    axes = sorted({ax for d in summed for ax in a.spec[d]}, key=b.mesh.axis_names.index)
+    rest = tuple(ax for d, ax in enumerate(a.spec) if d not in summed)
+    shape = tuple(n for d, n in enumerate(a.shape) if d not in summed)
+    n = 1
+    for d in summed:
+        n *= a.shape[d]
+    text = spec_text(rest)[:-1]
+    text += (", " if text != "P(" else "") + "unreduced={" + ", ".join(map(repr, axes)) + "})"
+    u = b.emit("unreduced_sum", f"jax.lax.reduce_sum({a.name}, {tuple(summed)!r}, out_sharding={text})", shape,
+               a.dtype, main=a, spec=rest, **sum_result(a, n))
+    b.pool.remove(u)
+    b.reshard(u, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
     return True
 
 
@@ -111,4 +154,5 @@ OPS = {
     "with_sharding_constraint": _wsc, "reshard": _reshard,
     **{f"shard_map_{c}": _shard_map(c) for c in ("psum", "pmax", "all_gather", "ppermute", "axis_index",
                                                   "psum_scatter", "all_to_all")},
+    "unreduced_sum": _unreduced_sum,
 }
