@@ -146,3 +146,19 @@ def test_a_listed_case_that_differs_otherwise_is_still_a_mismatch():
     res = result("error", failure={"kind": "mismatch", "side": "xla", "classes": ["nan-introduced"]},
                  message="MISMATCH (4 found) ... listed in the xfails file as mismatch(value)")
     assert signature(res, FakeCase()) == ("mismatch:unlocalised", "pad+max", "nan-introduced")
+
+
+def test_coverage_out_keeps_the_hand_written_part_after_the_marker(tmp_path):
+    rows = [{"type": "plan", "jax": "0.10.2"},
+            {"type": "case", "status": "pass", "details": {"program": {
+                "ops": [["pad", "sharded"]], "transform": "none", "axis_types": "auto", "partitioner": "shardy",
+                "mesh": [2]}}}]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    page = tmp_path / "page.md"
+    page.write_text("old table\n\n" + coverage.KEEP_MARKER + "\n\n## Hunts\n\nby hand\n")
+    assert coverage.main([str(tmp_path / "r"), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "old table" not in text and "Programs run: 1 on jax 0.10.2" in text
+    assert text.endswith(coverage.KEEP_MARKER + "\n\n## Hunts\n\nby hand\n")
+    assert text.index("| pad |") < text.index(coverage.KEEP_MARKER)
