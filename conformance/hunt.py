@@ -116,12 +116,17 @@ def signature(result, case=None) -> tuple | None:
     elif side == "xla" and "Cannot lower jaxpr" in (failure.get("message") or ""):
         stage = "lowering"
     elif side == "xla":
-        stage = ("runtime" if "timed_run" in tb else "compile" if ".compile()" in tb or "compiled(" in tb
-                 else "lowering" if "lower" in tb else "xla")
+        # the innermost frame JAX shows says where it raised: its own frames are filtered out, so a
+        # lowering error surfaces at the project's `.lower(` call even though a compile call is outside it
+        frames = re.findall(r'File "[^"]*", line \d+, in \w+\n\s*(.*)', tb)
+        innermost = frames[-1] if frames else ""
+        stage = ("runtime" if "timed_run" in tb else "lowering" if ".lower(" in innermost
+                 else "compile" if ".compile()" in tb or "compiled(" in tb else "lowering" if "lower" in tb else "xla")
     else:
         stage = side
     msg = failure.get("message") or result.message
-    where = re.search(r"([a-z_]+\.cc):\d+", msg)
+    # where: XLA's source file, else the primitive JAX names (0.12's lowering errors do), else the program's ops
+    where = re.search(r"([a-z_]+\.cc):\d+", msg) or re.search(r"for primitive (\w+)", msg)
     return (stage, where.group(1) if where else ops, f"{exc}: {_key(msg)}")
 
 

@@ -162,3 +162,15 @@ def test_coverage_out_keeps_the_hand_written_part_after_the_marker(tmp_path):
     assert "old table" not in text and "Programs run: 1 on jax 0.10.2" in text
     assert text.endswith(coverage.KEEP_MARKER + "\n\n## Hunts\n\nby hand\n")
     assert text.index("| pad |") < text.index(coverage.KEEP_MARKER)
+
+
+def test_signature_of_a_jax_lowering_error_names_its_primitive_and_stage():
+    # JAX filters its own frames: the innermost frame shown is the project's .lower( call, inside a
+    # compile-cache call; jax 0.12 names the primitive, so one JAX bug is one signature across programs
+    tb = ('  File "xla_backend/cache.py", line 37, in compiled\n    exe = compile_fn()\n'
+          '  File "xla_backend/staging.py", line 473, in lower\n    low = self.call.lower(*self.args)\n')
+    msg = "Expected last op to be sdy.sharding_constraint, but got: stablehlo.custom_call and output type=" \
+          "i32[3,1]{U:x} for primitive reduce_sum"
+    err = result("error", failure={"side": "xla", "exception": "AssertionError", "message": msg}, traceback=tb)
+    stage, op, cls = signature(err, FakeCase())
+    assert (stage, op) == ("lowering", "reduce_sum") and cls.startswith("AssertionError: Expected last op")
