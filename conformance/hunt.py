@@ -15,7 +15,8 @@ partitioner, for `conformance.coverage`). Each failure is classified by a signat
   raised), ``lowering`` / ``compile`` / ``runtime`` (XLA's side raised there), ``crash`` (the
   worker died: a fatal CHECK), ``hang`` (killed after ``--case-timeout``), or ``mismatch:STAGE``
   (values differ; STAGE is `conformance.explain`'s verdict: lowering, compiler, backend);
-* op: the op `explain` names, or else the ops of the shrunk program;
+* op: the op `explain` names, XLA's source file of a CHECK or RET_CHECK, the primitive a JAX
+  lowering error names (jax 0.12: "... for primitive reduce_sum"), or else the ops of the program;
 * error class: the exception class and its message's first line (digits dropped), the CHECK
   that failed, or the element classes of a mismatch.
 
