@@ -94,6 +94,22 @@ def render(data: dict, sources=()) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where the generated page ends: what follows it in the --out file (hand-written sections, such as
+#: the hunts' record) is kept when the page is regenerated.
+KEEP_MARKER = "<!-- written by hand from here on: python -m conformance.coverage keeps it -->"
+
+
+def kept_part(path: str) -> str:
+    """The hand-written tail of the page at `path` (from `KEEP_MARKER` on), or '' without one."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        return ""
+    at = old.find(KEEP_MARKER)
+    return "" if at < 0 else "\n" + old[at:]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.coverage", description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", help="hunt report folders (or results.jsonl files)")
@@ -105,6 +121,7 @@ def main(argv=None) -> int:
             return 2
     text = render(collect(args.reports), [os.path.basename(os.path.normpath(p)) for p in args.reports])
     if args.out:
+        text = text + kept_part(args.out)
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(text)
     else:

@@ -15,7 +15,8 @@ partitioner, for `conformance.coverage`). Each failure is classified by a signat
   raised), ``lowering`` / ``compile`` / ``runtime`` (XLA's side raised there), ``crash`` (the
   worker died: a fatal CHECK), ``hang`` (killed after ``--case-timeout``), or ``mismatch:STAGE``
   (values differ; STAGE is `conformance.explain`'s verdict: lowering, compiler, backend);
-* op: the op `explain` names, or else the ops of the shrunk program;
+* op: the op `explain` names, XLA's source file of a CHECK or RET_CHECK, the primitive a JAX
+  lowering error names (jax 0.12: "... for primitive reduce_sum"), or else the ops of the program;
 * error class: the exception class and its message's first line (digits dropped), the CHECK
   that failed, or the element classes of a mismatch.
 
@@ -132,12 +133,17 @@ def signature(result, case=None) -> tuple | None:
     elif side == "xla" and "Cannot lower jaxpr" in (failure.get("message") or ""):
         stage = "lowering"
     elif side == "xla":
-        stage = ("runtime" if "timed_run" in tb else "compile" if ".compile()" in tb or "compiled(" in tb
-                 else "lowering" if "lower" in tb else "xla")
+        # the innermost frame JAX shows says where it raised: its own frames are filtered out, so a
+        # lowering error surfaces at the project's `.lower(` call even though a compile call is outside it
+        frames = re.findall(r'File "[^"]*", line \d+, in \w+\n\s*(.*)', tb)
+        innermost = frames[-1] if frames else ""
+        stage = ("runtime" if "timed_run" in tb else "lowering" if ".lower(" in innermost
+                 else "compile" if ".compile()" in tb or "compiled(" in tb else "lowering" if "lower" in tb else "xla")
     else:
         stage = side
     msg = failure.get("message") or result.message
-    where = re.search(r"([a-z_]+\.cc):\d+", msg)
+    # where: XLA's source file, else the primitive JAX names (0.12's lowering errors do), else the program's ops
+    where = re.search(r"([a-z_]+\.cc):\d+", msg) or re.search(r"for primitive (\w+)", msg)
     return (stage, where.group(1) if where else ops, f"{exc}: {_key(msg)}")
 
 

@@ -1,6 +1,7 @@
 """Reproducer files, format v1: a standalone script (JAX + NumPy only) for one conformance case.
 
-The module defines MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND
+The module defines MESH_SHAPE, AXIS_NAMES, AXIS_TYPES (only where an axis is not Auto: the names of
+`jax.sharding.AxisType`, e.g. ('Explicit', 'Explicit')), DEVICE_IDS (JAX device ids in mesh shape), KIND
 ("shard_map", "jit", "pmap"; "device_put" for a reshard onto another device order, with
 OUT_DEVICE_IDS), the layouts of its kind (IN_SPECS / OUT_SPECS / CHECK_VMA; IN_SHARDINGS /
 OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME / IN_AXES / OUT_AXES), `program`,
@@ -50,7 +51,9 @@ def _mesh(ids):
         sys.exit(f"this case needs JAX devices {need}; have {sorted(devs)} (on CPU set "
                  "XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported)")
     grid = np.array([devs[int(i)] for i in np.ravel(ids)], dtype=object).reshape(MESH_SHAPE)
-    return jax.sharding.Mesh(grid, AXIS_NAMES)
+    types = globals().get("AXIS_TYPES")   # absent: every axis is Auto
+    kw = {} if types is None else {"axis_types": tuple(getattr(jax.sharding.AxisType, t) for t in types)}
+    return jax.sharding.Mesh(grid, AXIS_NAMES, **kw)
 
 
 def run():
@@ -123,6 +126,9 @@ def source(case, expected, tolerances=None) -> str:
     out = [_HEAD.format(case_id=case.case_id, ndev=int(np.max(m.device_ids)) + 1)]
     out.append(f"MESH_SHAPE = {tuple(int(s) for s in m.axis_sizes)!r}")
     out.append(f"AXIS_NAMES = {tuple(m.axis_names)!r}")
+    types = tuple(t.name for t in getattr(m, "axis_types", ()))
+    if any(t != "Auto" for t in types):
+        out.append(f"AXIS_TYPES = {types!r}")
     out.append(f"DEVICE_IDS = {_ids_literal(m)}")
     out.append(f"KIND = {case.entry!r}")
     if case.entry == "shard_map":

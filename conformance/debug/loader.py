@@ -1,8 +1,8 @@
 """Read conformance reproducer files (`# conformance reproducer v1`) as bisectable cases.
 
 A reproducer defines, at module level or in a named dict (or a function returning one):
-MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND ("shard_map",
-"jit", "pmap" or "device_put"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA;
+MESH_SHAPE, AXIS_NAMES, AXIS_TYPES (optional: names of AxisType, default Auto), DEVICE_IDS (JAX
+device ids in mesh shape), KIND ("shard_map", "jit", "pmap" or "device_put"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA;
 IN_SHARDINGS/OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OUT_AXES; for
 "device_put" IN_SHARDINGS[0] places inputs()[0] on DEVICE_IDS and OUT_SHARDINGS reshards it
 onto OUT_DEVICE_IDS, default the same devices), `program`, `inputs()`, and optionally
@@ -165,7 +165,10 @@ def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
                           out_axes=fields.get("OUT_AXES", 0), device_ids=ids, **common)
     shape = tuple(int(s) for s in _get(fields, "MESH_SHAPE", target))
     names = tuple(_get(fields, "AXIS_NAMES", target))
-    mesh = Mesh(shape, names, device_ids=None if ids is None else np.asarray(ids).reshape(shape))
+    # AXIS_TYPES (Explicit / Manual axes; absent: Auto) types the mesh the program runs on: an
+    # Explicit program (reshard, out_sharding=) means something else, or nothing, on Auto axes
+    mesh = Mesh(shape, names, device_ids=None if ids is None else np.asarray(ids).reshape(shape),
+                axis_types=fields.get("AXIS_TYPES"))
     if kind == "shard_map":
         return Reproducer(mesh=mesh, in_specs=_spec(_get(fields, "IN_SPECS", target)),
                           out_specs=_spec(_get(fields, "OUT_SPECS", target)),
