@@ -92,6 +92,107 @@ def from_plain(x, mesh, axes) -> Partials:
     return Partials(parts, mesh, axes)
 
 
+def unreduced_axes_of(x) -> frozenset:
+    """The mesh axes a laid-out value (refsim.Array, jax.Array) is unreduced over; empty if none."""
+    spec = getattr(getattr(x, "sharding", None), "spec", None)
+    return frozenset(getattr(spec, "unreduced", ()) or ())
+
+
+def from_array(arr) -> Partials:
+    """The `Partials` of a refsim.Array laid out by a NamedSharding with unreduced axes.
+
+    Device p holds its own partial sum of its block (`jax.Array` shards of an unreduced
+    sharding hold exactly that); the blocks are tiled back by the spec's dimension entries
+    into one partial global value per position along the unreduced axes. Along the axes the
+    spec neither names nor leaves unreduced the devices are replicas: they must agree (as
+    `np.asarray` of a replicated Array checks) and one copy is kept.
+    """
+    from refsim.interpreter.rules.sharding import tile_by_spec
+    from refsim.layouts.stacking import replica_mismatch
+
+    sharding = arr.sharding
+    mesh, spec = sharding.mesh, sharding.spec
+    axes = frozenset(spec.unreduced)
+    stacked = np.asarray(arr.to_stacked(mesh))
+    dims = PartitionSpec(*spec)  # the dimension entries only
+    replicas = [mesh.axis_index(a) for a in mesh.axis_names
+                if a not in axes and a not in dims.used_axes() and mesh.axis_size(a) > 1]
+    mism = replica_mismatch(stacked, mesh.ndim, replicas) if replicas else None
+    if mism is not None:
+        pos_a, pos_b, index = mism
+        raise ValueError(
+            f"an Array unreduced over {sorted(axes)} with sharding {sharding!r}: devices at mesh "
+            f"positions {pos_a} and {pos_b} are replicas (the spec neither names nor leaves unreduced "
+            f"the axes between them) but differ first at local index {index}; build each replica "
+            "with the same partial sum.")
+    keep = tuple(slice(0, 1) if k in replicas else slice(None) for k in range(mesh.ndim))
+    parts = tile_by_spec(stacked[keep], mesh, dims)
+    return Partials(np.ascontiguousarray(parts), mesh, axes)
+
+
+def held_mask(shape: tuple, spec, mesh, axes) -> np.ndarray:
+    """Which device along `axes` contributes each element when a value laid out by `spec`
+    becomes unreduced over `axes` (JAX's reshard / device_put / out_shardings to `unreduced`).
+
+    JAX keeps on every device what it already holds and zeros elsewhere, so each element is
+    counted once: along an axis of `axes` that `spec` shards a dimension over, the device
+    holding the element's block contributes it; along one `spec` replicates over, the device
+    at position 0 (`test_identity_jit_out_unreduced`: a replicated [0 1 2 3] becomes [0 1 2 3]
+    and [0 0 0 0], a P('x')-sharded one [0 1 0 0] and [0 0 2 3]). Returns a boolean array of
+    shape (the size of each mesh axis in `axes`, 1 for the others) + `shape`.
+    """
+    nm = mesh.ndim
+    mask = np.ones((1,) * (nm + len(shape)), bool)
+    entries = tuple(getattr(spec, "partitions", spec)) if spec is not None else ()
+    named = set()
+    for d, n in enumerate(shape):
+        entry = entries[d] if d < len(entries) else None
+        names = tuple(entry) if isinstance(entry, (tuple, list)) else (() if entry is None else (entry,))
+        names = tuple(a for a in names if isinstance(a, str))
+        if not names:
+            continue
+        sizes = [mesh.axis_size(a) for a in names]
+        block = np.arange(n) // max(1, n // int(np.prod(sizes, dtype=np.int64)))
+        for i, a in enumerate(names):
+            if a not in axes:
+                continue
+            named.add(a)
+            coord = (block // int(np.prod(sizes[i + 1:], dtype=np.int64))) % sizes[i]
+            k = mesh.axis_index(a)
+            pos = np.arange(sizes[i]).reshape((1,) * k + (-1,) + (1,) * (nm - k - 1) + (1,) * len(shape))
+            coord = coord.reshape((1,) * (nm + d) + (n,) + (1,) * (len(shape) - d - 1))
+            mask = mask & (pos == coord)
+    for a in axes:
+        if a not in named:
+            k = mesh.axis_index(a)
+            first = np.arange(mesh.axis_size(a)) == 0
+            mask = mask & first.reshape((1,) * k + (-1,) + (1,) * (nm - k - 1) + (1,) * len(shape))
+    return mask
+
+
+def to_unreduced(x, src_spec, mesh, axes) -> Partials:
+    """`x` (a plain global value laid out by `src_spec`, or `Partials`) made unreduced over
+    `axes`, with the per-device partial sums JAX's reshard gives: partial sums over axes the
+    target keeps stay as they are, axes it drops are summed (an all-reduce), and over new axes
+    each element goes to the one device `held_mask` names, zeros to the others."""
+    axes = frozenset(axes)
+    if isinstance(x, Partials):
+        if x.axes == axes:
+            return x
+        parts, have = x.parts, x.axes
+        drop = tuple(a for a in mesh.axis_names if a in have - axes)
+        if drop:
+            parts = _red.psum(parts, mesh=mesh, axes=drop, axis_index_groups=None)
+            parts = parts[tuple(slice(0, 1) if n in drop else slice(None) for n in mesh.axis_names)]
+        new = axes - have
+    else:
+        parts, new = lift(x, mesh), axes
+    if new:
+        mask = held_mask(parts.shape[mesh.ndim:], src_spec, mesh, new)
+        parts = np.where(mask, parts, np.zeros((), parts.dtype))
+    return Partials(parts, mesh, axes)
+
+
 def _split_spec(spec, dims, axes, ndim: int) -> PartitionSpec:
     """A spec naming, for each dim in `dims`, only the mesh axes of `axes` its entry shards it over."""
     entries = [None] * ndim
@@ -127,6 +228,22 @@ def _produce(ctx, eqn, invals, rule, axes, mesh):
     return rule(inner, x, **eqn.params)
 
 
+# Equations that only move data: into an unreduced layout they keep on each device what it holds.
+_MOVES = {"reshard", "sharding_constraint", "mesh_cast", "device_put"}
+
+
+def _move(eqn, invals, ur):
+    """A reshard-like equation with an unreduced output: JAX's decomposition (`to_unreduced`)."""
+    res = []
+    for x, var, out, axes in zip(invals, eqn.invars, eqn.outvars, ur):
+        if axes:
+            src = getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
+            res.append(to_unreduced(x, src, _mesh_of(out.aval), axes))
+        else:
+            res.append(x.total() if isinstance(x, Partials) else x)
+    return res if eqn.primitive.multiple_results else res[0]
+
+
 def apply(ctx, eqn, invals, rule):
     """Evaluate a global-view equation that reads or produces unreduced values; None if neither.
 
@@ -140,6 +257,8 @@ def apply(ctx, eqn, invals, rule):
     if name in _SUBJAXPR:
         return None  # the sub-jaxpr's own equations see the Partials
     multiple = eqn.primitive.multiple_results
+    if name in _MOVES and any(ur):
+        return _move(eqn, invals, ur)
     if not has_partials:
         if name in ("dot_general", "reduce_sum"):
             mesh = _mesh_of(eqn.outvars[0].aval)
