@@ -21,6 +21,7 @@ import numpy as np
 from refsim.collectives import reductions as _red
 from refsim.interpreter.registry import Context
 from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.unreduced import held_mask, partial_sums
 
 # Equations whose outputs are not unreduced but whose operand is: JAX's all-reduce of the
 # partial sums (`reshard` / `sharding_constraint` to a reduced-free spec), or a move.
@@ -99,75 +100,13 @@ def unreduced_axes_of(x) -> frozenset:
 
 
 def from_array(arr) -> Partials:
-    """The `Partials` of a refsim.Array laid out by a NamedSharding with unreduced axes.
-
-    Device p holds its own partial sum of its block (`jax.Array` shards of an unreduced
-    sharding hold exactly that); the blocks are tiled back by the spec's dimension entries
-    into one partial global value per position along the unreduced axes. Along the axes the
-    spec neither names nor leaves unreduced the devices are replicas: they must agree (as
-    `np.asarray` of a replicated Array checks) and one copy is kept.
-    """
-    from refsim.interpreter.rules.sharding import tile_by_spec
-    from refsim.layouts.stacking import replica_mismatch
-
+    """The `Partials` of a refsim.Array laid out by a NamedSharding with unreduced axes: device
+    p's block is its own partial sum (as `jax.Array` shards of an unreduced sharding hold it),
+    tiled back into one partial global value per position along the unreduced axes
+    (`refsim.layouts.unreduced.partial_sums`; replicas along the other axes must agree)."""
     sharding = arr.sharding
-    mesh, spec = sharding.mesh, sharding.spec
-    axes = frozenset(spec.unreduced)
-    stacked = np.asarray(arr.to_stacked(mesh))
-    dims = PartitionSpec(*spec)  # the dimension entries only
-    replicas = [mesh.axis_index(a) for a in mesh.axis_names
-                if a not in axes and a not in dims.used_axes() and mesh.axis_size(a) > 1]
-    mism = replica_mismatch(stacked, mesh.ndim, replicas) if replicas else None
-    if mism is not None:
-        pos_a, pos_b, index = mism
-        raise ValueError(
-            f"an Array unreduced over {sorted(axes)} with sharding {sharding!r}: devices at mesh "
-            f"positions {pos_a} and {pos_b} are replicas (the spec neither names nor leaves unreduced "
-            f"the axes between them) but differ first at local index {index}; build each replica "
-            "with the same partial sum.")
-    keep = tuple(slice(0, 1) if k in replicas else slice(None) for k in range(mesh.ndim))
-    parts = tile_by_spec(stacked[keep], mesh, dims)
-    return Partials(np.ascontiguousarray(parts), mesh, axes)
-
-
-def held_mask(shape: tuple, spec, mesh, axes) -> np.ndarray:
-    """Which device along `axes` contributes each element when a value laid out by `spec`
-    becomes unreduced over `axes` (JAX's reshard / device_put / out_shardings to `unreduced`).
-
-    JAX keeps on every device what it already holds and zeros elsewhere, so each element is
-    counted once: along an axis of `axes` that `spec` shards a dimension over, the device
-    holding the element's block contributes it; along one `spec` replicates over, the device
-    at position 0 (`test_identity_jit_out_unreduced`: a replicated [0 1 2 3] becomes [0 1 2 3]
-    and [0 0 0 0], a P('x')-sharded one [0 1 0 0] and [0 0 2 3]). Returns a boolean array of
-    shape (the size of each mesh axis in `axes`, 1 for the others) + `shape`.
-    """
-    nm = mesh.ndim
-    mask = np.ones((1,) * (nm + len(shape)), bool)
-    entries = tuple(getattr(spec, "partitions", spec)) if spec is not None else ()
-    named = set()
-    for d, n in enumerate(shape):
-        entry = entries[d] if d < len(entries) else None
-        names = tuple(entry) if isinstance(entry, (tuple, list)) else (() if entry is None else (entry,))
-        names = tuple(a for a in names if isinstance(a, str))
-        if not names:
-            continue
-        sizes = [mesh.axis_size(a) for a in names]
-        block = np.arange(n) // max(1, n // int(np.prod(sizes, dtype=np.int64)))
-        for i, a in enumerate(names):
-            if a not in axes:
-                continue
-            named.add(a)
-            coord = (block // int(np.prod(sizes[i + 1:], dtype=np.int64))) % sizes[i]
-            k = mesh.axis_index(a)
-            pos = np.arange(sizes[i]).reshape((1,) * k + (-1,) + (1,) * (nm - k - 1) + (1,) * len(shape))
-            coord = coord.reshape((1,) * (nm + d) + (n,) + (1,) * (len(shape) - d - 1))
-            mask = mask & (pos == coord)
-    for a in axes:
-        if a not in named:
-            k = mesh.axis_index(a)
-            first = np.arange(mesh.axis_size(a)) == 0
-            mask = mask & first.reshape((1,) * k + (-1,) + (1,) * (nm - k - 1) + (1,) * len(shape))
-    return mask
+    parts = partial_sums(np.asarray(arr.to_stacked(sharding.mesh)), sharding.mesh, sharding.spec)
+    return Partials(parts, sharding.mesh, sharding.spec.unreduced)
 
 
 def to_unreduced(x, src_spec, mesh, axes) -> Partials:
