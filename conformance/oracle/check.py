@@ -475,6 +475,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     xla = prog.xla_outputs(out)
     try:
         ref, where = prog.refsim_outputs(traced, xla)
+        ref, xla, where = prog.sum_unreduced(traced, ref, xla, where)
     except NotCheckable:
         raise
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden

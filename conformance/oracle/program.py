@@ -404,6 +404,28 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
     return outs, ["program" if s is not None else "xla" for s in stated]
 
 
+def sum_unreduced(traced: Traced, ref: list, xla: list, where: list) -> tuple[list, list, list]:
+    """Outputs with unreduced axes compared by their value: each side's partial sums added up.
+
+    Outside a shard_map's out_specs (which state each device's own partial value) JAX's
+    semantics state only the sum of a global-view unreduced value; how XLA's partitioner
+    splits it into per-device partial sums (a value computed replicated and then resharded
+    to unreduced may sit on any device) is its choice. Both sides are all-reduced
+    (`refsim.interpreter.unreduced.all_reduced`) and compared laid out by the spec's
+    dimension entries; `where` says so."""
+    from refsim.interpreter.unreduced import all_reduced, unreduced_axes_of
+
+    if is_shard_map_program(traced):
+        return ref, xla, where
+    ref, xla, where = list(ref), list(xla), list(where)
+    for k, (r, x) in enumerate(zip(ref, xla)):
+        if unreduced_axes_of(r) or unreduced_axes_of(x):
+            ref[k], xla[k] = all_reduced(r), all_reduced(x)
+            if k < len(where):
+                where[k] += " (unreduced: the sum of the partial values compared)"
+    return ref, xla, where
+
+
 def output_paths(out) -> list[str]:
     """Each output leaf's pytree path, as JAX prints it (``[0]['w1']``); "" for a single array."""
     import jax
