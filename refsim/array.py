@@ -408,7 +408,7 @@ def _put_unreduced(x, sharding: NamedSharding) -> Array:
         value = as_jax_array(x, arg="x", api="refsim.device_put")
         names = getattr(getattr(getattr(x, "sharding", None), "mesh", None), "axis_names", None)
         same_mesh = names is not None and tuple(names) == tuple(mesh.axis_names)
-        parts = unreduced.decompose(value, src if same_mesh else None, mesh, spec.unreduced)
+        parts = unreduced.decompose(value, src if same_mesh else None, mesh, spec.unreduced, spec)
     shape = parts.shape[mesh.ndim:]
     sharding.shard_shape(shape)  # rank / divisibility errors, as JAX's
     stacked = unreduced.stacked_of_partials(parts, mesh, spec)

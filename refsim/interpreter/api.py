@@ -426,7 +426,7 @@ def _place(value, sharding, info, src_spec=None) -> Array:
     (`to_unreduced`: a plain value laid out by `src_spec` keeps on each device what it holds)."""
     spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
     if spec.unreduced and isinstance(sharding, NamedSharding):
-        value = to_unreduced(value, src_spec, sharding.mesh, spec.unreduced)
+        value = to_unreduced(value, src_spec, sharding.mesh, spec.unreduced, spec)
         return _partials_array(S.split_by_spec(value.parts, value.mesh, spec), sharding.mesh, spec, info)
     if isinstance(value, Partials):
         value = value.total()  # an unreduced value placed without its axes is all-reduced

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from refsim import compat
 from refsim.collectives import reductions as _red
 from refsim.interpreter.registry import Context
 from refsim.layouts.partition_spec import PartitionSpec
@@ -60,10 +61,19 @@ class Partials:
 
 
 def out_unreduced(aval) -> frozenset:
-    """The mesh axes a global-view aval is unreduced over (empty for Auto meshes)."""
+    """The mesh axes a global-view aval is unreduced over (empty for Auto meshes).
+
+    NotImplementedError for partial values combined by max or min (jax 0.12's
+    `unreduced_kind`): refsim models partial *sums*."""
     sharding = getattr(aval, "sharding", None)
     spec = getattr(sharding, "spec", None)
-    return frozenset(getattr(spec, "unreduced", ()) or ())
+    axes = frozenset(getattr(spec, "unreduced", ()) or ())
+    if axes and compat.unreduced_kind_of(spec) != "sum":
+        raise NotImplementedError(
+            f"a value unreduced over {sorted(axes)} with unreduced_kind={compat.unreduced_kind_of(spec)} "
+            f"({aval}): refsim models partial sums only; reduce it (jax.lax.unreduced_pmax / pmin or a "
+            "reshard) before it leaves the program, or check it with fallback=True.")
+    return axes
 
 
 def _mesh_of(aval):
@@ -109,11 +119,12 @@ def from_array(arr) -> Partials:
     return Partials(parts, sharding.mesh, sharding.spec.unreduced)
 
 
-def to_unreduced(x, src_spec, mesh, axes) -> Partials:
+def to_unreduced(x, src_spec, mesh, axes, target=None) -> Partials:
     """`x` (a plain global value laid out by `src_spec`, or `Partials`) made unreduced over
     `axes`, with the per-device partial sums JAX's reshard gives: partial sums over axes the
     target keeps stay as they are, axes it drops are summed (an all-reduce), and over new axes
-    each element goes to the one device `held_mask` names, zeros to the others."""
+    each element goes to the one device `held_mask` names (for a layout cut by `target`),
+    zeros to the others."""
     axes = frozenset(axes)
     if isinstance(x, Partials):
         if x.axes == axes:
@@ -127,7 +138,7 @@ def to_unreduced(x, src_spec, mesh, axes) -> Partials:
     else:
         parts, new = lift(x, mesh), axes
     if new:
-        mask = held_mask(parts.shape[mesh.ndim:], src_spec, mesh, new)
+        mask = held_mask(parts.shape[mesh.ndim:], src_spec, mesh, new, target)
         parts = np.where(mask, parts, np.zeros((), parts.dtype))
     return Partials(parts, mesh, axes)
 
@@ -178,7 +189,7 @@ def _move(eqn, invals, ur):
     for x, var, out, axes in zip(invals, eqn.invars, eqn.outvars, ur):
         if axes:
             src = getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
-            res.append(to_unreduced(x, src, _mesh_of(out.aval), axes))
+            res.append(to_unreduced(x, src, _mesh_of(out.aval), axes, out.aval.sharding.spec))
         else:
             res.append(x.total() if isinstance(x, Partials) else x)
     return res if eqn.primitive.multiple_results else res[0]
