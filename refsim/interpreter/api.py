@@ -399,8 +399,8 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
             arr = (_partials_array(y, mesh, spec, info) if spec.unreduced
                    else Array.from_stacked(y, mesh, spec, info=info, replicas_checked=checked))
             if layout is not None and not _same_layout(layout, arr.sharding, arr.ndim):
-                arr = device_put(np.asarray(arr), layout)
-                arr.info = dict(info)
+                # laid out anew (an unreduced out_spec's partial sums are summed or moved)
+                arr = _place(from_array(arr) if spec.unreduced else np.asarray(arr), layout, info, spec)
             outs.append(arr)
         return outs
     values = core.eval_closed_jaxpr(closed_jaxpr, *[_global(a) for a in flat_args], ctx=Context(extra=extra))

@@ -147,3 +147,18 @@ def test_reshard_to_unreduced_matches_xla_device_by_device(case):
         np.testing.assert_array_equal(g[d], w[d], err_msg=f"device {d}, {src} -> {dst}")
     np.testing.assert_array_equal(np.asarray(got_back), v)
     np.testing.assert_array_equal(np.asarray(want_back), v)
+
+
+def test_jit_out_shardings_lay_an_unreduced_shard_map_output_out_anew():
+    _, rmesh = _explicit((2, 2), ("x", "y"))
+    a, b = np.arange(8.0).reshape(2, 4), np.arange(8.0).reshape(4, 2)
+    sm = jax.shard_map(lambda a, b: jax.lax.pcast(a @ b, "y", to="unreduced"),
+                       in_specs=(JP("x", "y"), JP("y", None)), out_specs=JP("x", None, unreduced={"y"}))
+    sh = (NamedSharding(rmesh, P("x", "y")), NamedSharding(rmesh, P("y", None)))
+    summed = refsim.jit(sm, in_shardings=sh, out_shardings=NamedSharding(rmesh, P("x", None)))(a, b)
+    np.testing.assert_array_equal(np.asarray(summed), a @ b)          # the all-reduce of the partial sums
+    kept = refsim.jit(sm, in_shardings=sh)(a, b)
+    # device (i, j) holds row i of a, contraction block j: a[i, 2j:2j+2] @ b[2j:2j+2]
+    for (i, j) in np.ndindex(2, 2):
+        np.testing.assert_array_equal(kept.shard(int(rmesh.device_ids[i, j])).data,
+                                      a[i:i + 1, 2 * j:2 * j + 2] @ b[2 * j:2 * j + 2])
