@@ -508,6 +508,7 @@ def device_put_hosts(xs) -> list:
     out = []
     for x in xs:
         if isinstance(x, jax.Array):
+            prog.check_unreduced_kind(x)
             if getattr(getattr(x.sharding, "spec", None), "unreduced", None):
                 try:
                     out.append(prog.host_array(x))
@@ -562,6 +563,7 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     for h, t, y in zip(hosts, targets, ys):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         stated = isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)
+        prog.check_unreduced_kind(y)
         try:
             sh = convert.from_jax_sharding(t if stated else y.sharding)
             got = prog.host_array(y)

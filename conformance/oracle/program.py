@@ -22,7 +22,7 @@ import numpy as np
 
 import refsim
 from refsim import compat
-from refsim.errors import UnsupportedPrimitive
+from refsim.errors import UnsupportedPrimitive, UnsupportedUnreducedKind
 
 #: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
 COLLECTIVES = frozenset({
@@ -130,6 +130,15 @@ def host_array(x):
     return Array(shape, dtype, sh, [by_dev[d] for d in index if d in by_dev])
 
 
+def check_unreduced_kind(x) -> None:
+    """NotCheckable for a jax.Array whose unreduced partial values combine by max or min (jax
+    0.12's `unreduced_kind`): refsim models partial sums only."""
+    spec = getattr(getattr(x, "sharding", None), "spec", None)
+    if getattr(spec, "unreduced", None) and compat.unreduced_kind_of(spec) != "sum":
+        raise NotCheckable("unreduced max/min", f"partial values combined by {compat.unreduced_kind_of(spec)} "
+                           f"({spec}): refsim models partial sums only")
+
+
 def _host_copy(x):
     """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data)."""
     import jax
@@ -137,6 +146,7 @@ def _host_copy(x):
     if isinstance(x, jax.core.Tracer):
         raise NotCheckable("traced argument", "called under an outer JAX trace")
     if isinstance(x, jax.Array):
+        check_unreduced_kind(x)
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an input spans devices of other processes")
         if compat.prng_impl_of(x.dtype) is not None:
@@ -401,6 +411,8 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
         outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
     except UnsupportedPrimitive as e:
         raise NotCheckable("unsupported primitive", e.primitive) from e
+    except UnsupportedUnreducedKind as e:
+        raise NotCheckable("unreduced max/min", str(e).splitlines()[0][:200]) from e
     return outs, ["program" if s is not None else "xla" for s in stated]
 
 
@@ -448,6 +460,7 @@ def xla_outputs(out) -> list:
             x = jax.numpy.asarray(x)
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an output spans devices of other processes")
+        check_unreduced_kind(x)
         try:
             res.append(host_array(x))
         except (TypeError, ValueError, NotImplementedError) as e:   # e.g. an unreduced output sharding

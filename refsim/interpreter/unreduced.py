@@ -20,6 +20,7 @@ import numpy as np
 
 from refsim import compat
 from refsim.collectives import reductions as _red
+from refsim.errors import UnsupportedUnreducedKind
 from refsim.interpreter.registry import Context
 from refsim.layouts.partition_spec import PartitionSpec
 from refsim.layouts.unreduced import held_mask, partial_sums
@@ -69,7 +70,7 @@ def out_unreduced(aval) -> frozenset:
     spec = getattr(sharding, "spec", None)
     axes = frozenset(getattr(spec, "unreduced", ()) or ())
     if axes and compat.unreduced_kind_of(spec) != "sum":
-        raise NotImplementedError(
+        raise UnsupportedUnreducedKind(
             f"a value unreduced over {sorted(axes)} with unreduced_kind={compat.unreduced_kind_of(spec)} "
             f"({aval}): refsim models partial sums only; reduce it (jax.lax.unreduced_pmax / pmin or a "
             "reshard) before it leaves the program, or check it with fallback=True.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import AxisType, PartitionSpec as JP
 
 import conformance
@@ -155,3 +156,17 @@ def test_a_wrong_sum_of_partial_values_is_a_disagreement():
     np.testing.assert_array_equal(np.asarray(all_reduced(good)), A @ B)
     res = compare(all_reduced(good), all_reduced(bad))
     assert not res.ok and "values differ" in res.report(), res.report()
+
+
+@pytest.mark.skipif(not hasattr(jax.sharding, "UnreducedKind"), reason="unreduced_kind is jax >= 0.12")
+def test_unreduced_max_is_not_checkable_by_name():
+    mesh = _explicit((2, 2), ("x", "y"))
+    kind = jax.sharding.UnreducedKind.max
+    with jax.set_mesh(mesh):
+        x = jax.device_put(np.arange(8.0).reshape(4, 2), JP("x", None))
+        f = jax.jit(lambda x: jax.lax.reduce_max(x, axes=[0], out_sharding=JP(unreduced={"x"}, unreduced_kind=kind)))
+        with pytest.raises(conformance.NotCheckable) as out:
+            conformance.check(f, x)
+        with pytest.raises(conformance.NotCheckable) as inp:
+            conformance.check(jax.jit(lambda u: jax.sharding.reshard(u, JP())), f(x))
+    assert out.value.reason == inp.value.reason == "unreduced max/min"
