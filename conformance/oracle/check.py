@@ -475,7 +475,9 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     xla = prog.xla_outputs(out)
     try:
         ref, where = prog.refsim_outputs(traced, xla)
-        ref, xla, where = prog.sum_unreduced(traced, ref, xla, where)
+        kinds = [compat.unreduced_kind_of(getattr(getattr(x, "sharding", None), "spec", None))
+                 for x in jax.tree_util.tree_leaves(out)]
+        ref, xla, where = prog.sum_unreduced(traced, ref, xla, where, kinds)
     except NotCheckable:
         raise
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden

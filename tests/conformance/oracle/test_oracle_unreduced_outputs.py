@@ -159,14 +159,15 @@ def test_a_wrong_sum_of_partial_values_is_a_disagreement():
 
 
 @pytest.mark.skipif(not hasattr(jax.sharding, "UnreducedKind"), reason="unreduced_kind is jax >= 0.12")
-def test_unreduced_max_is_not_checkable_by_name():
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_unreduced_max_and_min_are_checked_by_their_combined_value(kind):
     mesh = _explicit((2, 2), ("x", "y"))
-    kind = jax.sharding.UnreducedKind.max
+    uk = getattr(jax.sharding.UnreducedKind, kind)
+    op = jax.lax.reduce_max if kind == "max" else jax.lax.reduce_min
     with jax.set_mesh(mesh):
         x = jax.device_put(np.arange(8.0).reshape(4, 2), JP("x", None))
-        f = jax.jit(lambda x: jax.lax.reduce_max(x, axes=[0], out_sharding=JP(unreduced={"x"}, unreduced_kind=kind)))
-        with pytest.raises(conformance.NotCheckable) as out:
-            conformance.check(f, x)
-        with pytest.raises(conformance.NotCheckable) as inp:
-            conformance.check(jax.jit(lambda u: jax.sharding.reshard(u, JP())), f(x))
-    assert out.value.reason == inp.value.reason == "unreduced max/min"
+        f = jax.jit(lambda x: op(x, axes=[0], out_sharding=JP(unreduced={"x"}, unreduced_kind=uk)))
+        out = conformance.check(f, x)
+        inp = conformance.check(jax.jit(lambda u: jax.sharding.reshard(u, JP())), f(x))
+    assert out.ok and inp.ok
+    assert f"unreduced: the {kind} of the partial values compared" in out.outputs[0].placement

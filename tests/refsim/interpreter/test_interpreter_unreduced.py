@@ -92,6 +92,23 @@ def test_reduce_sum_of_unreduced_operand_into_more_unreduced_axes():
         np.testing.assert_array_equal(out.shard(int(rmesh.device_ids[i, j])).data, (a[4 * i:4 * i + 4] @ b).sum(axis=0))
 
 
+@pytest.mark.skipif(not hasattr(jax.sharding, "UnreducedKind"), reason="unreduced_kind is jax >= 0.12")
+def test_reduce_max_into_unreduced_max_and_back():
+    # rows of arange(8).reshape(4, 2) split over x: device x=i holds the max of its two rows,
+    # [2, 3] and [6, 7]; combined by max the value is [6, 7]
+    _, rmesh = _explicit((2, 2), ("x", "y"))
+    spec = JP(unreduced={"x"}, unreduced_kind=jax.sharding.UnreducedKind.max)
+
+    def f(v):
+        u = jax.lax.reduce_max(v, axes=[0], out_sharding=spec)
+        return u, jax.sharding.reshard(u, JP())
+
+    u, total = refsim.jit(f, in_shardings=NamedSharding(rmesh, P("x", None)))(np.arange(8.0).reshape(4, 2))
+    for (i, j) in np.ndindex(2, 2):
+        assert u.shard(int(rmesh.device_ids[i, j])).data.tolist() == [[2, 3], [6, 7]][i]
+    np.testing.assert_array_equal(np.asarray(total), [6, 7])
+
+
 def test_custom_partitioning_is_evaluated_by_its_body():
     from jax.experimental.custom_partitioning import custom_partitioning
 
