@@ -366,11 +366,16 @@ def device_put(x, sharding) -> Array:
     """Lay out `x` (array-like, or an Array: resharded via its global value) by `sharding`.
 
     As `jax.device_put(x, sharding)`: device d holds `x[sharding.devices_indices_map(shape)[d]]`.
+    Onto a sharding with `unreduced` axes each device holds a partial sum, as JAX puts it: what
+    it already held under `x`'s own NamedSharding (a NumPy value counts as replicated), zeros
+    elsewhere (`refsim.layouts.unreduced.decompose`).
     `x` gets JAX's canonical dtype (64-bit -> 32-bit unless x64 is on); non-numeric, None and
     ragged inputs are rejected as `refsim.values.as_jax_array` says. The data is copied once
     and made read-only; the shards are views of it.
     """
     sharding = _as_sharding(sharding)
+    if _stackable(sharding) and sharding.spec.unreduced:
+        return _put_unreduced(x, sharding)
     value = np.array(as_jax_array(x, arg="x", api="refsim.device_put"), copy=True)
     value.setflags(write=False)
     info = None  # the result is refsim's placement, whatever produced x
@@ -383,6 +388,32 @@ def device_put(x, sharding) -> Array:
     rid = sharding.device_replica_id_map(value.shape)
     shards = [Shard(d, idx, value[idx], rid[d]) for d, idx in index_map.items()]
     return Array._trusted(value.shape, value.dtype, sharding, shards, info)
+
+
+def _put_unreduced(x, sharding: NamedSharding) -> Array:
+    """`device_put` onto a sharding unreduced over some mesh axes (see `device_put`)."""
+    from refsim.layouts import unreduced
+
+    mesh, spec = sharding.mesh, sharding.spec
+    src = getattr(getattr(x, "sharding", None), "spec", None)
+    if getattr(src, "unreduced", None):
+        if not (isinstance(x, Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
+                and x.sharding.spec.unreduced == spec.unreduced):
+            raise ValueError(
+                f"device_put of a value unreduced over {sorted(src.unreduced)} onto {sharding!r}: "
+                "only a move between layouts unreduced over the same axes of the same mesh keeps the "
+                "partial sums; reduce it first (jax.reshard(x, P(...)) inside refsim.jit).")
+        parts = unreduced.partial_sums(np.asarray(x.to_stacked(mesh)), mesh, x.sharding.spec)
+    else:
+        value = as_jax_array(x, arg="x", api="refsim.device_put")
+        names = getattr(getattr(getattr(x, "sharding", None), "mesh", None), "axis_names", None)
+        same_mesh = names is not None and tuple(names) == tuple(mesh.axis_names)
+        parts = unreduced.decompose(value, src if same_mesh else None, mesh, spec.unreduced, spec)
+    shape = parts.shape[mesh.ndim:]
+    sharding.shard_shape(shape)  # rank / divisibility errors, as JAX's
+    stacked = unreduced.stacked_of_partials(parts, mesh, spec)
+    stacked.setflags(write=False)
+    return Array._trusted(shape, stacked.dtype, sharding, None, None, stacked, True)
 
 
 def _check_dtype(values: Sequence[np.ndarray], dtype, fname: str) -> np.dtype:

@@ -28,6 +28,26 @@ def unreduced_read_error(message: str) -> Exception:
     return NotImplementedError(message)
 
 
+def supports_unreduced_specs() -> bool:
+    """True when the installed JAX's PartitionSpec takes `unreduced=` / `reduced=` axes
+    (sharding-in-types' partial sums: jax 0.10.2 and 0.12 have both; jax 0.12 adds
+    `unreduced_kind`)."""
+    from jax.sharding import PartitionSpec
+
+    try:
+        PartitionSpec(unreduced={"x"}, reduced={"y"})
+    except TypeError:
+        return False
+    return True
+
+
+def unreduced_kind_of(spec) -> str:
+    """How a JAX spec's unreduced partial values combine: "sum" (jax 0.10.2 has only sums; in
+    jax 0.12 `P(unreduced=..., unreduced_kind=UnreducedKind.max)` says max or min)."""
+    kind = getattr(spec, "unreduced_kind", None)
+    return "sum" if kind is None else getattr(kind, "name", str(kind))
+
+
 def xla_runtime_error(message: str) -> Exception:
     """The error JAX raises when XLA refuses a program at compile or run time (UNIMPLEMENTED,
     INVALID_ARGUMENT): `jax.errors.JaxRuntimeError` (a RuntimeError), jax 0.10 … 0.12."""

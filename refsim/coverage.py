@@ -44,8 +44,7 @@ REASONS: dict[str, str] = {
     **{n: _PALLAS for n in _PALLAS_NAMES},
     **{n: _INTERNAL for n in _INTERNAL_NAMES},
     **{n: _GPU for n in _GPU_NAMES},
-    **{n: _FOREIGN for n in ("ffi_call", "buffer_callback", "call_exported", "tpu_custom_call",
-                              "custom_partitioning")},
+    **{n: _FOREIGN for n in ("ffi_call", "buffer_callback", "call_exported", "tpu_custom_call")},
     **{n: _SHAPE_POLY for n in ("dim_as_value", "dimension_size", "shape_assertion")},
     **{n: _RNG for n in ("rng_uniform", "philox2x32", "philox4x32", "threefry4x32")},
     "check": ("jax.experimental.checkify's error check: checkify.checkify functionalizes it away; "

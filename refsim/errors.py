@@ -19,6 +19,11 @@ class UnsupportedPrimitive(NotImplementedError):
         super().__init__(msg + (" " + hint if hint else ""))
 
 
+class UnsupportedUnreducedKind(NotImplementedError):
+    """A value unreduced with partial values combined by max or min (jax 0.12's
+    `unreduced_kind`): refsim models partial sums only."""
+
+
 class ReplicationError(ValueError):
     """Devices that should hold the same value (replicas) hold different values."""
 

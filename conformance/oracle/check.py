@@ -482,6 +482,9 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     xla = prog.xla_outputs(out)
     try:
         ref, where = prog.refsim_outputs(traced, xla)
+        kinds = [compat.unreduced_kind_of(getattr(getattr(x, "sharding", None), "spec", None))
+                 for x in jax.tree_util.tree_leaves(out)]
+        ref, xla, where = prog.sum_unreduced(traced, ref, xla, where, kinds)
     except NotCheckable:
         raise
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
@@ -507,14 +510,20 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
 
 # -- device_put: a reshard is data movement, exact ------------------------------------------------
 def device_put_hosts(xs) -> list:
-    """Each device_put input's global value on the host (taken before XLA may donate it)."""
+    """Each device_put input on the host (taken before XLA may donate it): its global value,
+    or for an array unreduced over some mesh axes its devices' partial sums (a refsim.Array)."""
     import jax
 
     out = []
     for x in xs:
         if isinstance(x, jax.Array):
+            prog.check_unreduced_kind(x)
             if getattr(getattr(x.sharding, "spec", None), "unreduced", None):
-                raise NotCheckable("refsim error", f"device_put of an array with unreduced axes {x.sharding.spec}")
+                try:
+                    out.append(prog.host_array(x))
+                except (TypeError, ValueError, NotImplementedError) as e:
+                    raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+                continue
             if not x.is_fully_addressable:
                 raise NotCheckable("multi-process array", "a device_put input spans devices of other processes")
             if compat.prng_impl_of(x.dtype) is not None:
@@ -526,8 +535,28 @@ def device_put_hosts(xs) -> list:
                     continue
             if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):
                 raise NotCheckable("non-array argument", f"device_put of a {x.dtype} array")
-        out.append(np.array(x, copy=True))
+        out.append(_Host(np.array(x, copy=True), x) if _laid_out_on_mesh(x) else np.array(x, copy=True))
     return out
+
+
+class _Host(np.ndarray):
+    """A device_put input's global value that remembers the NamedSharding it was laid out by:
+    moved into an unreduced layout, each device keeps what it held (`refsim.device_put`)."""
+
+    def __new__(cls, value, x):
+        obj = np.asarray(value).view(cls)
+        obj.sharding = x.sharding
+        return obj
+
+    def __array_finalize__(self, obj):
+        self.sharding = getattr(obj, "sharding", None)
+
+
+def _laid_out_on_mesh(x) -> bool:
+    """True when `x` is a jax.Array laid out by a NamedSharding over a concrete mesh."""
+    import jax
+
+    return isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding) and isinstance(x.sharding.mesh, jax.sharding.Mesh)
 
 
 def finish_device_put(hosts, targets, ys) -> CheckResult:
@@ -540,15 +569,16 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     for h, t, y in zip(hosts, targets, ys):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         stated = isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)
-        if getattr(getattr(y.sharding, "spec", None), "unreduced", None):
-            raise NotCheckable("refsim error", f"device_put to a sharding with unreduced axes {y.sharding.spec}")
+        prog.check_unreduced_kind(y)
         try:
             sh = convert.from_jax_sharding(t if stated else y.sharding)
             got = prog.host_array(y)
         except (TypeError, ValueError, NotImplementedError) as e:
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
         try:
-            ref.append(refsim.device_put(h if h.dtype == got.dtype else h.astype(got.dtype), sh))
+            # an unreduced input keeps its partial sums; a _Host keeps the layout it had
+            ref.append(refsim.device_put(h if h.dtype == got.dtype or isinstance(h, refsim.Array)
+                                         else h.astype(got.dtype), sh))
         except (ValueError, TypeError) as e:                # e.g. a target with unreduced axes
             raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
         xla.append(got)

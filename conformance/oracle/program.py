@@ -23,7 +23,7 @@ import numpy as np
 import refsim
 from refsim import compat
 from refsim.array import Array, Shard
-from refsim.errors import UnsupportedPrimitive
+from refsim.errors import UnsupportedPrimitive, UnsupportedUnreducedKind
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -133,6 +133,16 @@ def host_array(x):
         ix = tuple(slice(i.start, i.stop) if isinstance(i, slice) else int(i) for i in index[d])
         by_dev[d] = Shard(d, ix, data, int(replica[d]))
     return Array(shape, dtype, sh, [by_dev[d] for d in index if d in by_dev])
+
+
+def check_unreduced_kind(x) -> None:
+    """NotCheckable for a jax.Array whose unreduced partial values combine by max or min (jax
+    0.12's `unreduced_kind`), where the oracle compares per device what refsim lays out as
+    partial sums (a `device_put`)."""
+    spec = getattr(getattr(x, "sharding", None), "spec", None)
+    if getattr(spec, "unreduced", None) and compat.unreduced_kind_of(spec) != "sum":
+        raise NotCheckable("unreduced max/min", f"partial values combined by {compat.unreduced_kind_of(spec)} "
+                           f"({spec}): refsim models partial sums only")
 
 
 def _host_copy(x):
@@ -397,7 +407,33 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
         outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
     except UnsupportedPrimitive as e:
         raise NotCheckable("unsupported primitive", e.primitive) from e
+    except UnsupportedUnreducedKind as e:
+        raise NotCheckable("unreduced max/min", str(e).splitlines()[0][:200]) from e
     return outs, ["program" if s is not None else "xla" for s in stated]
+
+
+def sum_unreduced(traced: Traced, ref: list, xla: list, where: list, kinds=None) -> tuple[list, list, list]:
+    """Outputs with unreduced axes compared by their value: each side's partial sums added up.
+
+    Outside a shard_map's out_specs (which state each device's own partial value) JAX's
+    semantics state only the sum of a global-view unreduced value; how XLA's partitioner
+    splits it into per-device partial sums (a value computed replicated and then resharded
+    to unreduced may sit on any device) is its choice. Both sides are all-reduced
+    (`refsim.interpreter.unreduced.all_reduced`) and compared laid out by the spec's
+    dimension entries; `where` says so. `kinds`: per output, how XLA's result says its partial
+    values combine ("sum", or jax 0.12's "max" / "min")."""
+    from refsim.interpreter.unreduced import all_reduced, unreduced_axes_of
+
+    if is_shard_map_program(traced):
+        return ref, xla, where
+    ref, xla, where = list(ref), list(xla), list(where)
+    for k, (r, x) in enumerate(zip(ref, xla)):
+        if unreduced_axes_of(r) or unreduced_axes_of(x):
+            kind = kinds[k] if kinds is not None and k < len(kinds) else "sum"
+            ref[k], xla[k] = all_reduced(r, kind), all_reduced(x, kind)
+            if k < len(where):
+                where[k] += f" (unreduced: the {kind} of the partial values compared)"
+    return ref, xla, where
 
 
 def output_paths(out) -> list[str]:

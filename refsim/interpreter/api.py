@@ -24,7 +24,7 @@ from refsim import device_assignment as DA
 from refsim.interpreter import core, trace_cache
 from refsim.interpreter.registry import Context, load_rules
 from refsim.interpreter.rules import sharding as S
-from refsim.interpreter.unreduced import Partials
+from refsim.interpreter.unreduced import Partials, from_array, kind_of, to_unreduced, unreduced_axes_of
 from refsim.layouts.mesh import AbstractMesh, AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec, check_no_duplicate_axes
@@ -127,9 +127,13 @@ def _explicit_sharding(x, tmesh):
     return jax.sharding.NamedSharding(tmesh, spec)
 
 
-def _global(x) -> np.ndarray:
+def _global(x, aval=None) -> np.ndarray:
+    """A program input in the global view; an unreduced Array as its devices' partial values,
+    combined as its type (`aval`: jax 0.12's unreduced_kind) says."""
     if isinstance(x, Partials):  # an unreduced value keeps its partial sums
         return x
+    if isinstance(x, Array) and isinstance(x.sharding, NamedSharding) and unreduced_axes_of(x):
+        return from_array(x, kind_of(aval) if aval is not None else "sum")  # each device's own partial
     return np.asarray(x) if isinstance(x, Array) else _canonical(x)
 
 
@@ -209,7 +213,7 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
         if hasattr(v, "val") and not hasattr(v, "count"):  # a Literal
             return core.literal_value(v, 0)
         val = env[v]
-        return val if keep_array else _global(val)
+        return val if keep_array else _global(val, v.aval)
 
     for eqn in jaxpr.eqns[:-1]:
         for var, val in zip(eqn.outvars, core.apply_eqn(ctx, eqn, [read(v) for v in eqn.invars])):
@@ -397,14 +401,21 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
             arr = (_partials_array(y, mesh, spec, info) if spec.unreduced
                    else Array.from_stacked(y, mesh, spec, info=info, replicas_checked=checked))
             if layout is not None and not _same_layout(layout, arr.sharding, arr.ndim):
-                arr = device_put(np.asarray(arr), layout)
-                arr.info = dict(info)
+                # laid out anew (an unreduced out_spec's partial sums are summed or moved)
+                arr = _place(from_array(arr) if spec.unreduced else np.asarray(arr), layout, info, spec)
             outs.append(arr)
         return outs
-    values = core.eval_closed_jaxpr(closed_jaxpr, *[_global(a) for a in flat_args], ctx=Context(extra=extra))
+    values = core.eval_closed_jaxpr(closed_jaxpr, *[_global(a, v.aval) for a, v in zip(flat_args, jaxpr.invars)],
+                                    ctx=Context(extra=extra))
     info = _info(extra)
     default = NamedSharding(mesh, PartitionSpec()) if mesh is not None else SingleDeviceSharding(0)
-    return [_place(v, s if s is not None else default, info) for v, s in zip(values, layouts)]
+    return [_place(v, s if s is not None else default, info, _type_spec(var))
+            for v, s, var in zip(values, layouts, jaxpr.outvars)]
+
+
+def _type_spec(var):
+    """The spec a value's type states (its layout under an Explicit mesh), or None."""
+    return getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
 
 
 def _same_layout(a, b, ndim: int) -> bool:
@@ -413,11 +424,15 @@ def _same_layout(a, b, ndim: int) -> bool:
     return a == b
 
 
-def _place(value, sharding, info) -> Array:
+def _place(value, sharding, info, src_spec=None) -> Array:
+    """`value` laid out by `sharding`; into unreduced axes as JAX's reshard puts it there
+    (`to_unreduced`: a plain value laid out by `src_spec` keeps on each device what it holds)."""
+    spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
+    if spec.unreduced and isinstance(sharding, NamedSharding):
+        value = to_unreduced(value, src_spec, sharding.mesh, spec.unreduced, spec,
+                             value.kind if isinstance(value, Partials) else "sum")
+        return _partials_array(S.split_by_spec(value.parts, value.mesh, spec), sharding.mesh, spec, info)
     if isinstance(value, Partials):
-        spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
-        if spec.unreduced == value.axes and isinstance(sharding, NamedSharding):
-            return _partials_array(S.split_by_spec(value.parts, value.mesh, spec), sharding.mesh, spec, info)
         value = value.total()  # an unreduced value placed without its axes is all-reduced
     arr = device_put(np.asarray(value), sharding)
     arr.info = dict(info)

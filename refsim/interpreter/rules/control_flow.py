@@ -154,7 +154,7 @@ def _while(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **par
 def _step(x, nm, i):
     """Step `i` of a scanned operand (local axis 0); unreduced xs keep their partial sums."""
     if isinstance(x, Partials):
-        return Partials(x.parts[(slice(None),) * x.mesh.ndim + (i,)], x.mesh, x.axes)
+        return Partials(x.parts[(slice(None),) * x.mesh.ndim + (i,)], x.mesh, x.axes, x.kind)
     return x[(slice(None),) * nm + (i,)]
 
 
@@ -179,7 +179,7 @@ def _scan(ctx, *args, jaxpr, length, reverse, **params):
         if ys_steps and isinstance(ys_steps[0][j], Partials):  # unreduced ys: stack the partial sums
             first = ys_steps[0][j]
             stacked = np.stack([s[j].parts for s in ys_steps], axis=first.mesh.ndim)
-            ys_out.append(Partials(stacked, first.mesh, first.axes))
+            ys_out.append(Partials(stacked, first.mesh, first.axes, first.kind))
             continue
         parts = [np.asarray(s[j]) for s in ys_steps]
         if not parts:

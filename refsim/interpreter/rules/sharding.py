@@ -200,6 +200,7 @@ def leave_manual_region(ctx: Context, mesh: AbstractMesh, outs, out_specs, manua
     """Tile body outputs by `out_specs`; check and collapse replicated manual axes."""
     res = []
     for y, spec in zip(outs, out_specs):
+        kind = compat.unreduced_kind_of(spec)   # jax 0.12's unreduced_kind (refsim's specs drop it)
         spec = as_refsim_spec(spec)
         # Devices along an unreduced axis hold partial sums: not replicas, nothing to check.
         replica_axes = frozenset(manual_axes) - spec.unreduced
@@ -211,7 +212,7 @@ def leave_manual_region(ctx: Context, mesh: AbstractMesh, outs, out_specs, manua
         y = y[tuple(slice(0, 1) if k in unnamed else slice(None) for k in range(y.ndim))]
         z = tile_by_spec(y, mesh, spec)
         if ctx.nm == 0 and spec.unreduced:
-            res.append(Partials(z, mesh, spec.unreduced))
+            res.append(Partials(z, mesh, spec.unreduced, kind))
             continue
         if ctx.nm == 0:
             z = z.reshape(z.shape[mesh.ndim:])

@@ -1,8 +1,9 @@
 """Primitives that wrap a sub-jaxpr or only order / annotate values.
 
-`lax.composite`, `compute_on` and `custom_vmap_call` run their jaxpr (the composite's
-decomposition is what XLA:CPU executes; compute_on only chooses where; custom_vmap's
-call is the unbatched function). `tie(x, y)` is y, `dce_sink` keeps a value alive,
+`lax.composite`, `compute_on`, `custom_vmap_call` and `custom_partitioning` run their jaxpr
+(the composite's decomposition is what XLA:CPU executes; compute_on only chooses where;
+custom_vmap's call is the unbatched function; custom_partitioning's call is the function's
+global meaning, which its partition rule only computes shard by shard). `tie(x, y)` is y, `dce_sink` keeps a value alive,
 `create_token` / `after_all` make ordering tokens, `lax.empty` / `empty2` an array whose
 contents XLA leaves undefined (refsim: zeros).
 """
@@ -32,6 +33,16 @@ def composite_rule(ctx, *args, name, attributes, version, jaxpr=None, call_jaxpr
 def compute_on_rule(ctx, *args, jaxpr, compute_type, out_memory_spaces=None, **params):
     """`compute_on(...)`: the body's values (it only picks the host or device that computes them)."""
     return _run(ctx, jaxpr, args)
+
+
+@register("custom_partitioning")
+def custom_partitioning_rule(ctx, *args, call, in_tree, out_tree, propagate_user_sharding, partition,
+                             infer_sharding_from_operands, decode_shardings, sharding_rule, static_args):
+    """`jax.experimental.custom_partitioning`: the decorated function's own body (`call`, as
+    JAX's impl rule evaluates it). The user's `partition` rule only says how XLA computes the
+    same value sharded; refsim checks that the sharded computation gives the global meaning.
+    `call` is a ClosedJaxpr in jax 0.10 and a Jaxpr in 0.12."""
+    return _run(ctx, call, args)
 
 
 @register("custom_vmap_call")
