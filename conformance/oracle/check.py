@@ -28,7 +28,7 @@ from conformance.verdict import compare
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
-from conformance.oracle import reproduce, vectors
+from conformance.oracle import factorizations, reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict.elements import abs_diff, is_float
 from refsim import compat
@@ -473,8 +473,9 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
         traced = dataclasses.replace(traced, closed=_without_outputs(traced.closed, drop), stated_out=stated)
         out, paths = [flat_out[k] for k in indices], [paths[k] for k in indices if k < len(paths)]
     xla = prog.xla_outputs(out)
+    conditions = factorizations.Conditions()
     try:
-        ref, where = prog.refsim_outputs(traced, xla)
+        ref, where = prog.refsim_outputs(traced, xla, probe=conditions)
     except NotCheckable:
         raise
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
@@ -482,6 +483,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
     if policy == "auto":
         xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
+        pols = factorizations.apply(traced.closed, ref, xla, pols, conditions, ulps)
     cmp = compare.compare(ref, xla, tolerances=pols)
     if policy == "auto" and not cmp.ok:
         why = _numerically_unstable(traced.flat_args, ref, pols, cmp)

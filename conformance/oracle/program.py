@@ -367,9 +367,10 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     return sh
 
 
-def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
+def refsim_outputs(traced: Traced, xla_outs: list, probe=None) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
-    "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
+    "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice).
+    `probe(eqn, invals, outvals)` sees every equation refsim evaluates (`refsim.evaluate`)."""
     closed, stated = _unwrap_jit(traced.closed, traced.stated_out)
     n = len(closed.jaxpr.outvars)
     stated = [stated[k] if stated is not None and k < len(stated) else None for k in range(n)]
@@ -396,9 +397,9 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
                         placed = _compiler_placed(xla_outs[k], specs[k], mesh, manual)
                         if placed is not None:
                             layouts[k], where[k] = placed, "xla"
-            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), where
+            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts, probe=probe), where
         layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
-        outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
+        outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts, probe=probe)
     except UnsupportedPrimitive as e:
         raise NotCheckable("unsupported primitive", e.primitive) from e
     return outs, ["program" if s is not None else "xla" for s in stated]
