@@ -558,13 +558,30 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
                        provenance=_provenance(ref), seconds={})
 
 
-def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tuple[str | None, str]:
-    """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be)."""
-    try:
-        text = reproduce.source(fn, name, args, kwargs, ref, pols, wrap=wrap)
-    except reproduce.NotReproducible as e:
-        return None, f"no reproducer: {e}"
-    return reproduce.write(repro_dir, name, text), ""
+def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir, traced=None,
+                     out_shardings=None, prefix: str = "conformance-check-") -> tuple[str | None, str]:
+    """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be).
+
+    The reproducer imports `fn` from its module when it has a module-level name; else (a
+    closure, a local, a JAX-internal function, `fn` None) it holds the program `traced` as
+    `jax.export` serialized it, with `out_shardings` (XLA's outputs' shardings). `repro_dir`: a
+    folder, a function returning one, or None: a fresh temporary folder named `prefix`...,
+    made only when there is a reproducer to write (no empty folders are left behind)."""
+    text, why = None, []
+    if fn is not None:
+        try:
+            text = reproduce.source(fn, name, args, kwargs, ref, pols, wrap=wrap)
+        except reproduce.NotReproducible as e:
+            why.append(str(e))
+    if text is None and traced is not None:
+        try:
+            text = reproduce.exported_source(traced, name, ref, pols, out_shardings)
+        except reproduce.NotReproducible as e:
+            why.append(str(e))
+    if text is None:
+        return None, "no reproducer: " + ("; ".join(why) or "nothing to rebuild the program from")
+    directory = repro_dir() if callable(repro_dir) else repro_dir
+    return reproduce.write(directory or tempfile.mkdtemp(prefix=prefix), name, text), ""
 
 
 def _run_xla(call, placed, kwargs, label):
@@ -635,7 +652,8 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})
     if res.ok:
         return res
-    directory = repro_dir or tempfile.mkdtemp(prefix="conformance-check-")
-    path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, directory)
+    out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]
+    path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, repro_dir, traced=traced,
+                                  out_shardings=out_shardings)
     res.repro_path = path
     raise ConformanceError(res, note)

@@ -54,6 +54,9 @@ class Traced:
     #: out_shardings of the jit being executed (refsim shardings, None where not stated), when
     #: `closed` is that jit's body (`from_execution`); None when `closed` came from `trace`
     stated_out: list | None = None
+    #: per flat input, (shape, dtype, jax sharding or None) as placed when the call was made
+    #: (`take_host_copies` records it): what a reproducer exports the program for
+    in_avals: list | None = None
 
     @property
     def distributed(self) -> bool:
@@ -246,6 +249,8 @@ def from_execution(params: dict, args, fn=None) -> Traced:
 def take_host_copies(traced: Traced) -> None:
     """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
     refsim reads them; call it before XLA runs the call, which may donate its inputs."""
+    traced.in_avals = [(tuple(np.shape(x)), getattr(x, "dtype", None), getattr(x, "sharding", None))
+                       for x in traced.flat_args]
     traced.flat_args = [_host_copy(x) for x in traced.flat_args]
 
 
