@@ -332,12 +332,13 @@ def _bound_for(arr, base: ScaledBound, per_matrix: np.ndarray | None, dtype, **f
     """A ConditionedBound for refsim's `arr` whose per-element bound is base's allowed times
     `per_matrix` (one factor per matrix of the batch: the array's last two dims) or `fields`' factor."""
     plain = base.allowed(dtype)
+    cap = max(plain, base.scale)                  # never past the output's own scale
     shards = {int(s.device_id): np.asarray(s.data) for s in arr.shards}
     factor = fields.pop("factor", 1.0)
     if per_matrix is None:
-        bounds = {d: np.float64(plain * factor) for d in shards}
+        bounds = {d: np.float64(min(plain * factor, cap)) for d in shards}
     else:
-        glob = np.broadcast_to((plain * per_matrix)[..., None, None], arr.shape)
+        glob = np.broadcast_to(np.minimum(plain * per_matrix, cap)[..., None, None], arr.shape)
         bounds = {int(s.device_id): glob[tuple(s.index)] for s in arr.shards}
     return ConditionedBound(n=1, exact=shards, abs_sum=base.abs_sum, ulps=base.ulps, narrow_ulps=base.narrow_ulps,
                             bounds=bounds, **fields)
