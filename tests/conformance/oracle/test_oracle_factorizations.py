@@ -73,6 +73,14 @@ def test_ill_conditioned_float32_cholesky_equal_to_lapack_agrees():
     assert pols[0].kappa > 1e4 and pols[0].broken == 0
 
 
+def test_ill_conditioned_cholesky_jvp_agrees():
+    a = _ill_conditioned(1e5, np.complex64)
+    fn = jax.jit(lambda p, tt: jax.jvp(lax.linalg.cholesky, (p,), (tt,)))
+    res, pols = _verdict(fn, [a, np.ones_like(a)])
+    assert res.ok, res.report()
+    assert [p.level for p in pols] == [1, 2] and pols[0].broken == 0
+
+
 def test_ill_conditioned_complex_qr_jvp_agrees():
     a = _ill_conditioned(4e4, np.complex64)
     t = np.ones_like(a)
