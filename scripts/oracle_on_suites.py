@@ -14,7 +14,9 @@ JAX's test utilities need ``absl-py``. Each file runs twice in a fresh process o
 devices (a file that sets its own device count keeps it): plainly, and with
 ``--conformance-oracle --conformance-oracle-report``.
 Printed (and with ``--doc``, written between the markers ``<!-- oracle-on-suites:begin -->`` and
-``<!-- oracle-on-suites:end -->`` of that page): one row per file with the tests passed plainly,
+``<!-- oracle-on-suites:end -->`` of that page, one block per suite and jax version: a run under
+another jax keeps the other version's blocks; ``--summary`` rewrites them from earlier runs): one row
+per file with the tests passed plainly,
 the tests whose outcome changed under the oracle, the calls checked, disagreements, not
 checkable (by reason), the census (distributed executions seen, not intercepted, the share
 checked) and both wall times. ``--out DIR`` keeps the JUnit files, the oracle reports and a JSON
@@ -143,16 +145,38 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(path: str, text: str) -> None:
-    """Replace what lies between the markers of `path` by `text`."""
+_BLOCK = "<!-- oracle-on-suites:block "
+
+
+def write_doc(path: str, blocks: dict) -> None:
+    """Write `blocks` (key -> text, a key per suite and jax version) between the markers of `path`:
+    a block of the same key is replaced, blocks of other keys (another jax version's run) are kept."""
     with open(path) as fh:
         doc = fh.read()
     if BEGIN not in doc or END not in doc:
         raise SystemExit(f"--doc {path}: the page has no {BEGIN} ... {END} markers; add them where the table goes")
     head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    region, tail = rest.split(END, 1)
+    old = {}
+    for part in region.split(_BLOCK)[1:]:
+        key, _, text = part.partition(" -->")
+        old[key] = text.strip("\n")
+    old.update(blocks)
+    body = "\n\n".join(f"{_BLOCK}{k} -->\n{old[k]}" for k in sorted(old))
     with open(path, "w") as fh:
-        fh.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+        fh.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def doc_blocks(summary: dict) -> dict:
+    """The doc's blocks of one run (`summary.json`): one table per suite, keyed by suite and jax version."""
+    out = {}
+    for name, rows in (summary.get("suites") or {"jax": summary["rows"]}).items():
+        what = "JAX's test files" if name == "jax" else f"flax {summary.get('flax')}'s test files"
+        note = f" ({summary['note']})" if summary.get("note") else ""
+        key = f"{'JAX' if name == 'jax' else name} tests, jax {summary['jax']}"
+        out[key] = (f"{what} under jax {summary['jax']}, Python {summary['python']}, 8 virtual CPU devices{note}:"
+                    f"\n\n{table(rows)}")
+    return out
 
 
 def _suite(a, ap, src: str, files: str, label: str, out_dir: str) -> list[dict]:
@@ -184,7 +208,19 @@ def main(argv=None) -> int:
     ap.add_argument("--python", default=sys.executable, help="the interpreter to run pytest with (default: this one)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per pytest run (default 3600)")
     ap.add_argument("--doc", default=None, help="write the table between the markers of this Markdown page")
+    ap.add_argument("--note", default="", help="a remark for the doc's heading of this run (e.g. the suites' commit)")
+    ap.add_argument("--summary", action="append", default=[], metavar="JSON",
+                    help="write --doc from this earlier run's summary.json (repeatable) instead of running")
     a = ap.parse_args(argv)
+    if a.summary:
+        if not a.doc:
+            ap.error("--summary writes the tables into --doc; pass --doc PAGE")
+        blocks = {}
+        for path in a.summary:
+            with open(path) as fh:
+                blocks.update(doc_blocks(json.load(fh)))
+        write_doc(a.doc, blocks)
+        return 0
     if a.jax_src is None and a.flax is None:
         ap.error("pass a JAX source checkout (JAX_SRC), flax's sdist (--flax FLAX_SRC), or both")
     EXTRA_PATH[:] = [os.path.abspath(p) for p in a.pythonpath]
@@ -199,18 +235,14 @@ def main(argv=None) -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (*EXTRA_PATH, os.environ.get("PYTHONPATH", "")) if p))
     version = subprocess.run([a.python, "-c", probe], capture_output=True, text=True, env=env).stdout.split()
     summary = {"jax": version[0] if version else None, "python": version[1] if len(version) > 1 else None,
-               "flax": version[2] if len(version) > 2 else None, "suites": suites,
+               "flax": version[2] if len(version) > 2 else None, "note": a.note, "suites": suites,
                "rows": [r for rows in suites.values() for r in rows]}
     with open(os.path.join(out_dir, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=1)
-    parts = []
-    for name, rows in suites.items():
-        text = table(rows)
-        print(text)
-        what = (f"JAX's test files" if name == "jax" else f"flax {summary['flax']}'s test files")
-        parts.append(f"{what}, jax {summary['jax']}, Python {summary['python']}, 8 virtual CPU devices:\n\n{text}")
+    for rows in suites.values():
+        print(table(rows))
     if a.doc:
-        write_doc(a.doc, "\n\n".join(parts))
+        write_doc(a.doc, doc_blocks(summary))
     return 0
 
 
