@@ -15,7 +15,7 @@ import sys
 
 from bench import _common as C
 
-PARTS = ("throughput", "conformance", "overhead", "scaling", "bandwidth", "stablehlo")
+PARTS = ("throughput", "conformance", "reruns", "overhead", "scaling", "bandwidth", "stablehlo")
 
 
 def _module(part: str):
@@ -43,6 +43,10 @@ def targets(results: dict) -> list[tuple]:
                 rows.append((f"conformance run >= 2x the baseline's examples/s ("
                              + ("cold compilation cache" if v == "cold" else "rerun on the same machine") + ")",
                              f"{med:.2f}x (per pass: {', '.join(f'{x:.2f}x' for x in per)})", min(per) >= 2))
+    if "reruns" in results:
+        from bench.reruns import targets as reruns_targets
+
+        rows += reruns_targets(results["reruns"])
     if "overhead" in results:
         for r in results["overhead"]:
             if r["engine"] == "refsim" and r["devices"] == 16384:
@@ -115,7 +119,7 @@ def main(argv=None) -> int:
         results = {}
         for part in parts:
             mod = _module(part)
-            if part == "conformance" and against and not args.quick:
+            if part in ("conformance", "reruns") and against and not args.quick:
                 results[part] = mod.side_by_side(against, examples=args.examples, passes=args.passes)
             else:
                 results[part] = mod.run(quick=args.quick)

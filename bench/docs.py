@@ -33,6 +33,8 @@ python -m bench.docs figures.jsonl --out docs/performance.md
 python -m bench.docs docs/performance-figures.jsonl --out docs/performance.md   # this page, again
 python -m bench --quick                                   # tiny sizes: checks the code paths only
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
+git worktree add --detach ../base <commit>                # the reruns part's baseline, then:
+python -m bench.reruns --against ../base --passes 3 --json docs/performance-figures.jsonl
 ```
 
 `bench/` is not installed with the package (a top-level `bench` module would clash with other
@@ -61,6 +63,17 @@ with an empty compilation cache ("cold"), this commit again on the cache the col
 included, interpreter start-up not). The phases are the cold pass's work split by
 `conformance.report.timing`; with one worker per core they overlap, so they add up to more than the wall
 time.""",
+    "reruns": """Four variants of `python -m conformance run --examples 20 --seed 0 --shrink-seconds 0` (defaults
+otherwise: one worker per core, the default `--data-per-program`), each a fresh process, in
+interleaved passes: the baseline commit on an empty `--compile-cache` folder ("baseline cold"), this
+commit on an empty one ("cold"), the baseline again on the folder its cold pass filled ("baseline
+rerun") and this commit again on its own ("rerun"). CPU is the whole process tree's (the run, its
+preflight child and its workers: `RUSAGE_CHILDREN`) per example; examples/s is the runner's own
+figure; workers busy is the seconds the workers spent in cases over workers × the runner's wall time;
+examples/min is per minute of the process's wall time. An example is one data set run on both sides
+and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`):
+this commit's per-example figures gain from its default `--data-per-program` as well as from its
+caches, so the CPU seconds of each pass are given beside them.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
@@ -176,6 +189,22 @@ def _conformance(recs: list) -> str:
     return text
 
 
+def _reruns(recs: list) -> str:
+    rows = [(r["variant"], f"`{r['commit']}`", r["processes"], r["cases"], r["examples"],
+             "%.1f (%s)" % (r["examples_per_s"], ", ".join("%.1f" % x["examples_per_s"] for x in r["each"])),
+             f"{r['cpu_ms_per_example']:.1f}", ", ".join(f"{x['cpu_s']:.0f}" for x in r["each"]),
+             f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
+             ", ".join(f"{x['process_s']:.0f}" for x in r["each"]))
+            for r in recs if r.get("bench") == "conformance_reruns"]
+    text = _md_table(["variant", "commit", "workers", "cases", "examples", "examples/s, median (each pass)",
+                      "CPU ms per example", "CPU s (each pass)", "workers busy", "examples per minute",
+                      "process wall s (each pass)"], rows)
+    side = [r for r in recs if r.get("bench") == "conformance_reruns"]
+    if side:
+        text += f"\n\n{side[0]['passes']} interleaved passes; medians."
+    return text
+
+
 def _scaling_like(recs: list, tiny: bool) -> str:
     by = {(r["mib"], r["devices"], r["engine"]): r for r in recs}
     rows, notes = [], []
@@ -252,6 +281,8 @@ def _stablehlo(recs: list) -> str:
 SECTIONS = (("throughput", "Throughput: many distinct small programs", ("throughput",), _throughput),
             ("conformance", "Conformance run: examples/s against the baseline commit",
              ("conformance_side_by_side", "conformance_speedup", "conformance_rate"), _conformance),
+            ("reruns", "Reruns, busy workers and data per compiled program", ("conformance_reruns",
+                                                                              "conformance_reruns_targets"), _reruns),
             ("overhead", "Overhead of a call: one element per device", ("overhead",),
              lambda r: _scaling_like(r, tiny=True)),
             ("scaling", "Scaling: the five-collective program", ("scaling",), lambda r: _scaling_like(r, tiny=False)),

@@ -3,7 +3,7 @@
     python -m conformance run [--platform P] [--devices N] [--examples N]
         [--suite collectives|layouts|programs|errors|mpmd|all] [--report DIR] [--seed S]
         [--processes K] [--resume] [--xfails FILE] [--strict-xfails] [--no-progress]
-        [--shrink-seconds T] [--compile-cache DIR|off] [--shard K/N] [--case-timeout T] [--distributed]
+        [--shrink-seconds T] [--compile-cache DIR|off] [--data-per-program N] [--shard K/N] [--case-timeout T] [--distributed]
         [--force]
     python -m conformance hunt --minutes N [--suite sharded] [--report DIR] ...   (conformance.hunt)
     python -m conformance merge DIR... --out DIR   (conformance.engine.merge)
@@ -24,11 +24,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from typing import NamedTuple
 
+# None of these loads JAX: `platform.configure` runs before it loads (each subcommand's own module
+# is imported by name when the subcommand runs, `COMMANDS`).
 from conformance import validation
 from conformance.arguments import Parser as _Parser
+from conformance.engine import distributed, preflight, runner
+from conformance.engine.compile_cache import OFF, default_dir
+from conformance.engine.plan import parse_shard
+from conformance.engine.runner import (DEFAULT_CASE_TIMEOUT, DEFAULT_DATA_PER_PROGRAM, DEFAULT_EXAMPLES, MAX_EXAMPLES,
+                                       SHRINK_SECONDS)
+from conformance.report import prepare_report_dir, print_table
+from conformance.report.lock import acquire
 from conformance.report.results import EXIT_INCOMPLETE, EXIT_USAGE, exit_status
 from conformance.suites import SUITES
 from xla_backend import limits, platform
@@ -67,8 +77,6 @@ _timeout = validation.seconds_option("--case-timeout")
 
 
 def _shard(text: str) -> tuple:
-    from conformance.engine.plan import parse_shard
-
     try:
         return parse_shard(text)
     except ValueError as e:
@@ -95,16 +103,18 @@ def _cores() -> int:
 
 def _compile_cache(value: str | None) -> str | None:
     """The persistent compilation cache folder for `--compile-cache` (None for 'off')."""
-    from conformance.engine.compile_cache import OFF, default_dir
-
     if value is None:
         return default_dir()
     return None if value.strip().lower() in OFF else value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, DEFAULT_EXAMPLES, MAX_EXAMPLES, SHRINK_SECONDS
+def _plan_cache(value: str | None) -> str | None:
+    """The drawn-plan cache folder: ``plans`` in the compile-cache folder (None for 'off')."""
+    folder = _compile_cache(value)
+    return None if folder is None else os.path.join(folder, "plans")
 
+
+def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
     run = sub.add_parser("run", help=COMMANDS["run"].help)
@@ -129,8 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
-                     help="JAX's persistent compilation cache, so a rerun skips XLA compiles (default: "
-                          "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
+                     help="JAX's persistent compilation cache, the executables and the drawn plans, so a rerun "
+                          "skips drawing, tracing, lowering and compiling (default: $CONFORMANCE_COMPILE_CACHE or "
+                          "~/.cache/refsim-conformance/xla; 'off': none)")
+    run.add_argument("--data-per-program", type=_positive, default=DEFAULT_DATA_PER_PROGRAM, metavar="N",
+                     help=f"data sets (special values, rounding data, random) each drawn program structure runs "
+                          f"with on its one compiled executable (default {DEFAULT_DATA_PER_PROGRAM}; at least what "
+                          "each suite draws)")
     run.add_argument("--shard", type=_shard, default=None, metavar="K/N",
                      help="run only shard K of N (plan positions K-1, K-1+N, ...); merge the N report folders "
                           "with `python -m conformance merge`")
@@ -155,8 +170,6 @@ def check_ceilings(args) -> None:
     processes above 2 per CPU core or above what memory holds, virtual CPU devices above what
     memory holds in every worker (`xla_backend.limits`), draws per family above `MAX_EXAMPLES`.
     ValueError (`limits.AboveCeiling`) naming the value, the ceiling, why, and --force."""
-    from conformance.engine.runner import DEFAULT_CASE_TIMEOUT, MAX_EXAMPLES
-
     if args.force:
         return
     limits.check("--examples", args.examples, limits.Ceiling(
@@ -171,11 +184,7 @@ def check_ceilings(args) -> None:
 
 
 def run_command(args, console=None) -> int:
-    from conformance.engine import preflight, runner
-
     if args.distributed:
-        from conformance.engine import distributed
-
         return distributed.run_command(args, console, report_result)
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
     # in a child process, so that this parent holds no accelerator its workers need.
@@ -185,21 +194,25 @@ def run_command(args, console=None) -> int:
     except preflight.PreflightError as e:
         raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
     devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
-    result = runner.run(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
-                        devices=devices, report_dir=args.report, progress=not args.no_progress,
-                        resume=args.resume, xfails=args.xfails, processes=args.processes,
-                        compile_cache=_compile_cache(args.compile_cache),
-                        shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
-                        case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
-                        shard=args.shard,
-                        plan_extra=preflight.plan_entries(hardware))
+    result = runner.run_options(run_options(args, devices=devices, console=console,
+                                            plan_extra=preflight.plan_entries(hardware)))
     return report_result(args, result, console)
+
+
+def run_options(args, *, devices: int, console=None, plan_extra: dict | None = None):
+    """The `conformance.engine.runner.RunOptions` of parsed `run` arguments (`devices`: the count found)."""
+    return runner.RunOptions(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
+                             devices=devices, report_dir=args.report, progress=not args.no_progress,
+                             resume=args.resume, xfails=args.xfails, processes=args.processes,
+                             compile_cache=_compile_cache(args.compile_cache),
+                             shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
+                             case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
+                             shard=args.shard, plan_extra=plan_extra, plan_cache=_plan_cache(args.compile_cache),
+                             data_per_program=args.data_per_program)
 
 
 def report_result(args, result, console=None) -> int:
     """Print the table, stale xfails, reproducers and where the report is; the exit status of the run."""
-    from conformance.report import print_table
-
     print_table(result.summary, console, results=result.results)
     out = console.print if console is not None else print
     for text in result.summary.get("unused_xfails", ()):
@@ -223,8 +236,6 @@ def report_result(args, result, console=None) -> int:
 
 def _resume_command(args) -> str:
     """The command line that continues this run's report folder."""
-    import shlex
-
     argv = list(getattr(args, "argv", None) or ["--report", str(args.report)])  # the arguments after `run`
     return shlex.join(["python", "-m", "conformance", "run"] + argv + ([] if "--resume" in argv else ["--resume"]))
 
@@ -274,8 +285,6 @@ def run_main(argv) -> int:
         ap.exit(2, f"{ap.prog} run: error: --resume needs --report DIR (the folder whose results.jsonl lists "
                    "finished cases)\n")
     args.argv = argv
-    from conformance.engine import runner
-
     try:
         check_ceilings(args)
     except ValueError as e:
@@ -287,9 +296,6 @@ def run_main(argv) -> int:
             if args.report and not args.distributed:
                 # The folder is this run's from now on: a second run fails here at once, before
                 # the platform check (a distributed run's process 0 takes it in the runner).
-                from conformance.report import prepare_report_dir
-                from conformance.report.lock import acquire
-
                 prepare_report_dir(args.report)
                 lock = acquire(args.report)
                 if lock.took_over:

@@ -16,13 +16,16 @@ import collections
 import os
 import sys
 
+from conformance.report import Failure, read_records
+from conformance.strategies import OPS
+from conformance.strategies._sharded_ops import ALIASES
+from conformance.strategies.sharded import PATTERNS
+
 __all__ = ["collect", "main", "render"]
 
 
 def collect(paths) -> dict:
     """Counts from the results.jsonl files under `paths` (folders or files)."""
-    from conformance.report import read_records
-
     cells = collections.Counter()       # (op, pattern, direction) -> programs
     versions = collections.defaultdict(set)   # op -> JAX versions
     op_dirs = collections.defaultdict(set)    # op -> {"fwd", "bwd"}
@@ -35,7 +38,7 @@ def collect(paths) -> dict:
             if rec.get("type") == "plan":
                 version = rec.get("jax", "?")
                 continue
-            prog = (rec.get("details") or {}).get("program") if rec.get("type") == "case" else None
+            prog = Failure.from_json(rec.get("details")).program if rec.get("type") == "case" else None
             if not prog:
                 continue
             direction = "bwd" if prog.get("transform") in ("grad", "vjp") else "fwd"
@@ -52,10 +55,6 @@ def collect(paths) -> dict:
 
 
 def render(data: dict, sources=()) -> str:
-    from conformance.strategies import OPS
-    from conformance.strategies._sharded_ops import ALIASES
-    from conformance.strategies.sharded import PATTERNS
-
     names = sorted(n for op in OPS for n in ALIASES.get(op, (op,)))
 
     cells, versions = data["cells"], data["versions"]
@@ -95,6 +94,22 @@ def render(data: dict, sources=()) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Where the generated page ends: what follows it in the --out file (hand-written sections, such as
+#: the hunts' record) is kept when the page is regenerated.
+KEEP_MARKER = "<!-- written by hand from here on: python -m conformance.coverage keeps it -->"
+
+
+def kept_part(path: str) -> str:
+    """The hand-written tail of the page at `path` (from `KEEP_MARKER` on), or '' without one."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        return ""
+    at = old.find(KEEP_MARKER)
+    return "" if at < 0 else "\n" + old[at:]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m conformance.coverage", description=__doc__.splitlines()[0])
     ap.add_argument("reports", nargs="+", help="hunt report folders (or results.jsonl files)")
@@ -106,6 +121,7 @@ def main(argv=None) -> int:
             return 2
     text = render(collect(args.reports), [os.path.basename(os.path.normpath(p)) for p in args.reports])
     if args.out:
+        text = text + kept_part(args.out)
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write(text)
     else:

@@ -5,20 +5,20 @@ XLA half, so run it in a fresh process.
 """
 from __future__ import annotations
 
+import numpy as np
+from rich.console import Console
+
+import refsim
+import xla_backend
+from conformance.verdict.compare import compare
+from refsim import Mesh, NamedSharding, P
+from xla_backend import platform
+
 
 def main() -> int:
-    from xla_backend import platform
-
     platform.configure("cpu", 8)
-    # everything else after the platform is chosen: JAX reads it once, when it loads
+    # JAX after the platform is chosen: it reads the platform once, when it loads
     import jax
-    import numpy as np
-    from rich.console import Console
-
-    import refsim
-    import xla_backend
-    from conformance.verdict.compare import compare
-    from refsim import Mesh, NamedSharding, P
 
     console = Console()
     ids = np.array([[3, 1, 0, 2], [7, 6, 5, 4]])

@@ -15,7 +15,8 @@ partitioner, for `conformance.coverage`). Each failure is classified by a signat
   raised), ``lowering`` / ``compile`` / ``runtime`` (XLA's side raised there), ``crash`` (the
   worker died: a fatal CHECK), ``hang`` (killed after ``--case-timeout``), or ``mismatch:STAGE``
   (values differ; STAGE is `conformance.explain`'s verdict: lowering, compiler, backend);
-* op: the op `explain` names, or else the ops of the shrunk program;
+* op: the op `explain` names, XLA's source file of a CHECK or RET_CHECK, the primitive a JAX
+  lowering error names (jax 0.12: "... for primitive reduce_sum"), or else the ops of the program;
 * error class: the exception class and its message's first line (digits dropped), the CHECK
   that failed, or the element classes of a mismatch.
 
@@ -40,6 +41,22 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+import refsim
+from conformance.cli import _cores, _Parser, _positive, _seconds, _seed, _timeout
+from conformance.engine import runner, workers
+from conformance.report import open_report_dir, prepare_report_dir, timing
+from conformance.report.results import CaseResult, Failure, summarize
+from conformance.suites import base
+from conformance.suites import sharded as suite_mod
+from conformance.suites.base import ProgramTask
+from conformance.suites.sharded import shrink_case
+from conformance.verdict import xfails as xfails_mod
+from xla_backend import platform as xplat
+
+# None of these loads JAX (the worker processes and `--check` configure the platform first).
 
 __all__ = ["Finding", "HuntResult", "check_in_subprocess", "hunt", "main", "signature"]
 
@@ -90,38 +107,43 @@ def _program_ops(case) -> str:
 
 def signature(result, case=None) -> tuple | None:
     """(stage, op, error class) of a failing `CaseResult` (None for a pass / xfail / unsupported)."""
-    d = result.details or {}
+    d = result.details
     ops = _program_ops(case) if case is not None else "-"
-    failure = d.get("failure") or {}
+    failure = d.signature or {}
     if result.status == "fail" or result.status == "error" and failure.get("kind") == "mismatch":
         # (an "error" mismatch: a listed case that differs otherwise than its xfails entry says)
-        st = d.get("stage") or {}
+        st = d.stage or {}
         classes = ",".join(failure.get("classes") or failure.get("layout") or ["value"])
         return (f"mismatch:{st.get('diverged_in') or 'unlocalised'}", st.get("op") or ops, classes)
     if result.status == "timeout":
         return ("hang", ops, "timeout")
     if result.status != "error":
         return None
-    if "worker_exit" in d:
-        tail = (d.get("fatal_line") or "") + "\n" + (d.get("stderr_tail") or "")
+    if d.worker_exit is not None:
+        tail = (d.fatal_line or "") + "\n" + (d.stderr_tail or "")
         check = (re.search(r"(Check failed:[^\n]*|RET_CHECK failure[^\n]*)", tail)
                  or re.search(r"([A-Za-z_]+\.(?:cc|h):\d+\][^\n]*)", tail))
         where = re.search(r"([a-z_]+\.(?:cc|h)):\d+", tail)
-        return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d["worker_exit"]))
+        return ("crash", where.group(1) if where else ops, _key(check.group(1) if check else d.worker_exit))
     side = failure.get("side", "unknown")
-    exc = failure.get("exception") or d.get("exception_type") or "Exception"
-    tb = d.get("traceback") or ""
+    exc = failure.get("exception") or d.exception_type or "Exception"
+    tb = d.traceback or ""
     if side == "refsim":
         stage = "refsim" if re.search(r"refsim/interpreter/(rules|core\.py)", tb) else "trace"
     elif side == "xla" and "Cannot lower jaxpr" in (failure.get("message") or ""):
         stage = "lowering"
     elif side == "xla":
-        stage = ("runtime" if "timed_run" in tb else "compile" if ".compile()" in tb or "compiled(" in tb
-                 else "lowering" if "lower" in tb else "xla")
+        # the innermost frame JAX shows says where it raised: its own frames are filtered out, so a
+        # lowering error surfaces at the project's `.lower(` call even though a compile call is outside it
+        frames = re.findall(r'File "[^"]*", line \d+, in \w+\n\s*(.*)', tb)
+        innermost = frames[-1] if frames else ""
+        stage = ("runtime" if "timed_run" in tb else "lowering" if ".lower(" in innermost
+                 else "compile" if ".compile()" in tb or "compiled(" in tb else "lowering" if "lower" in tb else "xla")
     else:
         stage = side
     msg = failure.get("message") or result.message
-    where = re.search(r"([a-z_]+\.cc):\d+", msg)
+    # where: XLA's source file, else the primitive JAX names (0.12's lowering errors do), else the program's ops
+    where = re.search(r"([a-z_]+\.cc):\d+", msg) or re.search(r"for primitive (\w+)", msg)
     return (stage, where.group(1) if where else ops, f"{exc}: {_key(msg)}")
 
 
@@ -144,25 +166,19 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
             if line.startswith("SIGNATURE "):
                 sig = json.loads(line[len("SIGNATURE "):])
                 return tuple(sig) if sig else None
-        from conformance.report.results import CaseResult
 
         how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
         res = CaseResult(case_id=case.case_id, suite="sharded", family=case.family, dtype=case.dtype, status="error",
-                         details={"worker_exit": how, "stderr_tail": "\n".join(p.stderr.splitlines()[-20:]),
-                                  "fatal_line": next((ln for ln in reversed(p.stderr.splitlines())
-                                                      if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)), "")})
+                         details=Failure(worker_exit=how, stderr_tail="\n".join(p.stderr.splitlines()[-20:]),
+                                         fatal_line=next((ln for ln in reversed(p.stderr.splitlines())
+                                                          if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)), "")))
         return signature(res, case)
 
 
 def _check_main(path: str, with_xfails: bool = False) -> int:
     """`--check FILE [--xfails]`: run the pickled case once (no shrinking) and print its signature
     (with the platform's xfails applied when asked: a known bug's signature is then null)."""
-    from xla_backend import platform
-
-    platform.configure()
-    from conformance.engine import runner
-    from conformance.verdict import xfails as xfails_mod
-    from conformance.suites.base import ProgramTask
+    xplat.configure()
 
     with open(path, "rb") as fh:
         case = pickle.load(fh)
@@ -177,8 +193,6 @@ def _check_main(path: str, with_xfails: bool = False) -> int:
 def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
     """`case` cut down (`conformance.suites.sharded.shrink_case`) while a fresh process running
     the variant still fails with the same stage and error class."""
-    from conformance.suites.sharded import shrink_case
-
     def same(cand) -> bool:
         got = check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
         return got is not None and got[0] == sig[0] and got[2] == sig[2]
@@ -190,8 +204,6 @@ def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
 def _reproducer(case, path: str) -> None:
     """Write `case`'s reproducer: refsim's values embedded, or (refsim cannot run it) none, so the
     script shows JAX's own error."""
-    import refsim
-
     try:
         expected = case.run(refsim)
         tols = case.tolerances()
@@ -228,24 +240,12 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
          xfails=None, devices: int = 8, platform: str = "cpu", database=None, shrink_seconds: float = 60.0,
          case_timeout: float = 300.0, out=print) -> HuntResult:
     """Draw and run programs of `suite` for `minutes`; return the distinct failures (see the module)."""
-    from xla_backend import platform as xplat
-
     if suite != "sharded":
         raise ValueError(f"suite={suite!r}: hunting draws from a suite's strategy; 'sharded' is the one built "
                          "for it.")
     if not minutes > 0:
         raise ValueError(f"minutes={minutes!r}; pass a positive number of minutes.")
     xplat.configure(platform, devices)
-    from hypothesis.database import DirectoryBasedExampleDatabase
-
-    from conformance.engine import runner
-    from conformance.report import timing
-    from conformance.verdict import xfails as xfails_mod
-    from conformance.report import open_report_dir, prepare_report_dir
-    from conformance.report.results import summarize
-    from conformance.suites import base
-    from conformance.suites import sharded as suite_mod
-    from conformance.engine import workers
 
     report_dir = report_dir or tempfile.mkdtemp(prefix="conformance-hunt-")
     prepare_report_dir(report_dir)
@@ -312,10 +312,10 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                 task = by_id.get(res.case_id)
                 case = task.variants[0] if task is not None else None
                 if case is not None:
-                    res.details = dict(res.details or {}, program={
+                    res.details.program = {
                         "ops": [list(p) for p in case.op_patterns], "transform": case.transform,
                         "axis_types": case.axis_types, "partitioner": case.partitioner,
-                        "mesh": list(case.mesh.axis_sizes)})
+                        "mesh": list(case.mesh.axis_sizes)}
                 results.append(res)
                 for r in reporters:
                     r.case_finished(res)
@@ -389,8 +389,6 @@ def print_findings(result: HuntResult, out=print) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conformance.cli import _Parser, _cores, _positive, _seconds, _seed, _timeout
-
     ap = _Parser(prog="python -m conformance hunt",
                  description="Draw random programs for N minutes; keep every distinct failure with its reproducer.")
     ap.add_argument("--minutes", type=float, required=True, help="how long to hunt")

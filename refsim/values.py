@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from refsim import compat
@@ -77,3 +78,28 @@ def complex_from_parts(real, imag, dtype) -> np.ndarray:
     out = np.empty(real.shape, dtype)
     out.real, out.imag = real, imag
     return out
+
+
+def quiet_nan(x) -> np.ndarray:
+    """`x` with every signalling NaN made quiet (the quiet bit, the significand's top bit, set;
+    sign and payload kept): IEEE 754-2019 section 6.2 gives a quiet NaN as the result of an
+    operation on a NaN, which StableHLO's maximum / minimum follow. Non-float dtypes, and
+    float8 formats without IEEE NaNs (e4m3fn's only NaN is already quiet), come back unchanged.
+    Complex values: part by part."""
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        return complex_from_parts(quiet_nan(x.real), quiet_nan(x.imag), x.dtype)
+    native = x.dtype.kind == "f" and x.dtype.type.__module__ == "numpy"
+    if not (native or x.dtype.name.startswith(("bfloat16", "float8", "float6", "float4"))):
+        return x
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(x.astype(np.float32) if x.dtype.itemsize < 4 else x)
+    if not nan.any():
+        return x
+    nmant = int((np.finfo if native else ml_dtypes.finfo)(x.dtype).nmant)
+    uint = np.dtype(f"u{x.dtype.itemsize}")
+    bits = x.view(uint)
+    quieted = (bits | uint.type(1 << (nmant - 1))).view(x.dtype)
+    with np.errstate(invalid="ignore"):
+        still_nan = np.isnan(quieted.astype(np.float32) if x.dtype.itemsize < 4 else quieted)
+    return np.where(nan & still_nan, quieted, x)

@@ -3,6 +3,10 @@
 Keys are (entry point, function, mesh or devices, specs/shardings, input avals and
 shardings), so cases that differ only in data reuse one executable, as the
 conformance suite relies on.
+
+A persistent store (`set_store`; `conformance.engine.compile_cache.ExecutableStore`) may back
+the in-memory cache: on a miss it is asked for the executable under a stable key of the same
+parts, so a rerun in a fresh process skips tracing, lowering and compiling.
 """
 from __future__ import annotations
 
@@ -22,10 +26,19 @@ class Stats:
     runs: int = 0
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
+    store_hits: int = 0
 
 
 _STATS = Stats()
 _CACHE: "OrderedDict[object, object]" = OrderedDict()
+_STORE: list = [None]  # load(key) -> executable | None; compile(key, compile_fn) -> executable, kept
+
+
+def set_store(store) -> None:
+    """Back the cache with a persistent `store` (None: none): ``store.load(key)`` gives the
+    executable for a key of `compiled` or None; on a miss ``store.compile(key, compile_fn)``
+    compiles it and keeps it."""
+    _STORE[0] = store
 
 
 def compiled(key, compile_fn):
@@ -33,8 +46,16 @@ def compiled(key, compile_fn):
     try:
         exe = _CACHE[key]
     except KeyError:
+        store = _STORE[0]
+        exe = store.load(key) if store is not None else None
+        if exe is not None:   # not traced, lowered or compiled in this process
+            _STATS.store_hits += 1
+            _CACHE[key] = exe
+            if len(_CACHE) > MAX_ENTRIES:
+                _CACHE.popitem(last=False)
+            return exe, True
         t0 = time.perf_counter()
-        exe = compile_fn()
+        exe = compile_fn() if store is None else store.compile(key, compile_fn)
         _STATS.compile_seconds += time.perf_counter() - t0
         _STATS.compiles += 1
         _CACHE[key] = exe

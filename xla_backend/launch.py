@@ -96,6 +96,21 @@ class LaunchResult:
         return (not self.timed_out and self.interrupted is None and not self.hung
                 and all(p.ok for p in self.processes))
 
+    def exit_status(self) -> int:
+        """The launcher's exit status for this result: 0 when ok; the status of the lowest-numbered
+        process that failed on its own (a positive exit status as itself, a signal as 128 + signal,
+        like a shell), so that a child's meaningful status (e.g. 3, a conformance run that did not
+        finish) reaches the caller; 1 for a time limit, a hang or a process that never joined."""
+        if self.ok:
+            return 0
+        if not self.timed_out and self.interrupted is None:
+            for p in self.processes:
+                if p.returncode is not None and p.returncode > 0:
+                    return p.returncode
+                if p.returncode is not None and p.returncode < 0:
+                    return 128 - p.returncode
+        return 1
+
     def summary(self) -> str:
         lines = [f"process {p.process_id} (pid {p.pid}): {p.reason}" for p in self.processes]
         if self.timed_out:
@@ -472,7 +487,7 @@ def main_launch(argv) -> int:
         bad = [str(p.process_id) for p in result.processes if not p.ok]
         what = "the run exceeded its time limit" if result.timed_out else f"process(es) {', '.join(bad)} did not succeed"
         print(f"launch: FAILED: {what}", file=sys.stderr)
-        return 1
+        return result.exit_status()
     print(f"launch: ok: {len(result.processes)} processes joined and exited 0 in {result.seconds:.1f} s",
           file=sys.stderr)
     return 0

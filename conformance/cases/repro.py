@@ -1,6 +1,7 @@
 """Reproducer files, format v1: a standalone script (JAX + NumPy only) for one conformance case.
 
-The module defines MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND
+The module defines MESH_SHAPE, AXIS_NAMES, AXIS_TYPES (only where an axis is not Auto: the names of
+`jax.sharding.AxisType`, e.g. ('Explicit', 'Explicit')), DEVICE_IDS (JAX device ids in mesh shape), KIND
 ("shard_map", "jit", "pmap"; "device_put" for a reshard onto another device order, with
 OUT_DEVICE_IDS), the layouts of its kind (IN_SPECS / OUT_SPECS / CHECK_VMA; IN_SHARDINGS /
 OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME / IN_AXES / OUT_AXES), `program`,
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.cases.source import _array_literal, _index_source, spec_source
-from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import pack_sum_check
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -50,7 +51,9 @@ def _mesh(ids):
         sys.exit(f"this case needs JAX devices {need}; have {sorted(devs)} (on CPU set "
                  "XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax is imported)")
     grid = np.array([devs[int(i)] for i in np.ravel(ids)], dtype=object).reshape(MESH_SHAPE)
-    return jax.sharding.Mesh(grid, AXIS_NAMES)
+    types = globals().get("AXIS_TYPES")   # absent: every axis is Auto
+    kw = {} if types is None else {"axis_types": tuple(getattr(jax.sharding.AxisType, t) for t in types)}
+    return jax.sharding.Mesh(grid, AXIS_NAMES, **kw)
 
 
 def run():
@@ -86,42 +89,18 @@ def check(out) -> list:
         if set(got) != set(EXPECTED[k]):
             failures.append(f"output {k}: devices {sorted(got)}, expected {sorted(EXPECTED[k])}")
             continue
-        norm = lambda ix: tuple(i.indices(n)[:2] if isinstance(i, slice) else (i, i + 1) for i, n in zip(ix, o.shape))
         for dev, want in sorted(EXPECTED[k].items()):
-            have = np.asarray(got[dev].data)
-            if norm(tuple(got[dev].index)) != norm(EXPECTED_INDEX[k][dev]):
-                failures.append(f"output {k} device {dev}: index {got[dev].index}, expected {EXPECTED_INDEX[k][dev]}")
-            elif have.dtype != want.dtype or have.shape != want.shape:
-                failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
-                                f"{want.dtype}{list(want.shape)}")
-            elif POLICIES[k] == "sum_bound":
-                ok, ref, bound = sum_ok_packed(have, BOUNDS[k][dev])
-                err = abs_diff(have, ref)
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, exact {ref[i]!r}, "
-                                    f"|diff| {err[i]!r} > bound {bound[i]!r}")
-            else:
-                if POLICIES[k] == "ulp":
-                    ok = within_ulp(have, want, ULPS[k])
-                else:
-                    ok = same(have, want, POLICIES[k] == "exact")
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i]!r}, expected {want[i]!r}")
+            failures += shard_failures(k, dev, got[dev], want, EXPECTED_INDEX[k][dev], o.shape, POLICIES[k], ULPS[k],
+                                       BOUNDS[k].get(dev))
     return failures
 
 
-if __name__ == "__main__":
-    failures = check(run())
-    if failures:
-        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
-        print("\\n".join(failures))
-        sys.exit(1)
-    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+# <main>
 '''
 
 # The element check every reproducer embeds (both templates): `conformance.verdict.elements`
 # source, the code conformance.verdict.compare runs. Kept under this name for older imports.
-_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK).replace("# <main>\n", REPRO_MAIN)
 
 
 def _ids_literal(mesh) -> str:
@@ -147,6 +126,9 @@ def source(case, expected, tolerances=None) -> str:
     out = [_HEAD.format(case_id=case.case_id, ndev=int(np.max(m.device_ids)) + 1)]
     out.append(f"MESH_SHAPE = {tuple(int(s) for s in m.axis_sizes)!r}")
     out.append(f"AXIS_NAMES = {tuple(m.axis_names)!r}")
+    types = tuple(t.name for t in getattr(m, "axis_types", ()))
+    if any(t != "Auto" for t in types):
+        out.append(f"AXIS_TYPES = {types!r}")
     out.append(f"DEVICE_IDS = {_ids_literal(m)}")
     out.append(f"KIND = {case.entry!r}")
     if case.entry == "shard_map":

@@ -19,9 +19,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from conformance import validation
 from conformance.debug import diff, naming
+from conformance.debug import region as region_mod
+from conformance.debug.explain import tolerance as T
 from conformance.debug.region import (Region, Runner, XlaCrash, as_global, is_probeable, isolated_runner,
                                      refsim_values, trace)
+from conformance.debug.region import trace_called
+from conformance.oracle.policy import rounds
+from conformance.oracle.program import primitive_names
+from refsim import compat as _compat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,15 +194,11 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
     largest magnitude (16 for narrow floats); "exact" holds every value bit for bit. `max_ulp` > 0
     instead accepts elements within that many ULP (ints / bools: unequal is a difference).
     """
-    from conformance.validation import check
-
-    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     if tolerance not in ("auto", "exact"):
         raise ValueError(f"tolerance={tolerance!r}; use 'auto' (exact where exact, else scaled to each value) or "
                          "'exact' (bit for bit).")
     if mesh is None and in_specs is None and out_specs is None and in_shardings is None and out_shardings is None:
-        from conformance.debug.region import trace_called
-
         region, flat = trace_called(fn, args)
         return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
@@ -207,9 +210,6 @@ def _rounded_vars(jaxpr) -> set:
     """The variables of `jaxpr` whose value may have been rounded: an output of an equation whose
     primitive (or a primitive of its sub-jaxprs) is not exact (`conformance.oracle.policy`), or
     that reads a rounded variable."""
-    from conformance.oracle.policy import rounds
-    from conformance.oracle.program import primitive_names
-
     out: set = set()
     for e in jaxpr.eqns:
         prims = {e.primitive.name}
@@ -225,8 +225,6 @@ def _rounded_vars(jaxpr) -> set:
 
 def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
     """The allowed |xla - refsim| of one value: None (ULP / exact comparison) unless it rounds."""
-    from conformance.debug.explain import tolerance as T
-
     if max_ulp or tolerance == "exact" or not rounded or not T._floating(np.asarray(value).dtype):
         return None
     return T.allowed(np.asarray(value))
@@ -235,10 +233,8 @@ def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
                   max_ulp: float = 0, tolerance: str = "auto") -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
-    from conformance.validation import check
-
-    check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
-    runner = runner or isolated_runner
+    validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
+    runner = runner or region_mod.planted_runner or isolated_runner   # a planted fault (conformance.faults.inject)
     jaxpr = region.jaxpr
     eqns = list(jaxpr.eqns)
     n = len(eqns)
@@ -346,7 +342,6 @@ def _divergence(region: Region, names, k: int, reports, before, args) -> Diverge
         else:
             src = "a constant"
         inputs.append(InputInfo(names[v], names.aval(v), _layout(region, names, v, before), src))
-    from refsim import compat as _compat
 
     return Divergence(k, eqn, names.eqn(eqn), _compat.eqn_source_line(eqn), tuple(inputs), outputs)
 
@@ -361,8 +356,6 @@ def _argument_source(region: Region, i: int, args) -> str:
 def _layout(region: Region, names, v, before) -> str:
     """shard_map: the block each device holds and the axes it varies over (its vma); jit: where
     XLA placed the value at the cut before the equation (the device ids per block)."""
-    from refsim import compat as _compat
-
     if region.kind == "shard_map" and not region.check_vma:
         return f"per-device block {list(v.aval.shape)} (check_vma=False: no varying-axes type)"
     if region.kind == "shard_map":

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import html
+import importlib
 import sys
 
+import refsim
 from conformance import validation
 from conformance.debug import loader, picture
 
@@ -91,8 +93,6 @@ def main(argv=None) -> int:
 
 
 def _import_runner(spec: str):
-    import importlib
-
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError("expected MODULE:NAME, e.g. conformance.faults.jaxpr:reverse_first_ppermute")
@@ -108,8 +108,6 @@ def _write(path: str, text: str) -> None:
 
 
 def _dump_intermediates(case, directory: str) -> None:
-    import refsim
-
     kw = case.bisect_kwargs()
     fn = kw.pop("_fn", case.program)
     if "in_specs" in kw:

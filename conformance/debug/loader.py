@@ -1,8 +1,8 @@
 """Read conformance reproducer files (`# conformance reproducer v1`) as bisectable cases.
 
 A reproducer defines, at module level or in a named dict (or a function returning one):
-MESH_SHAPE, AXIS_NAMES, DEVICE_IDS (JAX device ids in mesh shape), KIND ("shard_map",
-"jit", "pmap" or "device_put"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA;
+MESH_SHAPE, AXIS_NAMES, AXIS_TYPES (optional: names of AxisType, default Auto), DEVICE_IDS (JAX
+device ids in mesh shape), KIND ("shard_map", "jit", "pmap" or "device_put"), the layouts of that kind (IN_SPECS/OUT_SPECS/CHECK_VMA;
 IN_SHARDINGS/OUT_SHARDINGS as PartitionSpecs over the mesh; AXIS_NAME/IN_AXES/OUT_AXES; for
 "device_put" IN_SHARDINGS[0] places inputs()[0] on DEVICE_IDS and OUT_SHARDINGS reshards it
 onto OUT_DEVICE_IDS, default the same devices), `program`, `inputs()`, and optionally
@@ -16,6 +16,7 @@ as the user ran it (under its jax.jit / shard_map, or wrapped as WRAP says) and 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import re
@@ -23,9 +24,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from conformance.debug.bisect import bisect
+from conformance.debug.movement import compare_device_put
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 KINDS = ("shard_map", "jit", "pmap", "device_put")
 CALLED = "called"
@@ -63,7 +69,6 @@ class Reproducer:
         if self.kind == CALLED:
             if not self.kwargs:
                 return {}
-            import functools
 
             return {"_fn": functools.partial(self.program, **self.kwargs)}
         if self.kind == "device_put":
@@ -80,11 +85,7 @@ class Reproducer:
     def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto"):
         """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
         is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
-        from conformance.debug.bisect import bisect
-
         if self.kind == "device_put":
-            from conformance.debug.movement import compare_device_put
-
             return compare_device_put(self.inputs[0], self.in_shardings[0], self.out_shardings, runner=runner,
                                       max_ulp=max_ulp)
 
@@ -167,7 +168,10 @@ def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
                           out_axes=fields.get("OUT_AXES", 0), device_ids=ids, **common)
     shape = tuple(int(s) for s in _get(fields, "MESH_SHAPE", target))
     names = tuple(_get(fields, "AXIS_NAMES", target))
-    mesh = Mesh(shape, names, device_ids=None if ids is None else np.asarray(ids).reshape(shape))
+    # AXIS_TYPES (Explicit / Manual axes; absent: Auto) types the mesh the program runs on: an
+    # Explicit program (reshard, out_sharding=) means something else, or nothing, on Auto axes
+    mesh = Mesh(shape, names, device_ids=None if ids is None else np.asarray(ids).reshape(shape),
+                axis_types=fields.get("AXIS_TYPES"))
     if kind == "shard_map":
         return Reproducer(mesh=mesh, in_specs=_spec(_get(fields, "IN_SPECS", target)),
                           out_specs=_spec(_get(fields, "OUT_SPECS", target)),

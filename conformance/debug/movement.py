@@ -13,8 +13,11 @@ from typing import Callable
 
 import numpy as np
 
+import refsim
+import xla_backend
 from conformance.debug import diff
 from conformance.debug.bisect import ValueReport
+from conformance.validation import check
 
 MovementRunner = Callable  # (x, source NamedSharding, target NamedSharding) -> refsim.Array
 
@@ -22,8 +25,6 @@ MovementRunner = Callable  # (x, source NamedSharding, target NamedSharding) -> 
 def xla_device_put(x, source, target):
     """`xla_backend.device_put` of `x` laid out by `source`, then resharded to `target` (as the
     conformance runner and the reproducer run a device_put case)."""
-    import xla_backend
-
     return xla_backend.device_put(xla_backend.device_put(x, source), target)
 
 
@@ -86,10 +87,6 @@ def compare_device_put(x, source, target, *, runner: MovementRunner | None = Non
     """Run `device_put(device_put(x, source), target)` on refsim and with `runner` (default
     `xla_device_put`) and compare every device's index and data; values differ where some
     element is more than `max_ulp` ULP apart (ints/bools: unequal; NaN equals NaN)."""
-    import refsim
-
-    from conformance.validation import check
-
     check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     x = np.asarray(x)
     want = refsim.device_put(refsim.device_put(x, source), target)

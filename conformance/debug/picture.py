@@ -10,6 +10,8 @@ from typing import Mapping
 
 import numpy as np
 
+# matplotlib is imported inside functions: it is slow to load and only a picture needs it.
+
 METRICS = ("ulp", "abs")
 
 

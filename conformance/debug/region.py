@@ -13,14 +13,26 @@ runner raises `XlaCrash` naming the step, which bisect reports as the prefix XLA
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import xla_backend
 from refsim import compat as _compat
+from refsim.array import Shard
+from refsim.interpreter.registry import Context, load_rules
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import convert, isolated, placement, staging
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
+# The runner a jaxpr-stage fault planted by `conformance.faults.inject` puts in place: `bisect`
+# uses it when it is given no runner (None: no fault planted).
+planted_runner = None
 
 KINDS = ("shard_map", "jit")
 
@@ -67,8 +79,6 @@ def trace(fn, args: Sequence, *, mesh: Mesh, in_specs=None, out_specs=None, chec
     """
     import jax
 
-    from xla_backend import placement, staging
-
     if isinstance(mesh, jax.sharding.Mesh):
         mesh = Mesh.from_jax(mesh)
     if not isinstance(mesh, Mesh):
@@ -110,8 +120,6 @@ def trace_called(fn, args: Sequence) -> tuple[Region, list[np.ndarray]]:
     arguments are placed. Returns the Region and the flat global arguments.
     """
     import jax
-
-    from xla_backend import convert
 
     call = fn if hasattr(fn, "lower") else jax.jit(fn)
     leaves = jax.tree_util.tree_leaves(tuple(args))
@@ -159,8 +167,6 @@ def _is_sharding(s) -> bool:
 
 
 def staging_spec(spec) -> PartitionSpec:
-    from xla_backend import staging
-
     return staging.spec_to_refsim(spec)
 
 
@@ -184,7 +190,6 @@ def refsim_values(region: Region, args: Sequence[np.ndarray]) -> dict:
     Recorded through the interpreter's probe hook.
     """
     from refsim.interpreter import core
-    from refsim.interpreter.registry import Context, load_rules
     from refsim.interpreter.rules.sharding import split_by_spec
 
     load_rules()
@@ -232,9 +237,26 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
     `P(*mesh.axis_names)`, so device d's shard is exactly its own block; jit regions return
     the values with the shardings XLA chose for them.
     """
-    import jax
+    fn, out_specs = _region_program(region)
+    if out_specs is not None:
+        run = xla_backend.shard_map(fn, mesh=region.mesh, in_specs=tuple(region.in_layouts),
+                                    out_specs=out_specs, check_vma=region.check_vma)
+        return list(run(*args))
+    run = xla_backend.jit(fn, in_shardings=tuple(region.in_layouts))
+    try:
+        return list(run(*args))
+    except TypeError:
+        # XLA chose an output sharding refsim cannot name: read it back replicated instead.
+        rep = NamedSharding(region.mesh, PartitionSpec())
+        run = xla_backend.jit(fn, in_shardings=tuple(region.in_layouts),
+                              out_shardings=tuple(rep for _ in region.jaxpr.outvars))
+        return list(run(*args))
 
-    import xla_backend
+
+def _region_program(region: Region):
+    """(the function XLA runs for `region`, its out_specs or None for a jit region): a shard_map
+    region returns each value with the mesh dims in front, laid out `P(*mesh.axis_names)`."""
+    import jax
 
     jaxpr, consts = region.jaxpr, list(region.consts)
     if region.kind == "shard_map":
@@ -244,23 +266,12 @@ def xla_runner(region: Region, args: Sequence[np.ndarray]) -> list:
             outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
             return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
 
-        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
-        run = xla_backend.shard_map(body, mesh=region.mesh, in_specs=tuple(region.in_layouts),
-                                    out_specs=out_specs, check_vma=region.check_vma)
-        return list(run(*args))
+        return body, tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
 
     def prog(*a):
         return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
 
-    run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts))
-    try:
-        return list(run(*args))
-    except TypeError:
-        # XLA chose an output sharding refsim cannot name: read it back replicated instead.
-        rep = NamedSharding(region.mesh, PartitionSpec())
-        run = xla_backend.jit(prog, in_shardings=tuple(region.in_layouts),
-                              out_shardings=tuple(rep for _ in jaxpr.outvars))
-        return list(run(*args))
+    return prog, None
 
 
 class XlaCrash(RuntimeError):
@@ -276,35 +287,19 @@ class _Returned:
     """A value a runner returns: `shards` (refsim.Shard per device) and `sharding.mesh`."""
 
     def __init__(self, shards, mesh):
-        import types
-
         self.shards = shards
         self.sharding = types.SimpleNamespace(mesh=mesh)
 
 
 def _staged_region(region: Region, args):
     """The program `xla_runner` runs for `region`, placed and lowered (not compiled)."""
-    import jax
-
-    from xla_backend import staging
-
-    jaxpr, consts = region.jaxpr, list(region.consts)
-    if region.kind == "shard_map":
-        nm = region.mesh.ndim
-
-        def body(*a):
-            outs = jax.core.eval_jaxpr(jaxpr, consts, *a)
-            return tuple(jax.lax.expand_dims(o, tuple(range(nm))) for o in outs)
-
-        out_specs = tuple(PartitionSpec(*region.mesh.axis_names) for _ in jaxpr.outvars)
+    fn, out_specs = _region_program(region)
+    if out_specs is not None:
         layout = staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
                                           check_vma=region.check_vma)
-        staged = staging.stage(body, layout, tuple(args))
     else:
-        def prog(*a):
-            return tuple(jax.core.eval_jaxpr(jaxpr, consts, *a))
-
-        staged = staging.stage(prog, staging.Layout.jit(tuple(region.in_layouts), None), tuple(args))
+        layout = staging.Layout.jit(tuple(region.in_layouts), None)
+    staged = staging.stage(fn, layout, tuple(args))
     return staged, staged.lower()
 
 
@@ -312,9 +307,6 @@ def isolated_runner(region: Region, args: Sequence[np.ndarray]) -> list:
     """`xla_runner`'s program, compiled and run by XLA in a worker process; raises `XlaCrash` when XLA
     fails (or dies) compiling or running it."""
     import jax
-
-    from refsim.array import Shard
-    from xla_backend import isolated
 
     staged, lowered = _staged_region(region, args)
     with staged.context():

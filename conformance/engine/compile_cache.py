@@ -8,7 +8,12 @@ compiling it. `python -m conformance run` turns it on by default in `default_dir
 (``--compile-cache DIR`` elsewhere, ``--compile-cache off`` or ``CONFORMANCE_COMPILE_CACHE=off``
 not at all); `runner.run` leaves JAX's configuration alone unless given ``compile_cache=``.
 
-Injected faults (`conformance.faults`) turn the cache off while they are active, so no
+Beside it, in ``DIR/executables``, an `ExecutableStore` keeps each program case's serialized
+executable under a key computed **before** tracing (`stable_key`: the case's source, the mesh with
+its device order, specs or shardings, input avals, JAX/jaxlib versions, platform and devices,
+``XLA_FLAGS`` and JAX's config), so a rerun loads it without tracing, lowering or compiling.
+
+Injected faults (`conformance.faults`) turn both off while they are active, so no
 wrong executable is ever written or read.
 """
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import os
 
 ENV = "CONFORMANCE_COMPILE_CACHE"
+STORE_ENV = "CONFORMANCE_EXECUTABLE_STORE"
 
 
 OFF = ("off", "none", "no", "0")
@@ -52,4 +58,231 @@ def enable(path: str) -> str:
 
     for name, value in settings.items():
         jax.config.update(name, value)
+    os.environ[STORE_ENV] = os.path.join(path, EXECUTABLES)   # worker processes: `install_from_env`
+    install_from_env()
     return path
+
+
+def install_from_env() -> bool:
+    """Back `xla_backend.cache` with the `ExecutableStore` that `enable` named in
+    ``$CONFORMANCE_EXECUTABLE_STORE`` (this process or a worker it started); whether one is now."""
+    from xla_backend import cache
+
+    folder = os.environ.get(STORE_ENV)
+    if not folder:
+        return False
+    cache.set_store(ExecutableStore(folder))
+    return True
+
+
+# -- executables, keyed before tracing ---------------------------------------------------------------
+EXECUTABLES = "executables"   # the store's subfolder of the compile-cache folder
+
+
+class Unstable(Exception):
+    """A part of a cache key that has no stable text (a closure, an object named by its address)."""
+
+
+def _case_source(fn) -> str | None:
+    """The source a case function was compiled from (`conformance.cases.program.compile_source`)."""
+    from conformance.cases import program
+
+    for source, f in program._NAMESPACE_CACHE.items():
+        if f is fn:
+            return source
+    return None
+
+
+CASE_MODULES = ("conformance.cases.",)   # modules whose top-level functions are case programs (the corpus)
+
+
+def _module_function(fn) -> str:
+    """A top-level function (or lambda) of a case module (`CASE_MODULES`, the corpus's programs) by its
+    module, name, line and code, and the sha256 of its module's file, which holds it and every helper of
+    that module it calls."""
+    import hashlib
+    import sys
+
+    mod = sys.modules.get(fn.__module__ or "")
+    path = getattr(mod, "__file__", None)
+    if (fn.__closure__ is not None or mod is None or path is None or "<locals>" in fn.__qualname__
+            or not fn.__module__.startswith(CASE_MODULES)):
+        raise Unstable(f"function {fn.__qualname__} is neither a case's source nor a case module's function")
+    digest = _FILE_DIGESTS.get(path)
+    if digest is None:
+        with open(path, "rb") as fh:
+            digest = _FILE_DIGESTS[path] = hashlib.sha256(fh.read()).hexdigest()
+    code = fn.__code__   # which function of the file (a lambda has no name of its own)
+    where = hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
+    return f"function:{fn.__module__}.{fn.__qualname__}@{code.co_firstlineno}:{where}:{digest}"
+
+
+_FILE_DIGESTS: dict = {}
+
+
+def _mesh_text(axis_names, device_ids, axis_types=None) -> str:
+    return f"mesh({tuple(axis_names)!r},{list(map(int, device_ids))!r},{tuple(str(t) for t in axis_types or ())!r})"
+
+
+def encode(part) -> str:
+    """Stable text of one part of an `xla_backend.cache` key, the same in every process: a case
+    function as the hash of its source, a mesh by its axis names, device ids in order and axis
+    types, a sharding by its mesh, spec and memory kind, arrays by dtype, shape and bytes.
+    `Unstable` for what has no such text (any other function, an object whose text is its
+    address): that key is not stored."""
+    import hashlib
+    import types
+
+    import numpy as np
+
+    if part is None or isinstance(part, (bool, int, float, str, bytes)):
+        return repr(part)
+    if isinstance(part, (tuple, list)):
+        return ("(" if isinstance(part, tuple) else "[") + ",".join(encode(p) for p in part) + ")"
+    if isinstance(part, (set, frozenset)):
+        return "{" + ",".join(sorted(encode(p) for p in part)) + "}"
+    if isinstance(part, dict):
+        return "{" + ",".join(sorted(f"{encode(k)}:{encode(v)}" for k, v in part.items())) + "}"
+    if isinstance(part, types.FunctionType):
+        source = _case_source(part)
+        if source is not None:
+            return "source:" + hashlib.sha256(source.encode("utf-8")).hexdigest()
+        return _module_function(part)
+    if isinstance(part, np.ndarray):
+        return f"array({part.dtype.str},{part.shape},{hashlib.sha256(part.tobytes()).hexdigest()})"
+    if isinstance(part, (np.dtype, np.generic)):
+        return f"{type(part).__name__}({part!r})"
+    name = f"{type(part).__module__}.{type(part).__qualname__}"
+    if name == "refsim.layouts.mesh.Mesh":
+        return _mesh_text(part.axis_names, np.asarray(part.device_ids).ravel(), part.axis_types)
+    if name.startswith("jax") and name.endswith(".Mesh"):
+        return _mesh_text(part.axis_names, [d.id for d in np.asarray(part.devices).ravel()],
+                          getattr(part, "axis_types", None))
+    if type(part).__qualname__ == "NamedSharding":
+        kind = getattr(part, "memory_kind", None)
+        return f"sharding({encode(part.mesh)},{encode(tuple(part.spec))},{kind!r})"
+    if type(part).__qualname__ in ("PartitionSpec", "P"):   # jax.P is jax.sharding.PartitionSpec
+        return f"P{encode(tuple(part))}"
+    if type(part).__qualname__ == "PyTreeDef":
+        return f"tree({part})"
+    if type(part).__qualname__ in ("_Unconstrained", "UnconstrainedSingleton", "AxisType") or \
+            type(part).__qualname__.startswith("_UNCONSTRAINED"):
+        return f"{type(part).__qualname__}({part})"
+    if type(part).__qualname__ in ("CpuDevice", "Device") or hasattr(part, "device_kind"):
+        return f"device({part.platform},{part.id})"
+    raise Unstable(f"{name} has no stable text")
+
+
+_SKIP_CONFIG = ("cache", "compil", "log", "explain", "debug", "traceback", "profile", "dump")
+
+
+def environment() -> str:
+    """What else decides an executable: JAX and jaxlib versions, the platform, its device kinds
+    and count, ``XLA_FLAGS`` and every JAX config value in force now (the partitioner, x64, ...),
+    except the caches' and logging's own."""
+    import jax
+    import jaxlib
+
+    devs = jax.devices()
+    config = []
+    for name in sorted(jax.config.values):
+        if any(s in name for s in _SKIP_CONFIG):
+            continue
+        try:
+            config.append(f"{name}={getattr(jax.config, name)!r}")
+        except Exception:  # noqa: BLE001 - a flag without a reader
+            config.append(f"{name}={jax.config.values[name]!r}")
+    return "|".join([jax.__version__, getattr(jaxlib, "__version__", "?"), devs[0].platform,
+                     ",".join(sorted({d.device_kind for d in devs})), str(len(devs)),
+                     os.environ.get("XLA_FLAGS", ""), *config])
+
+
+def stable_key(key) -> str | None:
+    """The store's name for an `xla_backend.cache` key (a sha256 of its parts and `environment`),
+    None when a part is `Unstable`."""
+    import hashlib
+
+    try:
+        text = encode(key)
+    except Unstable:
+        return None
+    return hashlib.sha256((environment() + "\n" + text).encode("utf-8")).hexdigest()
+
+
+class ExecutableStore:
+    """Compiled executables on disk (`jax.experimental.serialize_executable`), keyed before tracing
+    by `stable_key`: a rerun in a fresh process loads a case's executable without tracing,
+    lowering or compiling it. Installed by `enable` as `xla_backend.cache`'s store. Nothing is
+    read or written while JAX's compilation cache is off (an injected fault turns it off)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        self._last: tuple = (None, None)   # (key, path) of the last load: its save follows at once
+
+    def _path(self, key, *, again: bool = False) -> str | None:
+        import jax
+
+        if not jax.config.jax_enable_compilation_cache:
+            return None
+        if again and self._last[0] is key:
+            return self._last[1]
+        name = stable_key(key)
+        path = None if name is None else os.path.join(self.folder, name[:2], name + ".exe")
+        self._last = (key, path)
+        return path
+
+    def load(self, key):
+        import pickle
+
+        import jax
+
+        path = self._path(key)
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            from jax.experimental import serialize_executable
+
+            with open(path, "rb") as fh:
+                ids, (payload, in_tree, out_tree) = pickle.load(fh)
+            by_id = {d.id: d for d in jax.devices()}
+            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree,
+                                                             execution_devices=[by_id[i] for i in ids])
+        except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
+            return None
+
+    def compile(self, key, compile_fn):
+        """`compile_fn()`, kept under `key`'s stable name. A stable key's program is compiled by XLA
+        here, not read from JAX's persistent cache: an executable JAX loaded from its cache does not
+        serialize whole again (jaxlib's CPU client drops its kernels: "Function ... not found")."""
+        import jax
+
+        if self._path(key, again=True) is None:
+            return compile_fn()
+        jax.config.update("jax_enable_compilation_cache", False)
+        try:
+            executable = compile_fn()
+        finally:
+            jax.config.update("jax_enable_compilation_cache", True)
+        self.save(key, executable)
+        return executable
+
+    def save(self, key, executable) -> None:
+        import pickle
+        import tempfile
+
+        path = self._path(key, again=True)
+        if path is None:
+            return
+        try:
+            from jax.experimental import serialize_executable
+
+            # the devices it runs on, in the order of its device assignment (a mesh may use some of them)
+            ids = [d.id for d in executable._executable.xla_executable.local_devices()]
+            blob = pickle.dumps((ids, serialize_executable.serialize(executable)))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(blob)
+            os.replace(tmp, path)   # whole or absent: a reader never sees half an entry
+        except Exception:  # noqa: BLE001 - an executable that cannot be serialized is just not kept
+            pass

@@ -47,6 +47,9 @@ from xla_backend import distributed as xdist
 from xla_backend import platform as xplat
 from xla_backend.distributed import LocalResult
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 __all__ = ["DEFAULT_CASE_TIMEOUT_S", "DISTRIBUTED_SUITES", "DistributedRunError", "Job", "join", "remap_case"]
 
 DEFAULT_CASE_TIMEOUT_S = 600.0

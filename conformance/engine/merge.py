@@ -23,6 +23,8 @@ import shutil
 import sys
 
 from conformance.engine import plan as plan_mod
+from conformance.report import JSONL_NAME, lock as lock_mod, open_report_dir, print_table, read_records
+from conformance.report.lock import acquire
 from conformance.report.results import CaseResult, cover, exit_status, summarize
 
 __all__ = ["Folder", "main", "merge", "read_folder"]
@@ -42,8 +44,6 @@ class Folder:
 
 def read_folder(path) -> Folder:
     """The Folder at `path`; ValueError when it has no results.jsonl or no plan record."""
-    from conformance.report import JSONL_NAME, read_records
-
     path = os.fspath(path)
     jsonl = os.path.join(path, JSONL_NAME)
     if not os.path.exists(jsonl):
@@ -118,8 +118,6 @@ def merge(dirs, out) -> dict:
 
     Raises ValueError naming the folder when they cannot be merged; nothing is written then.
     """
-    from conformance.report import open_report_dir
-
     if not dirs:
         raise ValueError("no report folders given; pass the --report folders of the shards, e.g. shard1 shard2.")
     out = os.fspath(out)
@@ -127,7 +125,6 @@ def merge(dirs, out) -> dict:
     if any(os.path.abspath(f.path) == os.path.abspath(out) for f in folders):
         raise ValueError(f"--out {out!r} is one of the folders to merge; write the merged report to a new folder.")
     _check(folders)
-    from conformance.report import lock as lock_mod
 
     for f in folders:
         owner = lock_mod.read(f.path)
@@ -167,7 +164,6 @@ def merge(dirs, out) -> dict:
         summary["missing_shards"] = missing_shards
     cover(summary, planned_ids, results, planned=planned, missing_ids=known_missing)
     os.makedirs(out, exist_ok=True)
-    from conformance.report.lock import acquire
 
     with acquire(out) as lock:  # FolderLocked (nothing written) when a run writes there
         if lock.took_over:
@@ -221,8 +217,6 @@ def _find_repro(path: str, folders: list[Folder]) -> str | None:
 
 def main(argv=None) -> int:
     """`python -m conformance merge DIR... --out DIR`; the exit status."""
-    from conformance.report import print_table
-
     class Parser(argparse.ArgumentParser):
         def error(self, message):
             self.exit(2, f"merge: error: {message}\n")

@@ -144,3 +144,134 @@ def check_resume(report_dir, plan: dict, finished=None) -> None:
                 f"--resume: {path} holds {len(foreign)} case record(s) that are not in this plan, e.g. {foreign[0]!r}; "
                 "a record copied in from another run or edited would count as this plan's result. Remove those "
                 "lines, or pass a new --report folder.")
+
+
+# -- more data per compiled program -------------------------------------------------------------------
+def _data_kinds(suite: str) -> tuple:
+    """The data kinds (`conformance.suites.base.DATA_KINDS`) a suite's refills may hold, its first
+    entry "drawn": collectives have a per-element sum model (special values, rounding data), whole
+    programs are compared exactly (exact-friendly data, IEEE special values), sharded programs have
+    per-op tolerances for exact-friendly data only."""
+    from conformance.suites import base
+
+    return {"collectives": base.COLLECTIVE_DATA, "programs": base.PROGRAM_DATA}.get(suite, ("drawn", "exact"))
+
+
+def _structures(variants: list) -> list[list]:
+    """A ProgramTask's variants as runs of one drawn structure each (the drawn case, then its
+    refills: `conformance.suites.base.with_data_variants` copies share the case's objects)."""
+    groups: list[list] = []
+    for case in variants:
+        g = groups[-1][0] if groups else None
+        if g is not None and case.source is g.source and case.mesh is g.mesh and len(case.args) == len(g.args) and \
+                all(getattr(a, "shape", None) == getattr(b, "shape", None) for a, b in zip(case.args, g.args)):
+            groups[-1].append(case)
+        else:
+            groups.append([case])
+    return groups
+
+
+def with_data(chunk: list, count: int | None, seed: int) -> list:
+    """`chunk` with every ProgramTask's drawn structures run with at least `count` data sets each
+    (None: as drawn): refills of the suite's data kinds, deterministic in `seed` and the case id,
+    of the same shapes and dtypes, so they share the structure's compiled executable."""
+    import dataclasses
+    import zlib
+
+    from conformance.suites import base
+
+    if count is None:
+        return chunk
+    out = []
+    for task in chunk:
+        if not isinstance(task, base.ProgramTask):
+            out.append(task)
+            continue
+        variants = []
+        for i, group in enumerate(_structures(task.variants)):
+            variants += group
+            if len(group) < count:
+                s = seed ^ zlib.crc32(f"{task.case_id}/{i}".encode())
+                variants += base.with_data_variants(group[0], count - len(group) + 1, s, _data_kinds(task.suite))[1:]
+        out.append(dataclasses.replace(task, variants=variants))
+    return out
+
+
+# -- the drawn plan, cached ---------------------------------------------------------------------------
+PLAN_SOURCES = ("conformance/strategies", "conformance/suites", "conformance/cases", "conformance/engine/plan.py")
+
+
+def sources_digest() -> str:
+    """sha256 of the Python sources that decide what a plan draws (`PLAN_SOURCES`: the strategies,
+    the suites, the case types, this module), so an edit to any of them draws afresh."""
+    import hashlib
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    h = hashlib.sha256()
+    for rel in PLAN_SOURCES:
+        path = os.path.join(root, rel)
+        files = [path] if path.endswith(".py") else sorted(
+            os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".py"))
+        for f in sorted(files):
+            h.update(os.path.relpath(f, root).encode())
+            with open(f, "rb") as fh:
+                h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()
+
+
+class PlanCache:
+    """Drawn plans (every chunk of tasks, before sharding) kept in `folder`, keyed by `key`: the
+    plan identity (`IDENTITY_KEYS`: suites, seed, examples, devices, platform, JAX, jaxlib, NumPy,
+    Python and hypothesis versions), the data sets per program and `sources_digest`. A rerun of
+    the same plan reads it back instead of drawing it again (hypothesis's draws are deterministic in
+    all of these); an entry that cannot be read is drawn again."""
+
+    def __init__(self, folder):
+        self.folder = os.fspath(folder)
+
+    @staticmethod
+    def key(identity: dict, data_per_program: int | None = None) -> str:
+        import hashlib
+        import json
+
+        ident = {k: identity.get(k) for k in IDENTITY_KEYS}
+        text = json.dumps([ident, data_per_program, sources_digest()], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.folder, key + ".plan")
+
+    def load(self, key: str) -> list | None:
+        """The cached chunks of `key`, or None."""
+        import pickle
+
+        try:
+            with open(self.path(key), "rb") as fh:
+                return pickle.load(fh)
+        except Exception:  # noqa: BLE001 - missing, torn or from older classes: draw again
+            return None
+
+    def save(self, key: str, chunks: list) -> None:
+        import pickle
+        import tempfile
+
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump(chunks, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.path(key))   # whole or absent
+        except Exception:  # noqa: BLE001 - a plan that cannot be kept is drawn again next time
+            pass
+
+    def chunks(self, key: str, draw):
+        """The plan's chunks: read back, or from `draw` (an iterator of chunks), kept once all are drawn."""
+        cached = self.load(key)
+        if cached is not None:
+            yield from cached
+            return
+        drawn = []
+        for chunk in draw:
+            drawn.append(chunk)
+            yield chunk
+        self.save(key, drawn)

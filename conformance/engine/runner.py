@@ -7,10 +7,19 @@ case to every reporter as it finishes. A disagreeing case is shrunk with hypothe
 its family and dtype (smallest mesh, smallest shape) and written as a standalone
 reproducer (`conformance.cases.Program.repro`).
 
+A run's options are one frozen `RunOptions` (`run(**kw)` builds it; the command line builds it
+from its arguments), and `_Run` runs it in named steps: setup, draw, dispatch, collect, finish.
+
 In worker processes (the CLI's default) drawing overlaps with running: the workers start
 first, the parent draws family by family and hands each family's tasks out as soon as it is
-drawn, in plan order. The reporters start once the whole plan is drawn (they are told its
-case count first); results that came before are replayed to them in the order they came.
+drawn, in plan order; each worker holds its next task already (`conformance.engine.workers`), so
+none waits while the parent draws. With `plan_cache` a rerun reads the drawn plan back
+(`conformance.engine.plan.PlanCache`), and with `compile_cache` each program's executable
+(`conformance.engine.compile_cache.ExecutableStore`, keyed before tracing), so it neither draws,
+traces, lowers nor compiles an unchanged case. `data_per_program` runs each drawn structure with
+more data sets on its one executable (`conformance.engine.plan.with_data`). The reporters start
+once the whole plan is drawn (they are told its case count first); results that came before are
+replayed to them in the order they came.
 """
 from __future__ import annotations
 
@@ -25,14 +34,15 @@ import traceback
 from conformance.engine import plan as plan_mod
 from conformance.engine import workers
 from conformance.report import timing
+from conformance.report.failure import Failure, case_failure
 from conformance.report.files import writing
 from conformance.verdict import xfails as xfails_mod
 from conformance.report.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
 
-__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunResult", "interruptible",
-           "plan_chunks", "plan_tasks", "run", "run_task", "write_repro"]
+__all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_DATA_PER_PROGRAM", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunOptions", "RunResult",
+           "interruptible", "plan_chunks", "plan_tasks", "run", "run_options", "run_task", "write_repro"]
 
 # Draws per collective / program family / layout type / error kind; each collective or
 # program draw runs with `base.DATA_VARIANTS` data sets. Sized for ~5 min on 2 CPU cores.
@@ -41,6 +51,11 @@ DEFAULT_EXAMPLES = 20
 # default: hours of run time; the plan draws them all before the first case ends).
 MAX_EXAMPLES = 1000
 SHRINK_SECONDS = 60.0
+# Data sets each drawn program structure of `python -m conformance run` runs with on its one compiled
+# executable (`RunOptions.data_per_program`; `run()`'s None: what each suite draws, 3 or 2). One more
+# data set costs ~2 ms of CPU (refsim, an XLA run, compare) where a compile costs ~45 ms: 10 checks
+# ~3.5x the data examples of the suites' own 3 for ~15% more CPU in a cold run (docs/performance.md).
+DEFAULT_DATA_PER_PROGRAM = 10
 # A case (all its examples) normally takes seconds; one still running after this is a hang.
 DEFAULT_CASE_TIMEOUT = 300.0
 
@@ -113,9 +128,9 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
             reason = unsupported_reason(e)
             out = base.Outcome("unsupported" if reason else "error", reason or f"{type(e).__name__}: {e}",
-                               details={"traceback": traceback.format_exc(), "exception_type": type(e).__name__,
-                                        # which side raised inside a check is unknown: never expected
-                                        "failure": xfails_mod.exception_failure("unknown", e)})
+                               details=Failure(traceback=traceback.format_exc(), exception_type=type(e).__name__,
+                                               # which side raised inside a check is unknown: never expected
+                                               signature=xfails_mod.exception_failure("unknown", e)))
     x1 = timing.xla_counters()
     status, message = _apply_xfail(out, entry)
     repro = None
@@ -123,13 +138,13 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         with timing.timed(phases, "shrink"):
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
-        out.details["shrunk"] = note
+        out.details.shrunk = note
         # which compiler stage introduced the difference (conformance.debug.explain); an engine that cannot
         # rerun a case here (the distributed run's: it needs every process) says so
         if repro is not None and getattr(xla, "can_explain", True):
             from conformance.debug.explain.summary import stage_of_reproducer
 
-            out.details["stage"] = stage_of_reproducer(repro)
+            out.details.stage = stage_of_reproducer(repro)
     return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype, status=status,
                       examples=out.examples, seconds=time.perf_counter() - t0,
                       compile_seconds=_compile_seconds() - c0, message=message, repro_path=repro,
@@ -161,7 +176,7 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
         return "pass", f"agreed (listed as {entry.signature}: {entry.reason}; some data or parameters differ)"
     if out.status == "pass":
         return "xpass", f"agreed although {entry.pattern!r} is listed in the xfails file: {entry.signature}: {entry.reason}"
-    failure = out.details.get("failure")
+    failure = out.details.signature
     if failure is None and out.status == "unsupported":
         failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
     ok, why = entry.expects(failure)
@@ -170,7 +185,7 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
         said = "" if out.message in entry.reason else f"\n{out.message}"
         return "unsupported", f"unsupported: {entry.reason}{said}"
     if ok:
-        n = out.details.get("expected_failures", 1)
+        n = out.details.expected_failures or 1
         return "xfail", (f"expected failure {entry.signature} in {n} of {out.examples} example(s): {entry.reason}\n"
                          f"{out.message}")
     return "error", (f"{out.message}\nlisted in the xfails file as {entry.signature} ({entry.pattern!r}: {entry.reason}), "
@@ -187,7 +202,6 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
     import refsim
     from conformance.verdict import platform_models
     from conformance.verdict.compare import compare
-    from conformance.report import case_details
 
     phases = {} if phases is None else phases
     examples = 0
@@ -205,11 +219,11 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
         except Exception as e:  # noqa: BLE001
             reason = unsupported_reason(e)
             if reason:
-                details = case_details(case, expected=want)
-                details["failure"] = xfails_mod.exception_failure("xla", e, unsupported=True)
+                details = case_failure(case, expected=want,
+                                       signature=xfails_mod.exception_failure("xla", e, unsupported=True))
                 return base.Outcome("unsupported", reason, examples, details), None
             out = _crash("xla", case, e, examples)
-            if entry is not None and entry.expects(out.details["failure"])[0]:
+            if entry is not None and entry.expects(out.details.signature)[0]:
                 examples += 1
                 expected.append(out)
                 continue
@@ -221,26 +235,23 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
             models = {}
             if entry is not None and entry.kind == "model":
                 models[entry.model] = platform_models.check(entry.model, case, got)
-            details = case_details(case, res, expected=want)
-            details["failure"] = xfails_mod.comparison_failure(res, models)
+            # the failure record is built here, where the case is compared
+            details = case_failure(case, res, expected=want, signature=xfails_mod.comparison_failure(res, models))
             out = base.Outcome("fail", res.report(), examples, details)
-            if entry is not None and entry.expects(details["failure"])[0]:
+            if entry is not None and entry.expects(details.signature)[0]:
                 expected.append(out)
                 continue
             return out, (case, want, res)
     if expected:
         first = expected[0]
-        first.details["expected_failures"] = len(expected)
+        first.details.expected_failures = len(expected)
         return base.Outcome(first.status, first.message, examples, first.details), None
     return base.Outcome("pass", "", examples), None
 
 
 def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
-    from conformance.report import case_details
-
-    details = case_details(case)
-    details.update(traceback=traceback.format_exc(), exception_type=type(exc).__name__,
-                   failure=xfails_mod.exception_failure(side, exc))
+    details = case_failure(case, traceback=traceback.format_exc(), exception_type=type(exc).__name__,
+                           signature=xfails_mod.exception_failure(side, exc))
     return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
                         max(examples, 1), details)
 
@@ -356,13 +367,95 @@ def _versions() -> dict:
             "numpy": np.__version__, "python": sys.version.split()[0], "hypothesis": hypothesis.__version__}
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """Everything one run takes, built once (by `run`'s keyword arguments or the command line's
+    `python -m conformance run`) and read by every step of the run.
+
+    suite: "collectives", "layouts", "programs", "errors", "mpmd", "sharded", "all" or a comma list.
+    examples: draws per family. seed: the seed of every draw. platform, devices: where the XLA
+    side runs (JAX platform name, device count). report_dir: the report folder (None: no files).
+    progress, console: the live progress bar, and the rich console it draws on.
+    xla: the XLA-side engine (None: `xla_backend`). resume: skip the cases already in
+    ``report_dir/results.jsonl``. xfails: a file path, an `XfailList`, or None for
+    ``xfails/<platform>.txt``; strict_xfails: stale or too-broad entries fail the run.
+    processes: None runs the cases in this process, K in K worker processes. shrink_seconds:
+    time to shrink each failure (0: none). compile_cache: a folder for the compiled-program
+    caches (`conformance.engine.compile_cache`; None leaves JAX's setting alone). plan_cache:
+    a folder for drawn plans (`conformance.engine.plan.PlanCache`; None: draw every time).
+    data_per_program: data sets per compiled program structure (None: each suite's default,
+    `conformance.suites.base.DATA_VARIANTS`). shard: (K, N) or "K/N". plan_extra: entries added
+    to the plan record. executor: ``executor(todo, opts)`` yielding CaseResults instead of
+    this process or workers. case_timeout: seconds a case may run in a worker (None: no limit).
+    """
+
+    suite: str = "all"
+    examples: int = DEFAULT_EXAMPLES
+    seed: int = 0
+    platform: str = "cpu"
+    devices: int = 8
+    report_dir: object = None
+    progress: bool = True
+    xla: object = None
+    resume: bool = False
+    xfails: object = None
+    processes: int | None = None
+    shrink_seconds: float = SHRINK_SECONDS
+    console: object = None
+    compile_cache: str | None = None
+    strict_xfails: bool = False
+    shard: object = None
+    plan_extra: dict | None = None
+    executor: object = None
+    case_timeout: float | None = None
+    plan_cache: str | None = None
+    data_per_program: int | None = None
+
+    def validate(self) -> None:
+        """ValueError naming the argument, its value and the fix, for any option out of range or
+        any pair of options that cannot go together; nothing has started yet."""
+        from conformance import validation
+
+        if self.resume and self.report_dir is None:
+            raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
+        validation.check("examples", self.examples, integer=True, low=1, what="draws per family")
+        validation.check("seed", self.seed, integer=True, low=0)
+        validation.check("devices", self.devices, integer=True, low=1)
+        validation.check("processes", self.processes, integer=True, low=1, none=True, what="worker processes",
+                         none_means="to run the cases in this process")
+        validation.check_seconds("shrink_seconds", self.shrink_seconds, zero=True, what="0: no shrinking")
+        validation.check_seconds("case_timeout", self.case_timeout, none=True, what="seconds",
+                                 none_means="for no limit")
+        validation.check("data_per_program", self.data_per_program, integer=True, low=1, none=True,
+                         what="data sets per compiled program", none_means="for each suite's default")
+        if self.processes is not None and self.xla is not None:
+            _check_picklable(self.xla)
+        if self.case_timeout is not None and self.processes is None:
+            raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
+                             "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
+
+    @property
+    def shard_kn(self) -> tuple[int, int] | None:
+        """The shard as (K, N), or None for the whole plan."""
+        if self.shard is None:
+            return None
+        return self.shard if isinstance(self.shard, tuple) else plan_mod.parse_shard(self.shard)
+
+    @property
+    def streams(self) -> bool:
+        """Whether the workers start before the plan is drawn and take each family as it comes
+        (the default worker run); a resumed run, an executor and an in-process run draw first."""
+        return self.processes is not None and self.executor is None and not self.resume
+
+
 def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platform: str = "cpu", devices: int = 8,
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
         strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None,
-        case_timeout: float | None = None) -> RunResult:
+        case_timeout: float | None = None, plan_cache=None, data_per_program: int | None = None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
+    The arguments are the fields of `RunOptions` (`run_options(RunOptions(...))` is the same run).
     suite: "collectives", "layouts", "programs", "errors", "mpmd", "all" (or a comma list).
     examples: draws per family (collectives and program draws run with 3 data sets each).
     xla: the XLA-side engine (an object with shard_map / pmap / jit / device_put like
@@ -375,8 +468,11 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     the next case (`conformance.engine.workers`; `python -m conformance run` uses one per CPU core by
     default); they start before the cases are drawn and run them as they are drawn, except with
     `resume` or `executor`, which draw the whole plan first. compile_cache: a folder for JAX's
-    persistent compilation cache (`conformance.engine.compile_cache`), so a rerun skips XLA compiles;
-    None leaves JAX's setting alone.
+    persistent compilation cache and the executable cache (`conformance.engine.compile_cache`), so
+    a rerun skips XLA's tracing, lowering and compiles; None leaves JAX's setting alone.
+    plan_cache: a folder where the drawn plan is kept (`conformance.engine.plan.PlanCache`), so a
+    rerun of the same plan identity skips drawing; None draws every time. data_per_program: data
+    sets each drawn program structure runs with on one executable (None: each suite's own).
     strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
     suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
     shard: (K, N) or "K/N" runs only that shard of the plan (`conformance.engine.plan.select_shard`);
@@ -395,44 +491,34 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     stop the run between two reporter writes: the reports are finished as INCOMPLETE, the folder
     is resumable, and `Interrupted` (a KeyboardInterrupt) is raised with the `RunResult` so far.
     """
-    from conformance import validation
+    return run_options(RunOptions(
+        suite=suite, examples=examples, seed=seed, platform=platform, devices=devices, report_dir=report_dir,
+        progress=progress, xla=xla, resume=resume, xfails=xfails, processes=processes,
+        shrink_seconds=shrink_seconds, console=console, compile_cache=compile_cache, strict_xfails=strict_xfails,
+        shard=shard, plan_extra=plan_extra, executor=executor, case_timeout=case_timeout, plan_cache=plan_cache,
+        data_per_program=data_per_program))
 
-    if resume and report_dir is None:
-        raise ValueError("resume=True needs report_dir, the folder whose results.jsonl lists the finished cases.")
-    validation.check("examples", examples, integer=True, low=1, what="draws per family")
-    validation.check("seed", seed, integer=True, low=0)
-    validation.check("devices", devices, integer=True, low=1)
-    validation.check("processes", processes, integer=True, low=1, none=True, what="worker processes",
-                     none_means="to run the cases in this process")
-    validation.check_seconds("shrink_seconds", shrink_seconds, zero=True, what="0: no shrinking")
-    validation.check_seconds("case_timeout", case_timeout, none=True, what="seconds", none_means="for no limit")
-    if report_dir is not None:
+
+def run_options(options: RunOptions) -> RunResult:
+    """`run` with its arguments as one `RunOptions`: check them, take the report folder, run."""
+    options.validate()
+    if options.report_dir is not None:
         from conformance.report import prepare_report_dir
 
-        prepare_report_dir(report_dir)  # an unusable folder fails before anything runs
-    if processes is not None and xla is not None:
-        _check_picklable(xla)
-    if case_timeout is not None and processes is None:
-        raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
-                         "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
+        prepare_report_dir(options.report_dir)  # an unusable folder fails before anything runs
     lock = None
-    if report_dir is not None:
+    if options.report_dir is not None:
         from conformance.report.lock import acquire
 
-        lock = acquire(report_dir)  # FolderLocked when another run writes there
+        lock = acquire(options.report_dir)  # FolderLocked when another run writes there
         if lock.took_over and lock._depth == 1:
             print(lock.note(), file=sys.stderr)
     try:
         with interruptible() as signals:
-            return _run(signals, suite=suite, examples=examples, seed=seed, platform=platform, devices=devices,
-                        report_dir=report_dir, progress=progress, xla=xla, resume=resume, xfails=xfails,
-                        processes=processes, shrink_seconds=shrink_seconds, console=console,
-                        compile_cache=compile_cache, strict_xfails=strict_xfails, shard=shard,
-                        plan_extra=plan_extra, executor=executor, case_timeout=case_timeout)
+            return _Run(options, signals).execute()
     finally:
         if lock is not None:
             lock.release()
-
 
 class Interrupted(KeyboardInterrupt):
     """A run stopped by SIGINT, SIGTERM or SIGHUP. `signal` names it; `result` is the RunResult of
@@ -547,146 +633,193 @@ def _stopped_by(exc: BaseException) -> str:
     return f"stopped by {type(exc).__name__}" + (f": {first[:300]}" if first else "")
 
 
-def _run(signals, *, suite, examples, seed, platform, devices, report_dir, progress, xla, resume, xfails, processes,
-         shrink_seconds, console, compile_cache, strict_xfails, shard, plan_extra, executor,
-         case_timeout) -> RunResult:
-    from xla_backend import platform as xplat
+class _Run:
+    """One run of `RunOptions`, in named steps: `setup` (platform, caches, xfails, what a resumed
+    folder holds), `draw` (the plan's chunks, of the shard), `dispatch` (the tasks to this process,
+    the workers or the executor), `collect` (each result to the reporters as it comes) and
+    `finish` (the summary). `begin` starts the reporters once the plan is drawn: they need its
+    case count; results that came before are replayed to them in the order they came."""
 
-    from conformance.report.results import cover
+    def __init__(self, options: RunOptions, signals):
+        self.o = options
+        self.signals = signals
+        self.xf = None
+        self.finished: dict = {}
+        self.task_opts: dict = {}
+        self.compile_cache = options.compile_cache
+        self.tasks: list = []
+        self.plan: dict = {}
+        self.plan_cases = 0       # the whole plan's case count (before sharding), counted as it is drawn
+        self.drawing = 0.0
+        self.reporters: list = []
+        self.results: list = []
+        self.early: list | None = []  # results that finished while the plan was still being drawn
+        self.t0 = 0.0
 
-    xplat.configure(platform, devices)
-    if compile_cache is not None:
-        from conformance.engine import compile_cache as cc
+    def execute(self) -> RunResult:
+        self.setup()
+        self.t0 = time.perf_counter()  # the wall time includes drawing the cases
+        return self.collect(self.dispatch(self.draw()))
 
-        compile_cache = cc.enable(compile_cache)
-    xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
-    finished: dict = {}
-    repro_dir = None
-    if report_dir is not None:
-        from conformance.report import JSONL_NAME, load_finished
+    # -- steps -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        from xla_backend import platform as xplat
 
-        if resume:
-            finished = load_finished(os.path.join(os.fspath(report_dir), JSONL_NAME))
-        repro_dir = os.path.join(os.fspath(report_dir), "repros")
-    opts = dict(repro_dir=repro_dir, devices=devices, shrink_seconds=shrink_seconds, seed=seed)
-    t0 = time.perf_counter()  # the wall time includes drawing the cases
-    shard_kn = None if shard is None else (shard if isinstance(shard, tuple) else plan_mod.parse_shard(shard))
-    plan_cases = [0]  # the whole plan's case count (before sharding), counted as it is drawn
+        o = self.o
+        xplat.configure(o.platform, o.devices)
+        if o.compile_cache is not None:
+            from conformance.engine import compile_cache as cc
 
-    def counted(all_chunks):
-        for chunk in all_chunks:
-            plan_cases[0] += len(chunk)
-            yield chunk
+            self.compile_cache = cc.enable(o.compile_cache)
+        self.xf = o.xfails if isinstance(o.xfails, xfails_mod.XfailList) else xfails_mod.load(o.xfails,
+                                                                                           platform=o.platform)
+        repro_dir = None
+        if o.report_dir is not None:
+            from conformance.report import JSONL_NAME, load_finished
 
-    chunks = plan_mod.select_shard_chunks(counted(plan_chunks(suite, examples=examples, seed=seed, devices=devices)),
-                                          shard_kn)
-    tasks: list = []
-    plan: dict = {}
-    drawing = 0.0
-    reporters: list = []
-    results: list = []
-    early: list | None = []  # results that finished while the plan was still being drawn
+            if o.resume:
+                self.finished = load_finished(os.path.join(os.fspath(o.report_dir), JSONL_NAME))
+            repro_dir = os.path.join(os.fspath(o.report_dir), "repros")
+        self.task_opts = dict(repro_dir=repro_dir, devices=o.devices, shrink_seconds=o.shrink_seconds, seed=o.seed)
 
-    def begin() -> None:
-        """The plan is drawn: start the reporters with it (they need its case count), then
-        replay the results that came early, in the order they came."""
-        nonlocal drawing, early
-        drawing = time.perf_counter() - t0
-        if report_dir is not None:
-            from conformance.report import open_report_dir
+    def draw(self):
+        """The plan's chunks of tasks (of the shard), drawn as they are asked for."""
+        o = self.o
+        shard_kn = o.shard_kn   # a bad shard raises here, before any drawing
 
-            reporters.extend(open_report_dir(report_dir, resume=resume))  # creates and checks the folder
-        if progress:
-            from conformance.report import ProgressReporter
+        def counted(all_chunks):
+            for chunk in all_chunks:
+                self.plan_cases += len(chunk)
+                yield chunk
 
-            reporters.append(ProgressReporter(total=len(tasks), console=console))
-        plan.update(platform=platform, devices=devices, suite=",".join(selected(suite)), seed=seed, examples=examples,
-                    processes=processes, compile_cache=compile_cache, xfails=xf.source,
-                    xfails_digest=plan_mod.xfails_digest(xf), cases=len(tasks),
-                    resumed=bool(resume), not_drawn=not_drawn(suite, devices=devices), **_versions())
-        plan.update(plan_extra or {})
-        if shard_kn is not None:
-            plan["shard"] = "%d/%d" % shard_kn
-            plan["plan_cases"] = plan_cases[0]
-        plan["case_ids"] = [t.case_id for t in tasks]
-        if resume:
-            plan_mod.check_resume(report_dir, plan, finished)  # before any reporter rewrites the folder
-        with signals.deferred():
-            for r in reporters:
-                r.start(plan)
-            for res in early:
-                for r in reporters:
-                    r.case_finished(res)
-            early = None
+        drawn = plan_chunks(o.suite, examples=o.examples, seed=o.seed, devices=o.devices)
+        if o.data_per_program is not None:
+            drawn = (plan_mod.with_data(chunk, o.data_per_program, o.seed) for chunk in drawn)
+        if o.plan_cache is not None:   # a rerun of the same plan reads it back instead of drawing it
+            cache = plan_mod.PlanCache(o.plan_cache)
+            identity = dict(suite=",".join(selected(o.suite)), seed=o.seed, examples=o.examples, devices=o.devices,
+                            platform=o.platform, **_versions())
+            drawn = cache.chunks(cache.key(identity, o.data_per_program), drawn)
+        return plan_mod.select_shard_chunks(counted(drawn), shard_kn)
 
-    if processes is not None and executor is None and not resume:
-        # The default worker run streams the plan: the workers start (and import JAX) while the
-        # parent draws, and take each family's tasks as soon as it is drawn. A resumed run (it
-        # skips finished cases of the whole plan), an executor and an in-process run draw first.
-        def feed():
-            for chunk in chunks:
-                tasks.extend(chunk)
-                yield [(task, xf.lookup(task.case_id)) for task in chunk]
-            begin()
+    def dispatch(self, chunks):
+        """The results as the tasks finish: streamed to workers while they are drawn, or drawn
+        first (the finished cases of a resumed folder are reported, not run again)."""
+        o = self.o
+        if o.streams:
+            def feed():
+                for chunk in chunks:
+                    self.tasks.extend(chunk)
+                    yield [(task, self.xf.lookup(task.case_id)) for task in chunk]
+                self.begin()
 
-        source = _execute([], xla, opts, processes, platform, devices, case_timeout, more=feed())
-    else:
-        tasks.extend(base.flatten(chunks))
-        begin()
+            return _execute([], o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout,
+                            more=feed())
+        self.tasks.extend(base.flatten(chunks))
+        self.begin()
         todo = []
-        for task in tasks:
-            done = finished.get(task.case_id)
-            entry = xf.lookup(task.case_id)
+        for task in self.tasks:
+            done = self.finished.get(task.case_id)
             if done is not None:
-                with signals.deferred():
-                    results.append(done)
-                    for r in reporters:
+                with self.signals.deferred():
+                    self.results.append(done)
+                    for r in self.reporters:
                         r.case_finished(done)
             else:
-                todo.append((task, entry))
-        source = executor(todo, opts) if executor else _execute(todo, xla, opts, processes, platform, devices,
-                                                                case_timeout)
-    c_total = 0.0
-    stopped: BaseException | None = None
-    summary: dict = {}
-    try:
-        for res in source:
-            with signals.deferred():  # a signal waits until every reporter has this result
-                results.append(res)
-                c_total += res.compile_seconds
-                if early is not None:
-                    early.append(res)
-                    continue
-                for r in reporters:
+                todo.append((task, self.xf.lookup(task.case_id)))
+        if o.executor:
+            return o.executor(todo, self.task_opts)
+        return _execute(todo, o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout)
+
+    def begin(self) -> None:
+        """The plan is drawn: start the reporters with it, then replay the results that came early."""
+        o = self.o
+        self.drawing = time.perf_counter() - self.t0
+        if o.report_dir is not None:
+            from conformance.report import open_report_dir
+
+            self.reporters.extend(open_report_dir(o.report_dir, resume=o.resume))  # creates and checks the folder
+        if o.progress:
+            from conformance.report import ProgressReporter
+
+            self.reporters.append(ProgressReporter(total=len(self.tasks), console=o.console))
+        self.plan.update(self._plan_record())
+        if o.resume:
+            plan_mod.check_resume(o.report_dir, self.plan, self.finished)  # before any reporter rewrites the folder
+        with self.signals.deferred():
+            for r in self.reporters:
+                r.start(self.plan)
+            for res in self.early:
+                for r in self.reporters:
                     r.case_finished(res)
-    except BaseException as e:
-        stopped = e
-        raise
-    finally:
-        # An exception while drawing leaves nothing half-done: no reporter had started.
-        if early is None:
-            with signals.deferred(hold=True):
-                wall = time.perf_counter() - t0
-                summary = summarize(results, wall_seconds=wall, compile_seconds=c_total)
-                # An entry no case matched is stale only if every suite ran: a suite-filtered run
-                # never draws the other suites' cases, so their entries say nothing there.
-                _xfail_summary(summary, xf, results, strict_xfails, complete=set(selected(suite)) == set(SUITES))
-                summary["plan"] = {k: v for k, v in plan.items() if k != "case_ids"}  # the plan line has them
-                summary["phases"] = timing.totals(results, drawing)
-                cover(summary, plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
-                for r in reporters:
-                    r.finish(summary)
-        close = getattr(source, "close", None)
-        if close is not None:
-            with signals.deferred(hold=True):
-                close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
-        if isinstance(stopped, Interrupted):
-            stopped.result = RunResult(results, summary) if summary else None
-    late = signals.take_pending()  # a signal while the summary was written: the run is over, say so
-    if late is not None:
-        late.result = RunResult(results, summary)
-        raise late
-    return RunResult(results, summary)
+            self.early = None
+
+    def _plan_record(self) -> dict:
+        o = self.o
+        plan = dict(platform=o.platform, devices=o.devices, suite=",".join(selected(o.suite)), seed=o.seed,
+                    examples=o.examples, processes=o.processes, compile_cache=self.compile_cache,
+                    xfails=self.xf.source, xfails_digest=plan_mod.xfails_digest(self.xf), cases=len(self.tasks),
+                    resumed=bool(o.resume), not_drawn=not_drawn(o.suite, devices=o.devices), **_versions())
+        plan.update(o.plan_extra or {})
+        if o.shard_kn is not None:
+            plan["shard"] = "%d/%d" % o.shard_kn
+            plan["plan_cases"] = self.plan_cases
+        plan["case_ids"] = [t.case_id for t in self.tasks]
+        return plan
+
+    def collect(self, source) -> RunResult:
+        """Hand each result to every reporter as it comes; the summary at the end, also when the
+        run is stopped (an exception while drawing leaves nothing half-done: no reporter started)."""
+        signals = self.signals
+        stopped: BaseException | None = None
+        summary: dict = {}
+        try:
+            for res in source:
+                with signals.deferred():  # a signal waits until every reporter has this result
+                    self.results.append(res)
+                    if self.early is not None:
+                        self.early.append(res)
+                        continue
+                    for r in self.reporters:
+                        r.case_finished(res)
+        except BaseException as e:
+            stopped = e
+            raise
+        finally:
+            if self.early is None:
+                with signals.deferred(hold=True):
+                    summary = self.finish(stopped)
+            close = getattr(source, "close", None)
+            if close is not None:
+                with signals.deferred(hold=True):
+                    close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
+            if isinstance(stopped, Interrupted):
+                stopped.result = RunResult(self.results, summary) if summary else None
+        late = signals.take_pending()  # a signal while the summary was written: the run is over, say so
+        if late is not None:
+            late.result = RunResult(self.results, summary)
+            raise late
+        return RunResult(self.results, summary)
+
+    def finish(self, stopped: BaseException | None) -> dict:
+        """The summary of the results so far, handed to every reporter's `finish`."""
+        from conformance.report.results import cover
+
+        o, results = self.o, self.results
+        wall = time.perf_counter() - self.t0
+        summary = summarize(results, wall_seconds=wall, compile_seconds=sum(r.compile_seconds for r in results))
+        # An entry no case matched is stale only if every suite ran: a suite-filtered run
+        # never draws the other suites' cases, so their entries say nothing there.
+        _xfail_summary(summary, self.xf, results, o.strict_xfails, complete=set(selected(o.suite)) == set(SUITES))
+        summary["plan"] = {k: v for k, v in self.plan.items() if k != "case_ids"}  # the plan line has them
+        summary["phases"] = timing.totals(results, self.drawing)
+        # the share of the work (summed over the workers, as the phase line counts it), not of the wall time
+        work = sum(summary["phases"].values())
+        summary["compile_share"] = summary["phases"]["xla_compile"] / work if work > 0 else 0.0
+        cover(summary, self.plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
+        for r in self.reporters:
+            r.finish(summary)
+        return summary
 
 
 def _xfail_summary(summary: dict, xf, results: list, strict: bool, *, complete: bool) -> None:

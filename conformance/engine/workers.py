@@ -14,8 +14,10 @@ layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
-JAX while the parent draws), and between chunks the parent only polls the workers, so a
-worker that finishes gets the next task as soon as it is drawn.
+JAX while the parent draws), and between chunks the parent only polls the workers. Each worker
+holds `QUEUE_DEPTH` tasks (the one it runs and the next, already in its pipe), so a worker that
+finishes starts its next task at once, even while the parent is drawing; a task queued behind one
+that kills or hangs its worker was never started and goes back to the front of the queue.
 
 What a worker runs is given, not imported: `run_task` (the runner's, `run_task(task, xla, entry,
 **opts) -> CaseResult`, sent to each worker by reference) and `write_repro` (the parent writes a
@@ -35,13 +37,18 @@ import traceback
 from multiprocessing import connection
 
 from conformance import faults
-from conformance.report import case_details
+from conformance.engine import compile_cache
+from conformance.report.failure import Failure, case_failure
 from conformance.report.results import CaseResult
 from xla_backend import platform as xplat
 
 __all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
 
 STDERR_TAIL_LINES = 20
+# Tasks a worker holds: the one it runs and the next, already in its pipe, so it never waits for
+# the parent (which may be drawing the next family). A task sent behind one that kills or hangs
+# its worker was never started: it goes back to the front of the queue.
+QUEUE_DEPTH = 2
 _READY = "ready"      # a worker's first message: it imported and configured the platform
 _PENDING = object()   # receive(): nothing finished yet
 
@@ -72,9 +79,7 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
                 workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
                                        fault, run_task))
                 started += 1
-            for w in workers:
-                if w.job is None and pending:
-                    w.send(pending.popleft(), opts)
+            _top_up(workers, pending, opts)
             busy = [w for w in workers if w.job is not None]
             # while tasks are still to be drawn, only look (timeout 0): drawing is the next thing to do
             timeout = 0 if more is not None else _next_deadline(busy, case_timeout)
@@ -82,6 +87,7 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
             for w in busy:
                 if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
                     result = w.timeout_result(case_timeout, opts, write_repro)
+                    pending.extendleft(reversed(w.queued()))   # sent behind the hung task, never started
                     w.kill()
                     workers.remove(w)
                     yield result
@@ -95,10 +101,11 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
                     if not w.ready:
                         raise RuntimeError(w.startup_failure())
                     result = w.death_result()
+                    pending.extendleft(reversed(w.queued()))   # sent behind the task that killed it
                     w.close()
                     workers.remove(w)
-                elif pending:  # the worker's next task goes out before the reporters see this result
-                    w.send(pending.popleft(), opts)
+                else:  # the worker's next tasks go out before the reporters see this result
+                    _top_up(workers, pending, opts)
                 yield result
             if more is not None:
                 chunk = next(more, None)
@@ -114,6 +121,15 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
         for name in os.listdir(logs):
             os.unlink(os.path.join(logs, name))
         os.rmdir(logs)
+
+
+def _top_up(workers: list, pending, opts) -> None:
+    """Send tasks in plan order until every worker holds `QUEUE_DEPTH` (or none are left): a
+    worker starts its next task the moment it sends a result, even while the parent is drawing."""
+    for depth in range(1, QUEUE_DEPTH + 1):
+        for w in workers:
+            if pending and len(w.jobs) < depth:
+                w.send(pending.popleft(), opts)
 
 
 def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
@@ -134,15 +150,25 @@ class _Worker:
                                 daemon=True)
         self.proc.start()
         child.close()
-        self.job = None
+        self.jobs: collections.deque = collections.deque()   # sent, in order; the first is running
         self.ready = False
         self.log_offset = 0
         self.t0 = 0.0
         self.t_ready = None
 
     @property
+    def job(self):
+        """The (task, entry) running now (None: none sent)."""
+        return self.jobs[0] if self.jobs else None
+
+    def queued(self) -> list:
+        """The jobs sent behind the running one (not started)."""
+        return list(self.jobs)[1:]
+
+    @property
     def started(self) -> float | None:
-        """When the task in flight started to run: sent, and the worker ready (None: not yet)."""
+        """When the task in flight started to run: sent (or its predecessor's result came), and
+        the worker ready (None: not yet)."""
         if self.job is None or self.t_ready is None:
             return None
         return max(self.t0, self.t_ready)
@@ -150,9 +176,15 @@ class _Worker:
     def overdue(self, case_timeout: float) -> bool:
         return self.started is not None and time.perf_counter() - self.started > case_timeout
 
+    def _starts(self, *, log: bool = True) -> None:
+        self.t0 = time.perf_counter()
+        if log:
+            self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+
     def send(self, job, opts) -> None:
-        self.job, self.t0 = job, time.perf_counter()
-        self.log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        self.jobs.append(job)
+        if len(self.jobs) == 1:
+            self._starts()
         task, entry = job
         try:
             self.conn.send((task, entry, opts))
@@ -169,7 +201,11 @@ class _Worker:
                     self.ready = True
                     self.t_ready = time.perf_counter()
                     continue
-                self.job = None
+                self.jobs.popleft()
+                if self.jobs:
+                    # the next task, already sent, runs from now; its stderr is read from where its
+                    # predecessor's began (it may have written, or crashed, before this result was read)
+                    self._starts(log=False)
                 return msg
             if self.proc.is_alive():
                 return _PENDING
@@ -200,10 +236,9 @@ class _Worker:
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
                      "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
-        details = {"worker_exit": how, "exitcode": code, "stderr_tail": tail}
-        fatal = self._fatal_line(self.log_offset)
-        if fatal:
-            details["fatal_line"] = fatal   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+        details = Failure(worker_exit=how, exitcode=code, stderr_tail=tail,
+                          # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+                          fatal_line=self._fatal_line(self.log_offset) or None)
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details=details)
@@ -224,16 +259,16 @@ class _Worker:
         and a reproducer of its first example (all examples share the structure that hung)."""
         task, _entry = self.job
         tail = self._stderr_tail(self.log_offset)
-        details: dict = {"timeout_seconds": case_timeout, "stderr_tail": tail}
+        details = Failure(timeout_seconds=case_timeout, stderr_tail=tail)
         repro = None
         variants = getattr(task, "variants", None)
         if variants:
             try:
-                details.update(case_details(variants[0]))
+                details = case_failure(variants[0], timeout_seconds=case_timeout, stderr_tail=tail)
                 repro = write_repro(task, variants[0], opts.get("repro_dir"))
             except Exception as e:  # noqa: BLE001 - the timeout is reported even without a reproducer
-                details["repro_error"] = f"{type(e).__name__}: {e}"
-        where = f"\n{details['description']}" if "description" in details else ""
+                details.repro_error = f"{type(e).__name__}: {e}"
+        where = f"\n{details.description}" if details.description is not None else ""
         message = (f"still running after {case_timeout:g} s (--case-timeout): killed with its worker; the run went "
                    f"on with a fresh worker. A hang in XLA (e.g. a collective rendezvous that never completes) "
                    f"looks like this.{where}" + (f"\nlast stderr lines:\n{tail}" if tail else ""))
@@ -285,6 +320,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     os.close(fd)
     xplat.configure(platform, devices)
     xplat.share_accelerator()
+    compile_cache.install_from_env()   # the parent's executable store, if it enabled one
     with contextlib.ExitStack() as stack:
         if fault is not None:
             stack.enter_context(faults.inject(fault))
@@ -303,5 +339,5 @@ def _serve(conn, run_task, xla) -> None:
         except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
             result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                                 status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",
-                                details={"traceback": traceback.format_exc()})
+                                details=Failure(traceback=traceback.format_exc()))
         conn.send(result)

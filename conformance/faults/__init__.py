@@ -10,10 +10,13 @@ bisector and `explain` catch them. One module per stage a fault enters at:
 * `compiler`  edits of the lowered StableHLO text before XLA compiles it
               (`explain(..., edit_module=compiler.reversed_permute_pairs)`).
 
-`inject(fault)` activates lowering-stage faults for a ``with`` block: a name of `FAULTS`, a
-`Fault` (such as `numerics.DOT_GENERAL_BF16`) or a list of them. refsim never lowers, so it
-still computes the right answer while XLA runs the wrong one.
+`inject(fault)` (`conformance.faults.stages`) is the one entry: it plants a fault of any stage,
+or a list of them, for a ``with`` block, dispatching on the fault's stage (`stage_of`): a name
+of `FAULTS` or a `Fault` (such as `numerics.DOT_GENERAL_BF16`) at lowering, a runner of `jaxpr`
+for `bisect`, an edit of `compiler` for `explain`. refsim never lowers, so it still computes the
+right answer while XLA runs the wrong one. `lowering.inject` is the lowering stage's own step.
 """
-from conformance.faults.lowering import FAULTS, Fault, RuleEnv, apply, inject, names
+from conformance.faults.lowering import FAULTS, Fault, RuleEnv, apply, names
+from conformance.faults.stages import STAGES, inject, mark, stage_of
 
-__all__ = ["FAULTS", "Fault", "RuleEnv", "apply", "inject", "names"]
+__all__ = ["FAULTS", "STAGES", "Fault", "RuleEnv", "apply", "inject", "mark", "names", "stage_of"]

@@ -1,8 +1,9 @@
 """Faults planted between lowering and execution, to check that `explain` says "compiler".
 
-Each is an `edit_module(text) -> text` for `conformance.debug.explain(..., edit_module=...)`: it
-rewrites the StableHLO module JAX lowered before XLA compiles it, so XLA builds and runs a
-different program from the one the lowered stage interprets, as a wrong XLA pass would.
+Each is an `edit_module(text) -> text`, planted with ``with conformance.faults.inject(edit):`` (or
+passed as `conformance.debug.explain(..., edit_module=...)`): it rewrites the StableHLO module
+JAX lowered before XLA compiles it, so XLA builds and runs a different program from the one the
+lowered stage interprets, as a wrong XLA pass would.
 
 `XLA_CHECK_IN_COMPILE` and `XLA_CHECK_IN_EXECUTE` are faults of XLA's process itself: the
 worker that compiles and runs programs for explain and bisect (`xla_backend.isolated`) aborts
@@ -15,17 +16,20 @@ raises `XlaError` with stage "compiler").
 """
 from __future__ import annotations
 
+import contextlib
 import re
 
 import numpy as np
 
-import contextlib
-
 from conformance.faults.lowering import Fault
+from conformance.faults.stages import mark
+from refsim import compat
+from xla_backend import isolated
 
 _PAIRS = re.compile(r"source_target_pairs = dense<(\[\[.*?\]\])>")
 
 
+@mark("compiler")
 def reversed_permute_pairs(text: str) -> str:
     """Every `collective_permute` sends along its (source, target) pairs backwards."""
 
@@ -61,16 +65,19 @@ _ALL_REDUCE_MUL = _body_edit("all_reduce", "multiply")
 _REDUCE_SCATTER_MAX = _body_edit("reduce_scatter", "maximum")
 
 
+@mark("compiler")
 def all_reduce_sum_as_max(text: str) -> str:
     """The first summing `all_reduce` reduces with maximum instead (a wrong reduction computation)."""
     return _ALL_REDUCE_MAX(text)
 
 
+@mark("compiler")
 def all_reduce_sum_as_product(text: str) -> str:
     """The first summing `all_reduce` multiplies instead."""
     return _ALL_REDUCE_MUL(text)
 
 
+@mark("compiler")
 def reduce_scatter_sum_as_max(text: str) -> str:
     """The first summing `reduce_scatter` reduces with maximum instead."""
     return _REDUCE_SCATTER_MAX(text)
@@ -79,6 +86,7 @@ def reduce_scatter_sum_as_max(text: str) -> str:
 _FIRST_PAIR = re.compile(r"source_target_pairs = dense<\[\[(-?\d+), (-?\d+)\]")
 
 
+@mark("compiler")
 def permute_to_missing_device(text: str) -> str:
     """The first `collective_permute` sends its first pair to a device that does not exist: the
     module XLA gets is invalid, and its verifier rejects it (a compile crash)."""
@@ -91,8 +99,6 @@ def permute_to_missing_device(text: str) -> str:
 
 def _permute_to_missing_device(orig, env):
     def rule(ctx, *args, **params):
-        from refsim import compat
-
         res = orig(ctx, *args, **params)
         op = res[0].owner
         op.attributes["source_target_pairs"] = compat.mlir_ir().DenseIntElementsAttr.get(
@@ -110,8 +116,6 @@ PERMUTE_TO_MISSING_DEVICE = Fault("ppermute_to_missing_device",
 def _planted_check(phase):
     @contextlib.contextmanager
     def patch():
-        from xla_backend import isolated
-
         before = isolated.PLANTED_CHECK
         isolated.PLANTED_CHECK = phase
         try:

@@ -1,7 +1,8 @@
 """Runners with a planted miscompile, to check the debugger (and to demonstrate it).
 
 Each runner rewrites one equation of the region it is given, on the XLA side only, and
-then runs `xla_runner`: refsim still interprets the original program, so `bisect` must
+then runs `xla_runner` (plant one with ``with conformance.faults.inject(runner):``, or pass it as
+`bisect(..., runner=...)`): refsim still interprets the original program, so `bisect` must
 name exactly that equation. An equation is chosen by its position in the region or as
 the first equation of a primitive; prefixes that stop before it run unchanged.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from conformance.debug.region import Region, Runner, xla_runner
+from conformance.faults.stages import mark
 
 
 def _position(region: Region, where) -> int | None:
@@ -30,7 +32,7 @@ def rewrite(where, change: Callable[[dict], dict], runner: Runner = xla_runner) 
             region = region.with_eqn(i, eqn.replace(params=change(dict(eqn.params))))
         return runner(region, args)
 
-    return run
+    return mark("jaxpr", f"rewrite {where!r}")(run)
 
 
 def reversed_ppermute(where="ppermute") -> Runner:

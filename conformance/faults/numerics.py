@@ -8,13 +8,13 @@ the built-in suites against those, and these target whole-program numerics inste
 """
 from __future__ import annotations
 
-import contextlib
-
-from refsim import compat as _compat
 from conformance.faults import lowering as faults
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
-def _bf16_operands(orig):
+
+def _bf16_operands(orig, env):
     def rule(ctx, lhs, rhs, **params):
         import jax.numpy as jnp
 
@@ -27,27 +27,8 @@ def _bf16_operands(orig):
     return rule
 
 
-@contextlib.contextmanager
-def _dot_general_bf16():
-    # dot_general is a lax primitive, not a collective, so it is swapped here rather than
-    # through faults.inject's table of collective primitives.
-    from jax.extend.core import primitives
-
-    prim = primitives.dot_general_p
-    default, per_platform, entry_cls = _compat.lowering_tables()
-    tables = [t for t in [default, *per_platform.values()] if prim in t]
-    saved = [(t, t[prim]) for t in tables]
-    try:
-        for t, entry in saved:
-            t[prim] = entry_cls(_bf16_operands(entry.rule), entry.inline)
-        yield
-    finally:
-        for t, entry in saved:
-            t[prim] = entry
-
-
 DOT_GENERAL_BF16 = faults.Fault(
     "dot_general_bf16_operands",
     "dot_general rounds float32 operands to bfloat16 before multiplying (as a default-precision "
     "matmul on TPU does), so results lose about 8 bits",
-    patch=_dot_general_bf16)
+    ("dot_general",), _bf16_operands)

@@ -16,6 +16,7 @@ is raised; its message is the mismatch report and `.repro_path` a standalone rep
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 import time
@@ -23,21 +24,32 @@ from typing import Any
 
 import numpy as np
 
+import refsim
 from conformance import validation
-from conformance.verdict import compare
+from conformance.cases import spec_source
+from conformance.oracle import intercept
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
 from conformance.oracle import factorizations, reproduce, vectors
 from conformance.oracle.program import NotCheckable
+from conformance.verdict import compare
 from conformance.verdict.elements import abs_diff, is_float
 from refsim import compat
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import convert, staging
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 __all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError", "NotCheckable", "OutputSummary",
            "XlaError", "check"]
 
 # Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
 DEFAULT_TIMEOUT = 300.0
+# Seconds `check` gives `conformance.explain` on a disagreement before it ends the message without it.
+EXPLAIN_TIMEOUT = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,13 +108,10 @@ class CheckResult:
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
         lines += ["  " + o.line() for o in self.outputs]
         if not self.ok:
-            c, shown = self.comparison, 8
+            c = self.comparison
             lines.append(f"  MISMATCH ({len(c.mismatches)} found) in {c.outputs} output(s), {c.devices} device "
                          f"shard(s), {c.elements} element(s)")
-            for m in c.mismatches[:shown]:
-                lines += ["  " + ln for ln in m.render().splitlines()]
-            if len(c.mismatches) > shown:
-                lines.append(f"  ... {len(c.mismatches) - shown} more mismatches")
+            lines += compare.mismatch_lines(c.mismatches, 8)
         lines += ["  " + n for n in self.notes]
         if self.repro_path:
             lines.append(f"  reproducer: python {self.repro_path}")
@@ -118,10 +127,15 @@ class ConformanceError(AssertionError):
     program could not be located for one, with the reason in the message).
     """
 
-    def __init__(self, result: CheckResult, note: str = ""):
+    def __init__(self, result: CheckResult, note: str = "", explain: str = ""):
         self.result = result
         self.repro_path = result.repro_path
-        super().__init__(result.report() + (f"\n  {note}" if note else ""))
+        #: the last line of the message: where `conformance.explain` localised the disagreement
+        #: ("explain: diverged in compiler at stablehlo.scatter (op #12)"), or "" when not run
+        self.explain = explain
+        #: the `conformance.debug.explain.Explanation` behind that line (None when not run or not finished)
+        self.explanation = None
+        super().__init__(result.report() + (f"\n  {note}" if note else "") + (f"\n  {explain}" if explain else ""))
 
 
 def _jax_runtime_error():
@@ -218,9 +232,6 @@ def _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_
     """The staging layout the keyword arguments ask for, or None: call `fn` as given."""
     import jax
 
-    from refsim.layouts.mesh import Mesh
-    from xla_backend import staging
-
     spec_mode = mesh is not None or in_specs is not None or out_specs is not None
     shard_mode = in_shardings is not None or out_shardings is not None
     if spec_mode and shard_mode:
@@ -246,10 +257,6 @@ def _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_
 def _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings):
     """(callable, placed args, wrap description for the reproducer, mesh context or None, entry)."""
     import jax
-
-    from conformance.cases import spec_source
-    from refsim.layouts.partition_spec import PartitionSpec
-    from xla_backend import staging
 
     layout = _layout(mesh, in_specs, out_specs, check_vma, axis_names, in_shardings, out_shardings)
     if layout is None:
@@ -531,9 +538,6 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     else by the sharding XLA gave the result ("xla"). Exact."""
     import jax
 
-    import refsim
-    from xla_backend import convert
-
     ref, xla, where = [], [], []
     for h, t, y in zip(hosts, targets, ys):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
@@ -586,8 +590,6 @@ def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir, traced=
 
 def _run_xla(call, placed, kwargs, label):
     """`call(*placed, **kwargs)` on XLA; XLA's own failure is raised as a classified `XlaError`."""
-    from refsim import compat
-
     with compat.tag_compile_errors():
         try:
             return call(*placed, **kwargs)
@@ -598,7 +600,7 @@ def _run_xla(call, placed, kwargs, label):
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
           repro_dir: str | None = None, name: str | None = None, timeout: float | None = DEFAULT_TIMEOUT,
-          **kwargs) -> CheckResult:
+          explain: bool = True, explain_timeout: float | None = EXPLAIN_TIMEOUT, **kwargs) -> CheckResult:
     """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
 
     Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
@@ -612,16 +614,22 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare`
     policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
     limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
+    `explain` (default True): on a disagreement, `conformance.explain` runs on the same call
+    (XLA in its worker process, so a fatal CHECK cannot end this one) and the message ends with
+    its verdict, e.g. "explain: diverged in compiler at stablehlo.scatter (op #12)" or
+    "explain: undetermined (...)"; it is paid only when the call disagrees, and gets
+    `explain_timeout` seconds (None: no limit) before the message says it did not finish.
     Other keyword arguments are passed to `fn`.
     """
-    import contextlib
-
     import jax
-
-    from conformance.oracle import intercept
 
     validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
                              none_means="for no limit")
+    if not isinstance(explain, bool):
+        raise TypeError(f"check: explain={explain!r} must be True (run conformance.explain on a disagreement) "
+                        "or False (do not).")
+    validation.check_seconds("explain_timeout", explain_timeout, none=True,
+                             what="seconds explain may take on a disagreement", none_means="for no limit")
     call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
                                                  in_shardings, out_shardings)
     label = name or _name(fn)
@@ -656,4 +664,66 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, repro_dir, traced=traced,
                                   out_shardings=out_shardings)
     res.repro_path = path
-    raise ConformanceError(res, note)
+    line, explanation = "", None
+    if explain:
+        line, explanation = explain_disagreement(
+            fn, args, kwargs, dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
+                                   axis_names=axis_names, in_shardings=in_shardings, out_shardings=out_shardings),
+            timeout=explain_timeout)
+    err = ConformanceError(res, note, line)
+    err.explanation = explanation
+    raise err
+
+
+def explain_line(exp) -> str:
+    """One line for a `conformance.debug.explain.Explanation`: the stage and the op it names, or
+    why it could not decide."""
+    if exp.diverged_in in ("lowering", "compiler", "backend"):
+        if exp.crash:
+            return f"explain: diverged in {exp.diverged_in} (crash: {exp.crash.strip().splitlines()[0][:200]})"
+        if exp.op:
+            where = f" (op #{exp.op_index})" if exp.op_index is not None else ""
+            return f"explain: diverged in {exp.diverged_in} at {exp.op}{where}" + (f", {exp.source}" if exp.source else "")
+        return f"explain: diverged in {exp.diverged_in} (no op could be named)"
+    head = exp.headline()
+    if exp.diverged_in == "undetermined":
+        return "explain: " + head.removeprefix("diverged in: ")
+    return ("explain: no stage differs from the one before under explain's per-op tolerance "
+            f"({exp.tolerance or 'auto'}; {head}), although the outputs differ under check's policy")
+
+
+def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | None) -> tuple[str, Any]:
+    """(line, Explanation or None): `conformance.explain` on the call `check` found disagreeing.
+
+    It runs on a helper thread that `check` waits for at most `timeout` seconds (the
+    refsim stages run in this process; XLA compiles and runs in explain's worker process, so a
+    fatal CHECK ends only the worker). An explain that fails or does not finish is reported in
+    the line, never raised: the disagreement is the error."""
+    import functools
+    import threading
+
+    from conformance.debug.explain import core
+    from conformance.oracle import intercept
+
+    layout = {k: v for k, v in layout.items() if v is not None and not (k == "check_vma" and v is True)}
+    target = functools.partial(fn, **kwargs) if kwargs else fn
+    box: dict = {}
+
+    def work():
+        try:
+            with intercept.unchecked():       # in oracle mode, explain's own runs are not checked again
+                box["exp"] = core.explain(target, *args, **layout)
+        except BaseException as e:  # noqa: BLE001 - reported in the message, the mismatch stays the error
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="conformance-check-explain", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return (f"explain: not finished within {timeout:g} s (explain_timeout); run "
+                "conformance.explain(fn, *args, ...) to wait for it"), None
+    if "error" in box:
+        e = box["error"]
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return f"explain: could not run ({type(e).__name__}: {first})", None
+    return explain_line(box["exp"]), box["exp"]

@@ -17,7 +17,11 @@ import os
 import runpy
 import sys
 
+from conformance import validation
 from conformance.arguments import Parser   # one-line errors, exit 2, as the other subcommands
+from conformance.oracle import intercept
+from conformance.oracle.session import Session
+from xla_backend import platform
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +29,6 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Run SCRIPT.py with every distributed JAX call checked against refsim.")
     ap.add_argument("--report", metavar="FILE", help="write the JSON report (counts, reasons, one record per call)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
-    from conformance import validation
-
     ap.add_argument("--devices", type=validation.device_count_option("--devices"), default=8,
                     help="virtual CPU devices (default 8)")
     ap.add_argument("--repro-dir", metavar="DIR", help="where reproducers go (default: a temporary folder)")
@@ -45,12 +47,7 @@ def main(argv=None) -> int:
         ap.error(f"script {args.script!r} does not exist; pass the path of a Python file")
     if args.report and os.path.isdir(args.report):
         ap.error(f"--report {args.report!r} is a folder; pass a file name such as oracle.json")
-    from xla_backend import platform
-
     platform.configure(args.platform, args.devices)
-    from conformance.oracle import intercept
-    from conformance.oracle.session import Session
-
     session = Session(repro_dir=args.repro_dir, echo=lambda text: print(text, file=sys.stderr))
     session.context = args.script
     intercept.install(session)

@@ -38,6 +38,9 @@ import threading
 
 from refsim import compat as _compat
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 _STATE = threading.local()
 #: what `install` replaced: [(object, attribute, original value)]
 _PATCHES: list = []
@@ -301,9 +304,9 @@ def _import_check_machinery() -> None:
     import jax.extend  # noqa: F401
 
     import refsim.interpreter  # noqa: F401
-    from conformance import compare  # noqa: F401
-    from conformance.oracle import check  # noqa: F401
+    from conformance.verdict import compare  # noqa: F401
     from xla_backend import convert  # noqa: F401
+    # conformance.oracle.check is loaded already: a session (conformance.oracle.session) imports it
 
 
 def install(session) -> None:

@@ -22,7 +22,15 @@ import numpy as np
 
 import refsim
 from refsim import compat
+from refsim.array import Array, Shard
 from refsim.errors import UnsupportedPrimitive
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
+from xla_backend import convert
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 #: Primitives whose presence makes a call "distributed" (oracle mode checks those calls).
 COLLECTIVES = frozenset({
@@ -110,9 +118,6 @@ def host_array(x):
     equal sharding (not JAX's cached `devices_indices_map`), a key array's words from its base
     array (not `jax.random.key_data`, a jit), so the oracle leaves JAX's caches as it found them.
     TypeError for a sharding refsim has no equivalent of (a GSPMDSharding, a PmapSharding)."""
-    from refsim.array import Array, Shard
-    from xla_backend import convert
-
     if compat.has_logical_device_ids(x.sharding):
         raise TypeError(f"{x.sharding!r} renumbers its devices (logical device ids); refsim has no equivalent")
     sh = convert.from_jax_sharding(x.sharding)
@@ -296,8 +301,6 @@ def _refsim_sharding(s):
     """The refsim NamedSharding of a JAX sharding the program states (None if unspecified)."""
     import jax
 
-    from xla_backend import convert
-
     if isinstance(s, jax.sharding.NamedSharding) and isinstance(s.mesh, jax.sharding.Mesh):
         return convert.from_jax_sharding(s)
     return None
@@ -308,7 +311,6 @@ def _top_shard_map_mesh(closed, xla_outs):
     import jax
 
     from refsim.interpreter import api
-    from refsim.layouts.mesh import Mesh
 
     if not api.ends_in_shard_map(closed.jaxpr):
         return None
@@ -329,9 +331,6 @@ def _explicit_out_layout(var, mesh, manual: set):
     leaves automatic (vmap of a shard_map over an Explicit-sharded batch dimension: the type
     reads ``i32[4@data,4@model]`` for ``out_specs=P(None, 'model')``) is laid out by its type,
     as JAX lays it out. None when the type names no automatic axis."""
-    from refsim.layouts.named_sharding import NamedSharding
-    from refsim.layouts.partition_spec import PartitionSpec
-
     jspec = getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
     if jspec is None:
         return None
@@ -357,9 +356,6 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     """XLA's sharding of a partially manual shard_map's output when it agrees with `out_spec` on
     the manual axes (it differs only over the automatic axes, which the program leaves to the
     partitioner), else None: the output is then laid out as stated and a misplaced block shows."""
-    from refsim.layouts.named_sharding import NamedSharding
-    from refsim.layouts.partition_spec import PartitionSpec
-
     sh = getattr(xla_out, "sharding", None)
     if not isinstance(sh, NamedSharding) or sh.mesh != mesh or out_spec is None:
         return None
@@ -423,8 +419,6 @@ def output_paths(out) -> list[str]:
 def xla_outputs(out) -> list:
     """XLA's result (a pytree of jax.Arrays) as refsim.Arrays, copied off each device."""
     import jax
-
-    from xla_backend import convert
 
     res = []
     for x in jax.tree_util.tree_leaves(out):

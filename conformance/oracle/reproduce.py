@@ -24,8 +24,9 @@ import numpy as np
 
 from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
-from conformance.verdict import ELEMENT_CHECK, compare
+from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
+from refsim.layouts.partition_spec import PartitionSpec
 
 _HEAD = '''\
 # conformance reproducer v1 (program): {name}
@@ -138,42 +139,23 @@ def check(out) -> list:
         if set(got) != set(EXPECTED_INDEX[k]):
             failures.append(f"output {k}: devices {sorted(got)}, expected {sorted(EXPECTED_INDEX[k])}")
             continue
-        norm = lambda ix: tuple(i.indices(n)[:2] if isinstance(i, slice) else (i, i + 1) for i, n in zip(ix, o.shape))
         for dev in sorted(EXPECTED_INDEX[k]):
-            want, have = data[f"out{k}_dev{dev}"], np.asarray(got[dev].data)
-            if norm(tuple(got[dev].index)) != norm(EXPECTED_INDEX[k][dev]):
-                failures.append(f"output {k} device {dev}: index {got[dev].index}, expected {EXPECTED_INDEX[k][dev]}")
-            elif have.dtype != want.dtype or have.shape != want.shape:
-                failures.append(f"output {k} device {dev}: {have.dtype}{list(have.shape)}, expected "
-                                f"{want.dtype}{list(want.shape)}")
-            elif POLICIES[k] in ("scaled", "sum_bound"):
-                ok, ref, bound = sum_ok_packed(have, {f: data[f"sum{k}_dev{dev}_{f}"] for f in SUM_CHECK_FIELDS})
-                err = abs_diff(have, ref)
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, refsim {ref[i].item()!r}, "
-                                    f"|diff| {err[i].item()!r} > allowed {bound[i].item()!r}")
-            else:
-                if POLICIES[k] == "ulp":
-                    ok = within_ulp(have, want, ULPS[k])
-                else:
-                    ok = same(have, want, POLICIES[k] == "exact")
-                for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:5]]:
-                    failures.append(f"output {k} device {dev} element {i}: got {have[i].item()!r}, expected {want[i].item()!r}")
+            packed = ({f: data[f"sum{k}_dev{dev}_{f}"] for f in SUM_CHECK_FIELDS}
+                      if POLICIES[k] in ("scaled", "sum_bound") else None)
+            failures += shard_failures(k, dev, got[dev], data[f"out{k}_dev{dev}"], EXPECTED_INDEX[k][dev], o.shape,
+                                       POLICIES[k], ULPS[k], packed, exact_word="refsim", bound_word="allowed",
+                                       item=True)
     return failures
 
 
-if __name__ == "__main__":
-    if EXPORTED is not None:
-        print(f"{PROGRAM_NAME}: the program as jax.export serialized it (StableHLO with its shardings; "
-              f"{NOT_BISECTABLE})")
-    failures = check(run())
-    if failures:
-        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
-        print("\n".join(failures))
-        sys.exit(1)
-    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+if __name__ == "__main__" and EXPORTED is not None:
+    print(f"{PROGRAM_NAME}: the program as jax.export serialized it (StableHLO with its shardings; "
+          f"{NOT_BISECTABLE})")
+
+
+# <main>
 '''
-_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK)
+_MAIN = _MAIN.replace("# <element check>\n", ELEMENT_CHECK).replace("# <main>\n", REPRO_MAIN)
 
 
 class NotReproducible(ValueError):
@@ -285,8 +267,6 @@ def _layout(x):
 def _layout_of(sh) -> str:
     """LAYOUTS' entry for an input placed by `sh`: a NamedSharding over several devices, else None."""
     import jax
-
-    from refsim.layouts.partition_spec import PartitionSpec
 
     if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:
         ids, names, types = _mesh_desc(sh.mesh)

@@ -27,6 +27,9 @@ from conformance.oracle import intercept
 from conformance.oracle import program as prog
 from conformance.oracle.policy import DEFAULT_ULPS
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 #: How a distributed execution reached XLA (`intercept`): a jit object called by the program or a
 #: library (`jax.jit`, `pjit`, JAX's private names, test utilities), `jax.pmap`, one operation of
 #: an eager `shard_map` body, an eager operation on sharded arrays, `jax.device_put` onto or off

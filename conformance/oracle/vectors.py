@@ -32,6 +32,9 @@ import numpy as np
 from conformance.verdict import compare
 from conformance.oracle.policy import DEFAULT_ULPS, ScaledBound
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 #: Containers the search looks through: the output of the container is its body's output.
 _CALLS = ("jit", "pjit", "closed_call", "core_call")
 

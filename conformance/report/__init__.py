@@ -10,13 +10,14 @@ import tempfile
 
 from conformance.report import files
 from conformance.report.console import ProgressReporter, print_table, summary_line
+from conformance.report.failure import Failure, case_failure
 from conformance.report.html import HtmlReporter, case_details, device_errors, layout_entry, mesh_entry
 from conformance.report.jsonl import JsonlReporter, load_finished, read_records
 from conformance.report.junit import JUnitReporter
 from conformance.report.lock import LOCK_NAME
 
-__all__ = ["HTML_NAME", "JSONL_NAME", "JUNIT_NAME", "HtmlReporter", "JUnitReporter", "JsonlReporter",
-           "ProgressReporter", "case_details", "device_errors", "layout_entry", "load_finished", "mesh_entry",
+__all__ = ["HTML_NAME", "JSONL_NAME", "JUNIT_NAME", "Failure", "HtmlReporter", "JUnitReporter", "JsonlReporter",
+           "ProgressReporter", "case_details", "case_failure", "device_errors", "layout_entry", "load_finished", "mesh_entry",
            "open_report_dir", "prepare_report_dir", "print_table", "read_records", "summary_line"]
 
 JSONL_NAME = "results.jsonl"

@@ -7,9 +7,17 @@ runner computes (`conformance.report.results.summarize`): one row per suite × f
 """
 from __future__ import annotations
 
+import os
 import time
 
-from conformance.report.results import STATUSES, CaseResult
+import rich.box
+import rich.console
+import rich.table
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+from conformance.report.results import STATUSES, CaseResult, missing_text
+from conformance.report.timing import line
 
 __all__ = ["ProgressReporter", "print_table", "summary_line", "versions_line"]
 
@@ -20,10 +28,6 @@ _STYLE = {"pass": "green", "fail": "bold red", "error": "bold magenta", "timeout
 def _console(console):
     if console is not None:
         return console
-    import os
-
-    import rich.console
-
     c = rich.console.Console()
     if not c.is_terminal and "COLUMNS" not in os.environ:
         # Logs and CI capture get rich's 80-column default, which folds family names.
@@ -46,8 +50,6 @@ class ProgressReporter:
         self._t0 = None
 
     def start(self, plan: dict) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
         self._t0 = time.perf_counter()
         what = ", ".join(f"{k} {plan[k]}" for k in ("platform", "devices", "suite") if plan.get(k) is not None)
         # The elapsed time is a field this reporter sets (not rich's own clock), so the bar's
@@ -80,12 +82,10 @@ class ProgressReporter:
         self._progress.update(self._task, advance=1, counts=self._counts_text(),
                               rate=f"{self.examples / elapsed:.1f} ex/s", elapsed=f"{elapsed:.1f} s")
         if result.status in ("fail", "error", "timeout", "xpass"):
-            from rich.markup import escape
-
             label = {"fail": "FAIL", "error": "ERROR", "timeout": "TIMEOUT", "xpass": "STALE XFAIL"}[result.status]
             first = result.message.strip().splitlines()[0] if result.message.strip() else ""
             repro = f" (reproducer: {escape(result.repro_path)})" if result.repro_path else ""
-            where = (result.details or {}).get("stage", {}).get("diverged_in")
+            where = result.details.diverged_in
             repro += f" [diverged in {where}]" if where else ""
             self._progress.console.print(f"[{_STYLE[result.status]}]{label}[/] {escape(result.case_id)}: "
                                          f"{escape(first)}{repro}")
@@ -124,10 +124,6 @@ def print_table(summary: dict, console=None, *, results=None):
     Stale entries are named from `results` (status "xpass") or ``summary["stale_xfails"]``;
     without either, their count is warned about. Returns the rich Table.
     """
-    import rich.box
-    import rich.table
-    from rich.markup import escape
-
     console = _console(console)
     by = summary.get("by_status", {})
     ok = summary.get("ok", not (by.get("fail") or by.get("error") or by.get("timeout")))
@@ -157,8 +153,6 @@ def print_table(summary: dict, console=None, *, results=None):
     console.print(table)
     console.print(summary_line(summary))
     if summary.get("phases"):
-        from conformance.report.timing import line
-
         console.print(line(summary["phases"], summary.get("wall_seconds", 0.0)), soft_wrap=True)
     versions = versions_line(summary.get("plan") or {})
     if versions:
@@ -180,8 +174,6 @@ def print_table(summary: dict, console=None, *, results=None):
     bad = (f"{by.get('fail', 0)} failure(s), {by.get('error', 0)} error(s)"
            + (f", {by['timeout']} timeout(s)" if by.get("timeout") else ""))
     if not summary.get("complete", True):
-        from conformance.report.results import missing_text
-
         # never AGREE: the cases that did not run may disagree
         console.print(f"[bold yellow]INCOMPLETE[/]: {escape(missing_text(summary))}"
                       + (f"; among the cases that ran: {bad}" if by.get("fail") or by.get("error") or by.get("timeout")

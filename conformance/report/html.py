@@ -3,8 +3,9 @@
 Each failure shows its case description, the comparator's mismatch report, the input
 and output layouts drawn with `refsim.visualize.to_svg`, a per-device mismatch grid
 (`refsim.visualize.render_device_grid`) and its reproducer inline with a copy button.
-What a failure shows comes from `CaseResult.details` (JSON-friendly; build it with
-`case_details`); every piece of text is HTML-escaped. The page is rewritten
+What a failure shows comes from `CaseResult.details`, the case's typed record
+(`conformance.report.failure.Failure`, built by the engine where it compares the case); the page
+only formats it, and every piece of text is HTML-escaped. The page is rewritten
 atomically every `every` cases and at the end, so a crash leaves a readable page.
 """
 from __future__ import annotations
@@ -15,8 +16,11 @@ import html
 import numpy as np
 
 from conformance.report._rewrite import RewritingReporter
+from conformance.report.failure import Failure, case_failure, device_errors, layout_entry, mesh_entry
 from conformance.report.results import STATUSES, CaseResult, missing_text, summarize
 from conformance.report.results import verdict as summary_verdict
+from refsim.layouts.mesh import Mesh
+from refsim.visualize import render_device_grid, to_svg
 
 __all__ = ["HtmlReporter", "case_details", "device_errors", "layout_entry", "mesh_entry", "render_page"]
 
@@ -24,74 +28,10 @@ _NOT_SHOWN = ("case_ids",)  # plan entries too long for the "Run" table (results
 _REPRO_LIMIT = 256 * 1024  # characters of a reproducer shown inline; the full file stays at repro_path
 
 
-# -- details: what a failure carries (JSON-friendly) --------------------------------------
-def mesh_entry(mesh) -> dict:
-    """``{"axis_sizes", "axis_names", "device_ids"}`` of a refsim Mesh."""
-    return {"axis_sizes": [int(s) for s in mesh.axis_sizes], "axis_names": [str(a) for a in mesh.axis_names],
-            "device_ids": np.asarray(mesh.device_ids).tolist()}
-
-
-def layout_entry(label: str, sharding, shape) -> dict:
-    """A drawable record of a layout: its text and each device's block as [start, stop) per dimension.
-
-    Works for any sharding with ``devices_indices_map`` (named, HLO, pmap, single device);
-    an integer index (pmap's unstacked dimension) becomes the block [i, i+1).
-    """
-    shape = tuple(int(d) for d in shape)
-    blocks = {}
-    for dev, index in sharding.devices_indices_map(shape).items():
-        ranges = []
-        for i, n in zip(index, shape):
-            if isinstance(i, slice):
-                start, stop, _ = i.indices(n)
-            else:
-                start, stop = int(i), int(i) + 1
-            ranges.append([start, stop])
-        blocks[str(int(dev))] = ranges
-    return {"label": str(label), "shape": list(shape), "sharding": repr(sharding), "blocks": blocks}
-
-
-def device_errors(comparison) -> dict[str, int]:
-    """Mismatching elements per device id of a `conformance.verdict.compare.ComparisonResult`.
-
-    A structural mismatch of a shard (wrong index, shard shape or dtype) counts as one.
-    """
-    out: dict[str, int] = {}
-    for m in comparison.mismatches:
-        if m.device_id is None:
-            continue
-        key = str(int(m.device_id))
-        out[key] = out.get(key, 0) + max(int(m.count), 1)
-    return out
-
-
-def case_details(case, comparison=None, *, expected=None) -> dict:
-    """The `CaseResult.details` the HTML page draws, for a `conformance.cases.Program`.
-
-    Keys: "description" (``case.describe()``), "mesh" (`mesh_entry`), "layouts" (inputs
-    from the case's specs or shardings, outputs from `expected`'s shardings) and, with a
-    `comparison`, "report" (its text) and "device_errors" (`device_errors`).
-    """
-    from refsim.layouts.named_sharding import NamedSharding
-
-    out: dict = {"description": case.describe(), "mesh": mesh_entry(case.mesh), "layouts": []}
-    args = [np.asarray(a) for a in case.args]
-    if case.entry == "shard_map":
-        for i, (a, spec) in enumerate(zip(args, case.in_specs)):
-            out["layouts"].append(layout_entry(f"input {i}", NamedSharding(case.mesh, spec), a.shape))
-    elif case.entry in ("jit", "device_put"):
-        for i, (a, s) in enumerate(zip(args, case.in_shardings or ())):
-            if s is not None:
-                out["layouts"].append(layout_entry(f"input {i}", s, a.shape))
-    if expected is not None:
-        from conformance.verdict.compare import as_outputs
-
-        for k, arr in enumerate(as_outputs(expected)):
-            out["layouts"].append(layout_entry(f"output {k}", arr.sharding, arr.shape))
-    if comparison is not None:
-        out["report"] = comparison.report()
-        out["device_errors"] = device_errors(comparison)
-    return out
+# -- details: what a failure carries (conformance.report.failure) -------------------------
+def case_details(case, comparison=None, *, expected=None) -> Failure:
+    """The failure record of a `conformance.cases.Program` (kept name of `case_failure`)."""
+    return case_failure(case, comparison, expected=expected)
 
 
 # -- drawing ---------------------------------------------------------------------------
@@ -114,8 +54,6 @@ def _e(text) -> str:
 
 
 def _layout_svg(entry: dict) -> str:
-    from refsim.visualize import to_svg
-
     try:
         shape = tuple(int(d) for d in entry["shape"])
         svg = to_svg(_Blocks(entry), shape, width=280, title=f"{entry.get('label', '')}: shape {shape}")
@@ -125,11 +63,8 @@ def _layout_svg(entry: dict) -> str:
             f'<code>{_e(entry.get("sharding", ""))}</code></figcaption></figure>')
 
 
-def _device_grid(details: dict) -> str:
-    from refsim.layouts.mesh import Mesh
-    from refsim.visualize import render_device_grid
-
-    errors, m = details.get("device_errors"), details.get("mesh")
+def _device_grid(d: Failure) -> str:
+    errors, m = d.device_errors, d.mesh
     if not errors or not m:
         return ""
     try:
@@ -158,24 +93,22 @@ def _read_repro(path: str | None) -> str | None:
 
 
 def _failure_section(r: CaseResult, n: int, repro: str | None) -> str:
-    d = r.details or {}
+    d = r.details
     parts = [f'<section class="case {_e(r.status)}" id="case-{n}">',
              f'<h3><span class="badge {_e(r.status)}">{_e(r.status)}</span> {_e(r.case_id)}</h3>',
              f'<p class="meta">suite {_e(r.suite)} · family {_e(r.family)} · dtype {_e(r.dtype)} · '
              f'{r.examples} example(s) · {r.seconds:.2f} s</p>']
     if r.message:
         parts.append(f"<pre class=\"message\">{_e(r.message)}</pre>")
-    if d.get("stage"):
-        from conformance.debug.explain.summary import stage_line
-
-        parts.append(f'<p class="stage">{_e(stage_line(d["stage"]))}</p>')
-    if d.get("description") and d["description"].strip() not in (d.get("report") or ""):
-        parts.append(f"<h4>Case</h4><pre>{_e(d['description'])}</pre>")
-    if d.get("report") and d["report"] != r.message:
-        parts.append(f"<h4>Mismatch report</h4><pre>{_e(d['report'])}</pre>")
-    if d.get("traceback"):
-        parts.append(f"<h4>Traceback</h4><pre>{_e(d['traceback'])}</pre>")
-    layouts = [_layout_svg(e) for e in d.get("layouts") or () if isinstance(e, dict)]
+    if d.stage:
+        parts.append(f'<p class="stage">{_e(d.stage_line())}</p>')
+    if d.description and d.description.strip() not in (d.report or ""):
+        parts.append(f"<h4>Case</h4><pre>{_e(d.description)}</pre>")
+    if d.report and d.report != r.message:
+        parts.append(f"<h4>Mismatch report</h4><pre>{_e(d.report)}</pre>")
+    if d.traceback:
+        parts.append(f"<h4>Traceback</h4><pre>{_e(d.traceback)}</pre>")
+    layouts = [_layout_svg(e) for e in d.layouts or () if isinstance(e, dict)]
     if layouts:
         parts.append('<h4>Layouts</h4><div class="figures">' + "".join(layouts) + "</div>")
     grid = _device_grid(d)

@@ -42,23 +42,21 @@ def _first_line(text: str) -> str:
 def _case_element(r: CaseResult) -> ET.Element:
     tc = ET.Element("testcase", classname=_clean(f"conformance.{r.suite}.{r.family}"), name=_clean(r.case_id),
                     time=f"{r.seconds:.3f}")
-    body = r.message
-    if r.details.get("report") and r.details["report"] not in body:
-        body = f"{body}\n\n{r.details['report']}" if body else r.details["report"]
+    body, d = r.message, r.details
+    if d.report and d.report not in body:
+        body = f"{body}\n\n{d.report}" if body else d.report
     if r.repro_path:
         body += f"\n\nreproducer: {r.repro_path}"
-    if r.details.get("stage"):
-        from conformance.debug.explain.summary import stage_line
-
-        body += f"\n{stage_line(r.details['stage'])}"
+    if d.stage:
+        body += f"\n{d.stage_line()}"
     if r.status == "fail":
         el = ET.SubElement(tc, "failure", message=_clean(_first_line(r.message) or "refsim and XLA disagree"),
                            type="mismatch")
         el.text = _clean(body)
     elif r.status in ("error", "timeout"):
         el = ET.SubElement(tc, "error", message=_clean(_first_line(r.message) or r.status),
-                           type=_clean("timeout" if r.status == "timeout" else r.details.get("exception_type", "error")))
-        el.text = _clean(body + ("\n\n" + r.details["traceback"] if r.details.get("traceback") else ""))
+                           type=_clean("timeout" if r.status == "timeout" else d.exception_type or "error"))
+        el.text = _clean(body + ("\n\n" + d.traceback if d.traceback else ""))
     elif r.status in ("xfail", "unsupported"):
         what = "expected failure" if r.status == "xfail" else "unsupported on this platform"
         reason = _first_line(r.message)

@@ -10,8 +10,11 @@ shard, or a merge of some shards is `INCOMPLETE` (never AGREE), with the missing
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Protocol
+
+from conformance.report.failure import Failure
 
 STATUSES = ("pass", "fail", "error", "timeout", "xfail", "xpass", "unsupported")
 
@@ -33,6 +36,8 @@ class CaseResult:
     (agreed although listed in xfails: the entry is stale), "unsupported" (the
     platform cannot run it at all; never counted as a pass), "timeout" (still running after the
     run's per-case time limit: killed with its worker).
+    `details` is the case's typed failure record (`conformance.report.failure.Failure`; a dict
+    given here is read with `Failure.from_json`), empty for a case that agreed.
     """
 
     case_id: str
@@ -45,15 +50,19 @@ class CaseResult:
     compile_seconds: float = 0.0
     message: str = ""
     repro_path: str | None = None
-    details: dict = dataclasses.field(default_factory=dict)
+    details: Failure = dataclasses.field(default_factory=Failure)
     phases: dict = dataclasses.field(default_factory=dict)  # seconds per `conformance.report.timing` phase
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status={self.status!r}; expected one of {STATUSES}.")
+        self.details = Failure.from_json(self.details)
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        """The results.jsonl object: the fields as JSON, `details` as `Failure.to_json` writes it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["details"] = self.details.to_json()
+        return copy.deepcopy(out)
 
     @classmethod
     def from_json(cls, d: dict) -> "CaseResult":

@@ -201,8 +201,8 @@ def _output_kind(name: str, dt: np.dtype) -> str:
         return "mean"
     if name in ("psum", "psum_scatter") and floating:
         return "sum"
-    if name in ("pmax", "pmin") and floating:
-        return "exact_unsigned_zero"
+    # pmax / pmin: "exact", zero signs included; StableHLO's maximum / minimum are IEEE 754-2019's,
+    # which order -0 < +0, so the sign of a zero result is defined (docs/comparison.md).
     return "exact"
 
 

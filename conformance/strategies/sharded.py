@@ -29,12 +29,15 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+import refsim
 from conformance.cases import Program
 from conformance.strategies import _validate as v
 from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, spec_text
 from conformance.strategies._sharded_ops import KINKED, NOT_DIFFERENTIABLE, OPS
+from conformance.strategies.meshes import meshes
 from conformance.strategies.specs import _check_mesh
 from conformance.verdict.compare import Exact, SumBound
+from conformance.verdict.compare import as_outputs
 from refsim import compat as _compat
 from refsim.layouts.mesh import AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
@@ -121,11 +124,7 @@ class ShardedProgram(Program):
 
     def tolerances(self) -> list:
         """Per output: exact (either sign of a zero), or an `ErrorBound` around refsim's value."""
-        from conformance.verdict.compare import as_outputs
-
         if "_refsim_out" not in self.__dict__:
-            import refsim
-
             self.run(refsim)
         outs = as_outputs(self.__dict__["_refsim_out"])
         pols = []
@@ -141,18 +140,14 @@ class ShardedProgram(Program):
         return pols
 
     def repro(self, expected=None, tolerances=None) -> str:
-        """The v1 reproducer, set up for this program's partitioner and axis types."""
+        """The v1 reproducer, set up for this program's partitioner (its axis types are the mesh's)."""
         text = super().repro(expected, tolerances)
         head = "from jax.sharding import PartitionSpec as P\n"
         extra = ""
         if self.partitioner == "gspmd":
             extra += "jax.config.update('jax_use_shardy_partitioner', False)   # the case ran under GSPMD\n"
-        text = text.replace(head, head + extra, 1)
-        if self.axis_types == "explicit":
-            text = text.replace("return jax.sharding.Mesh(grid, AXIS_NAMES)",
-                                "return jax.sharding.Mesh(grid, AXIS_NAMES, axis_types=(jax.sharding.AxisType.Explicit,)"
-                                " * len(AXIS_NAMES))")
-        return text
+        # an Explicit mesh is written as AXIS_TYPES by the v1 format itself (conformance.cases.repro)
+        return text.replace(head, head + extra, 1)
 
     def describe(self) -> str:
         return (super().describe() + f"\npartitioner:  {self.partitioner}\naxis types:   {self.axis_types}\n"
@@ -394,8 +389,6 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
     'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'
     """
     if mesh is None:
-        from conformance.strategies.meshes import meshes
-
         v.check_int("max_devices", max_devices, min_value=1)
         mesh_s = meshes(max_devices=max_devices)
     else:

@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hseed
 
+from conformance.report.failure import Failure
 from conformance.strategies.arrays import _EXACT, _INT_K, _is_float, special_values
 from conformance.verdict.compare import _finfo
 from refsim.values import complex_from_parts
@@ -33,12 +34,16 @@ PROGRAM_DATA = ("drawn", "exact", "special-ieee")
 
 @dataclasses.dataclass
 class Outcome:
-    """What a check found: status (pass / fail / error / unsupported), a message, examples, details."""
+    """What a check found: status (pass / fail / error / unsupported), a message, examples, and the
+    failure record `details` (`conformance.report.failure.Failure`; a dict is read with `Failure.from_json`)."""
 
     status: str
     message: str = ""
     examples: int = 1
-    details: dict = dataclasses.field(default_factory=dict)
+    details: Failure = dataclasses.field(default_factory=Failure)
+
+    def __post_init__(self):
+        self.details = Failure.from_json(self.details)
 
 
 @dataclasses.dataclass

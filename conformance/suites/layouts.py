@@ -26,6 +26,9 @@ from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.pmap_spec import PmapSharding
 from xla_backend import convert
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 NAME = "layouts"
 
 

@@ -44,6 +44,9 @@ from xla_backend.convert import put_global, to_jax_sharding, to_refsim
 from xla_backend.distributed import gather as gather_all
 from xla_backend.launch import run_local
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 DTYPES = ("float32", "int32", "float16", "bool", "uint8", "int8", "complex64")
 OTHER_AXES = ("x", "y")
 THRESHOLD_KINDS = ("one", "several", "per-array")

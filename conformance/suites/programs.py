@@ -15,6 +15,7 @@ import zlib
 
 import numpy as np
 
+from conformance.report.failure import Failure
 from conformance.strategies import meshes
 from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
 from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
@@ -119,7 +120,7 @@ def check_corpus(name: str, xla) -> Outcome:
             msg = _close(e, a, prog.tol, prog.ulp, failure)
             if msg:
                 return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS),
-                               details={"failure": failure} if failure else {})
+                               details=Failure(signature=failure or None))
     if xla_fn is None:
         return Outcome("unsupported", f"{prog.xla_note}; refsim agrees with the NumPy reference",
                        examples=len(CORPUS_SEEDS))

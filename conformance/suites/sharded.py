@@ -19,7 +19,11 @@ import re
 import time
 import zlib
 
+from conformance.strategies.sharded import make_case, sharded_programs
 from conformance.suites.base import draw, group_tasks
+from conformance.suites.base import flatten
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec
 
 NAME = "sharded"
 PROGRAMS_PER_EXAMPLE = 6
@@ -29,8 +33,6 @@ DATA = ("drawn", "exact")
 
 def strategy(family: str, dtype: str | None, devices: int):
     """Sharded programs over meshes of at most `devices` devices (`family` is "sharded")."""
-    from conformance.strategies.sharded import sharded_programs
-
     return sharded_programs(max_devices=devices)
 
 
@@ -45,8 +47,6 @@ def task_chunks(*, examples: int, seed: int, devices: int):
 
 
 def tasks(*, examples: int, seed: int, devices: int) -> list:
-    from conformance.suites.base import flatten
-
     return flatten(task_chunks(examples=examples, seed=seed, devices=devices))
 
 
@@ -57,11 +57,6 @@ _SHARDING_LINE = re.compile(r"^(v\d+) = jax\.(?:lax\.with_sharding_constraint|sh
 def candidates(case):
     """Smaller variants of a `ShardedProgram`, the most reducing first: one output of `g`, a
     sharding constraint or reshard turned into an identity, one argument or output replicated."""
-    from refsim.layouts.named_sharding import NamedSharding
-    from refsim.layouts.partition_spec import PartitionSpec
-
-    from conformance.strategies.sharded import make_case
-
     g = case.graph
     if g is None:
         return

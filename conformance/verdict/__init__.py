@@ -32,4 +32,14 @@ def _embeddable(module) -> str:
 #: The source text of `conformance.verdict.elements` that both reproducer templates embed.
 ELEMENT_CHECK = _embeddable(elements)
 
-__all__ = ["ELEMENT_CHECK"]
+#: How both reproducer templates end: run, check, print the verdict, exit 1 on a mismatch.
+REPRO_MAIN = '''if __name__ == "__main__":
+    failures = check(run())
+    if failures:
+        print(f"MISMATCH on {jax.devices()[0].platform} (jax {jax.__version__}):")
+        print("\\n".join(failures))
+        sys.exit(1)
+    print(f"OK: every device matches refsim on {jax.devices()[0].platform} (jax {jax.__version__})")
+'''
+
+__all__ = ["ELEMENT_CHECK", "REPRO_MAIN"]

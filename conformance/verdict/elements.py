@@ -202,3 +202,35 @@ def sum_ok_packed(have, packed) -> tuple:
     ok = sum_ok(have, ref, bound, np.asarray(packed["exact"]), np.asarray(packed["pinf"]),
                 np.asarray(packed["ninf"]), np.asarray(packed["nan"]))
     return ok, ref, bound
+
+
+def shard_failures(k: int, dev: int, shard, want, want_index, shape, policy: str, ulps: int = 0,
+                   packed_sum=None, *, exact_word: str = "exact", bound_word: str = "bound",
+                   item: bool = False, most: int = 5) -> list:
+    """The failures, as text, of one output shard a reproducer reads back (`shard`: JAX's
+    ``addressable_shards`` entry) against refsim's block `want` at `want_index` of an output of
+    `shape`: a wrong index, dtype or shape, else up to `most` elements outside `policy`
+    ("exact", "exact_unsigned_zero", "ulp" within `ulps`, or "sum_bound" / "scaled" against
+    `packed_sum`, a `pack_sum_check` record). `exact_word` / `bound_word` name the sum's
+    reference and allowance in the text; `item` prints elements as Python scalars."""
+
+    def norm(ix):
+        return tuple(i.indices(n)[:2] if isinstance(i, slice) else (i, i + 1) for i, n in zip(ix, shape))
+
+    def show(x):
+        return repr(x.item() if item else x)
+
+    have = np.asarray(shard.data)
+    where = f"output {k} device {dev}"
+    if norm(tuple(shard.index)) != norm(want_index):
+        return [f"{where}: index {shard.index}, expected {want_index}"]
+    if have.dtype != want.dtype or have.shape != want.shape:
+        return [f"{where}: {have.dtype}{list(have.shape)}, expected {want.dtype}{list(want.shape)}"]
+    if policy in ("sum_bound", "scaled"):
+        ok, ref, bound = sum_ok_packed(have, packed_sum)
+        err = abs_diff(have, ref)
+        return [f"{where} element {i}: got {show(have[i])}, {exact_word} {show(ref[i])}, |diff| {show(err[i])} > "
+                f"{bound_word} {show(bound[i])}" for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:most]]]
+    ok = within_ulp(have, want, ulps) if policy == "ulp" else same(have, want, policy == "exact")
+    return [f"{where} element {i}: got {show(have[i])}, expected {show(want[i])}"
+            for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:most]]]

@@ -34,6 +34,9 @@ import re
 
 from conformance.verdict import platform_models
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 __all__ = ["CLASSES", "Entry", "XfailList", "default_path", "exception_failure", "comparison_failure", "load",
            "parse"]
 

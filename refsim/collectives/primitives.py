@@ -60,39 +60,29 @@ def bind(name: str, *operands, mesh, **params):
 
 # ---- reductions ------------------------------------------------------------------------------
 
-@primitive("psum")
-def psum(x, *, mesh, axes, axis_index_groups):
-    return _red.psum(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
+# Two families of one shape each, built from their kernels: the grouped reductions bind
+# (axes, axis_index_groups), the ungrouped ones (psum_invariant, unreduced_*) bind only axes.
+def _grouped(kernel):
+    def rule(x, *, mesh, axes, axis_index_groups):
+        return kernel(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
+    rule.__name__ = rule.__qualname__ = kernel.__name__
+    return primitive(kernel.__name__)(rule)
 
 
-@primitive("pmax")
-def pmax(x, *, mesh, axes, axis_index_groups):
-    return _red.pmax(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
+def _ungrouped(kernel):
+    def rule(x, *, mesh, axes):
+        return kernel(x, mesh=mesh, axes=axes)
+    rule.__name__ = rule.__qualname__ = kernel.__name__
+    return primitive(kernel.__name__)(rule)
 
 
-@primitive("pmin")
-def pmin(x, *, mesh, axes, axis_index_groups):
-    return _red.pmin(x, mesh=mesh, axes=axes, axis_index_groups=axis_index_groups)
-
-
-@primitive("psum_invariant")
-def psum_invariant(x, *, mesh, axes):
-    return _red.psum_invariant(x, mesh=mesh, axes=axes)
-
-
-@primitive("unreduced_psum")
-def unreduced_psum(x, *, mesh, axes):
-    return _red.unreduced_psum(x, mesh=mesh, axes=axes)
-
-
-@primitive("unreduced_pmax")
-def unreduced_pmax(x, *, mesh, axes):
-    return _red.unreduced_pmax(x, mesh=mesh, axes=axes)
-
-
-@primitive("unreduced_pmin")
-def unreduced_pmin(x, *, mesh, axes):
-    return _red.unreduced_pmin(x, mesh=mesh, axes=axes)
+psum = _grouped(_red.psum)
+pmax = _grouped(_red.pmax)
+pmin = _grouped(_red.pmin)
+psum_invariant = _ungrouped(_red.psum_invariant)
+unreduced_psum = _ungrouped(_red.unreduced_psum)
+unreduced_pmax = _ungrouped(_red.unreduced_pmax)
+unreduced_pmin = _ungrouped(_red.unreduced_pmin)
 
 
 # ---- no-op type casts ------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import operator
 import numpy as np
 
 from refsim.collectives.groups import GroupLayout, device_groups
-from refsim.values import complex_from_parts
+from refsim.values import complex_from_parts, quiet_nan
 
 _OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -28,7 +28,31 @@ def ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:
     out = _ordered_reduce(ufunc, xs)
     if ufunc is np.add and xs.shape[0] and _is_inexact(xs.dtype):
         out = _keep_negative_zero(xs, out)
+    elif ufunc in (np.maximum, np.minimum) and xs.shape[0] and _is_inexact(xs.dtype):
+        out = ieee_max_min(ufunc, xs, out)
     return out
+
+
+def ieee_max_min(ufunc, xs: np.ndarray, out: np.ndarray, axis=0) -> np.ndarray:
+    """`out`, NumPy's max / min of `xs` over `axis`, as StableHLO's maximum / minimum give it
+    (IEEE 754-2019): a zero result is +0 for max when any operand is +0 (-0 for min when any is
+    -0), whatever the operands' order (NumPy keeps whichever zero it met first), and a NaN
+    result is quiet (NumPy passes a signalling NaN through). Both are order-independent, so
+    fixing the result up is the same as folding maximum in any order. Complex values (a
+    lexicographic order, which StableHLO and XLA reject for all_reduce) are left as they are."""
+    if xs.dtype.kind == "c":
+        return out
+    out = np.asarray(out, xs.dtype)
+    with np.errstate(invalid="ignore"):
+        zero = out == 0
+        if zero.any():
+            if ufunc is np.maximum:   # -0 only when no operand is +0
+                negative = ~np.logical_or.reduce((xs == 0) & ~np.signbit(xs), axis=axis)
+            else:                     # -0 as soon as one operand is -0
+                negative = np.logical_or.reduce((xs == 0) & np.signbit(xs), axis=axis)
+            signed = np.where(negative, np.asarray(-0.0, xs.dtype), np.asarray(0.0, xs.dtype))
+            out = np.where(zero, signed, out)
+    return quiet_nan(np.asarray(out, xs.dtype))
 
 
 def _is_inexact(dtype: np.dtype) -> bool:
@@ -106,7 +130,9 @@ def all_reduce(x, *, mesh, axes, axis_index_groups=None, op: str = "sum", api: s
             f"but got axes={axes!r}."
         )
     if positional:
-        x = ufunc.reduce(x, axis=tuple(nm + a for a in positional), dtype=x.dtype)
+        pos = tuple(nm + a for a in positional)
+        red = ufunc.reduce(x, axis=pos, dtype=x.dtype)
+        x = ieee_max_min(ufunc, x, red, axis=pos) if op != "sum" and _is_inexact(x.dtype) else red
     if not named:
         return x
     if op != "sum" and x.dtype.kind == "c":

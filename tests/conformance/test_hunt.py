@@ -146,3 +146,31 @@ def test_a_listed_case_that_differs_otherwise_is_still_a_mismatch():
     res = result("error", failure={"kind": "mismatch", "side": "xla", "classes": ["nan-introduced"]},
                  message="MISMATCH (4 found) ... listed in the xfails file as mismatch(value)")
     assert signature(res, FakeCase()) == ("mismatch:unlocalised", "pad+max", "nan-introduced")
+
+
+def test_coverage_out_keeps_the_hand_written_part_after_the_marker(tmp_path):
+    rows = [{"type": "plan", "jax": "0.10.2"},
+            {"type": "case", "status": "pass", "details": {"program": {
+                "ops": [["pad", "sharded"]], "transform": "none", "axis_types": "auto", "partitioner": "shardy",
+                "mesh": [2]}}}]
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    page = tmp_path / "page.md"
+    page.write_text("old table\n\n" + coverage.KEEP_MARKER + "\n\n## Hunts\n\nby hand\n")
+    assert coverage.main([str(tmp_path / "r"), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert "old table" not in text and "Programs run: 1 on jax 0.10.2" in text
+    assert text.endswith(coverage.KEEP_MARKER + "\n\n## Hunts\n\nby hand\n")
+    assert text.index("| pad |") < text.index(coverage.KEEP_MARKER)
+
+
+def test_signature_of_a_jax_lowering_error_names_its_primitive_and_stage():
+    # JAX filters its own frames: the innermost frame shown is the project's .lower( call, inside a
+    # compile-cache call; jax 0.12 names the primitive, so one JAX bug is one signature across programs
+    tb = ('  File "xla_backend/cache.py", line 37, in compiled\n    exe = compile_fn()\n'
+          '  File "xla_backend/staging.py", line 473, in lower\n    low = self.call.lower(*self.args)\n')
+    msg = "Expected last op to be sdy.sharding_constraint, but got: stablehlo.custom_call and output type=" \
+          "i32[3,1]{U:x} for primitive reduce_sum"
+    err = result("error", failure={"side": "xla", "exception": "AssertionError", "message": msg}, traceback=tb)
+    stage, op, cls = signature(err, FakeCase())
+    assert (stage, op) == ("lowering", "reduce_sum") and cls.startswith("AssertionError: Expected last op")

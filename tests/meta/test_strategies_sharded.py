@@ -1,7 +1,10 @@
 """Meta-tests of sharded_programs(): every draw traces with the shapes the value model states,
 every op is reachable and runs on both sides, bad arguments raise InvalidArgument, the
 reproducer runs, and a failing program shrinks to a smaller op graph."""
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -16,6 +19,7 @@ from conformance.verdict.compare import compare
 from conformance.hunt import check_in_subprocess
 from conformance.strategies import OPS, ShardedProgram, meshes, sharded_programs
 from conformance.strategies._sharded_ops import ALIASES
+from conformance.strategies._sharded_ops.sharding import has_unreduced
 from conformance.strategies.sharded import PATTERNS, ErrorBound, assemble
 from conformance.suites.sharded import shrink_case
 from refsim import compat
@@ -100,8 +104,9 @@ def test_at_least_sixty_ops_and_every_pattern_is_drawn():
     assert len(OPS) >= 60
     seen = set()
 
+    # derandomized: a random 150 programs now and then had no constraint on an uneven dimension
     @settings(max_examples=150, deadline=None, database=None, phases=(Phase.generate,),
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck), derandomize=True)
     @given(sharded_programs())
     def collect(case):
         seen.update(p for _, p in case.op_patterns)
@@ -151,7 +156,7 @@ def test_reproducer_runs_with_partitioner_and_axis_types(tmp_path):
                 lambda p: "reshard" in p.ops, settings=FIND)
     text = case.repro(case.run(refsim))
     assert "jax.config.update('jax_use_shardy_partitioner', False)" in text
-    assert "axis_types=(jax.sharding.AxisType.Explicit,)" in text
+    assert "AXIS_TYPES = ('Explicit', 'Explicit')" in text   # the mesh _mesh() builds and the loader reads
     r = _run_script(tmp_path, text)
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -180,3 +185,43 @@ def test_error_bound_holds_each_element_to_its_bound():
     r = compare(want, far, tolerances=[pol])
     assert not r.ok and re.search(r"element \(0,\) \(global \(0,\)\): exact 1.0, xla 1.5", r.report())
     assert not compare(want, lost, tolerances=[pol]).ok   # NaN where refsim has NaN
+
+
+def test_same_seed_same_source_in_every_process(tmp_path):
+    # a program's text must not depend on string hashing (a set of axis names printed in hash
+    # order did): two processes with different PYTHONHASHSEEDs draw the same programs
+    script = tmp_path / "draw.py"
+    script.write_text(
+        "from hypothesis import HealthCheck, Phase, given, seed, settings\n"
+        "from conformance.strategies import sharded_programs\n"
+        "out = []\n"
+        "@seed(5)\n"
+        "@settings(max_examples=60, database=None, phases=[Phase.generate], deadline=None,\n"
+        "          suppress_health_check=list(HealthCheck))\n"
+        "@given(sharded_programs(ops=('shard_map_ppermute', 'shard_map_psum', 'add'), max_ops=3))\n"
+        "def t(case):\n"
+        "    out.append(case.source)\n"
+        "t()\n"
+        "print('\\n=====\\n'.join(out))\n")
+    texts = []
+    for hash_seed in ("1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        texts.append(r.stdout)
+    assert "axis_names={" in texts[0]
+    assert texts[0] == texts[1]
+
+
+@pytest.mark.skipif(not has_unreduced(), reason="this JAX has no unreduced specs")
+@settings(max_examples=12, deadline=None, database=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(sharded_programs(SAFE_MESHES, ops=("unreduced_sum", "mul", "sum", "matmul"), min_ops=2, max_ops=4,
+                        axis_types=("explicit",), transforms=("none", "grad", "vjp"), partitioners=("shardy",)))
+def test_unreduced_values_trace_and_agree_forward_and_backward(case):
+    # a reduce_sum into P(..., unreduced={...}), then the reshard that adds the partial sums: refsim
+    # holds the partials (refsim.interpreter.unreduced) and must agree with XLA's all-reduce, and
+    # with its transpose under grad / vjp
+    if "unreduced=" not in case.source:
+        reject()
+    assert_traces_as_modelled(case)
+    run_judged(case)

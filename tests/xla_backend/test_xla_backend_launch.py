@@ -116,7 +116,7 @@ def test_a_failing_child_ends_the_others(tmp_path):
                  env_extra={"EXIT_NOW": "1", "EXIT_CODE": "7", "BARRIER": str(tmp_path)})
     pids = wait_for_pids(proc, 3)
     rc, _, err = finish(proc)
-    assert rc == 1 and "process 1 (pid" in err and "exit status 7" in err
+    assert rc == 7 and "process 1 (pid" in err and "exit status 7" in err  # the child's own status
     assert err.count("terminated by the launcher (process 1 failed)") == 2
     assert_all_gone(pids)
 
@@ -180,3 +180,16 @@ def test_plain_jax_distributed_initialize_counts_as_joined():
     assert r.returncode == 0, r.stderr
     assert "[process 0] devices 0 4" in r.stdout and "[process 1] devices 1 4" in r.stdout
     assert r.stderr.count("): ok\n") == 2 and "launch: ok: 2 processes joined" in r.stderr
+
+
+def test_the_launchers_exit_status_is_the_first_failing_childs_own():
+    from xla_backend.launch import LaunchResult, ProcessResult
+
+    def result(*codes, timed_out=False):
+        return LaunchResult([ProcessResult(i, 100 + i, c, "", 1.0 if c == 0 else None, "" if c is not None else "x")
+                             for i, c in enumerate(codes)], 0, 1.0, timed_out)
+
+    assert result(0, 0).exit_status() == 0
+    assert result(None, 3, 5).exit_status() == 3          # process 0 was ended by the launcher
+    assert result(-9, None).exit_status() == 128 + 9      # killed by SIGKILL, as a shell reports it
+    assert result(0, None, timed_out=True).exit_status() == 1

@@ -16,6 +16,11 @@ import json
 import sys
 
 from conformance import validation
+from conformance.debug import loader
+from conformance.debug.explain import explain
+from conformance.debug.explain.corpus_check import check_corpus, summary
+from conformance.debug.explain.coverage import collect, coverage
+from conformance.debug.explain.stages import STAGES
 
 
 def build_parser(prog: str = "python -m conformance explain") -> argparse.ArgumentParser:
@@ -43,15 +48,12 @@ def main(argv=None) -> int:
     if args.corpus:
         return _corpus(args)
     if args.coverage:
-        from conformance.debug.explain.coverage import collect, coverage
-
         cov = coverage(collect(drawn=args.drawn))
         print(json.dumps(cov.as_dict()) if args.json else cov.render())
         return 1 if cov.missing else 0
     if not args.target:
         print("error: give a reproducer FILE.py[:NAME], or --corpus", file=sys.stderr)
         return 2
-    from conformance.debug import loader
 
     try:
         case = loader.load(args.target)
@@ -62,7 +64,6 @@ def main(argv=None) -> int:
         print(f"error: {args.target} is a device_put case (one data movement, no program to lower); use "
               "python -m conformance bisect on it.", file=sys.stderr)
         return 2
-    from conformance.debug.explain import explain
 
     kw = case.bisect_kwargs()
     fn = kw.pop("_fn", case.program)
@@ -83,9 +84,6 @@ def main(argv=None) -> int:
 
 
 def _corpus(args) -> int:
-    from conformance.debug.explain.corpus_check import check_corpus, summary
-    from conformance.debug.explain.stages import STAGES
-
     rows = check_corpus()
     if args.json:
         print(json.dumps({"programs": [{"name": r.name, "status": r.status, "diverged_in": r.diverged_in,

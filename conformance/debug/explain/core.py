@@ -17,9 +17,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from conformance.debug import region as R
 from conformance.debug.explain import program as _program
 from conformance.debug.explain import stages as S
 from conformance.debug.explain import values as V
+from conformance.debug.explain import xla_side
+from conformance.validation import check
+from refsim.layouts.mesh import Mesh
 
 
 @dataclasses.dataclass
@@ -55,6 +59,7 @@ class Explanation:
     compared: tuple = ()
     complete: bool = True
     tolerance: str = ""  # the rule values were held to
+    op_index: int | None = None  # the op's position in its module (pre-order), as `refsim.stablehlo` numbers it
 
     def to_json(self) -> dict:
         """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
@@ -62,7 +67,7 @@ class Explanation:
         return {
             "diverged_in": self.diverged_in, "candidates": list(self.candidates), "crash": self.crash,
             "complete": self.complete, "not_evaluated": dict(self.not_evaluated),
-            "op": self.op, "op_text": self.op_text, "source": self.source,
+            "op": self.op, "op_index": self.op_index, "op_text": self.op_text, "source": self.source,
             "output": self.output, "devices": {str(k): _num(v) for k, v in self.devices.items()},
             "compared": list(self.compared), "tolerance": self.tolerance,
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
@@ -139,8 +144,6 @@ def _num(v):
 
 
 def _check_tolerances(max_ulp, rtol) -> None:
-    from conformance.validation import check
-
     check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     check("rtol", rtol, low=0, what="a relative error; 0: none")
 
@@ -151,9 +154,8 @@ def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_mo
 
     isolate=True compiles and runs XLA in a worker process (`xla_side.isolated`): a fatal XLA
     CHECK ends the worker and is reported as a crash of the step that was running."""
-    from conformance.debug.explain import xla_side
-
     _check_tolerances(max_ulp, rtol)  # NaN would make every stage "agree"
+    edit_module = xla_side.with_planted(edit_module)   # and compiler faults planted by conformance.faults.inject
     xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
     ids = xla.device_ids
     stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),
@@ -211,7 +213,7 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
     if exp.diverged_in is None and len(evaluated) < 2:
         exp.diverged_in = "undetermined"
     if exp.diverged_in == "undetermined":
-        exp.op, exp.op_text, exp.source = None, "", ""
+        exp.op, exp.op_text, exp.source, exp.op_index = None, "", "", None
     for st in stages:
         if st.missing_ops:
             exp.notes.append(f"{st.name}: refsim.stablehlo has no rule for {sorted(st.missing_ops)}")
@@ -238,6 +240,7 @@ def _name_op(exp: Explanation, prev, st, device_ids, rule):
     if op is None:
         return
     exp.op, exp.op_text, exp.source = op.name, op.text, op.loc.source
+    exp.op_index = getattr(op, "index", None)
     if res is not None:  # the op's own value: its per-device errors and first differing elements
         exp.devices, exp.elements = res[1], res[2]
 
@@ -265,8 +268,6 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     program in a worker process (`isolate=True`), so a fatal XLA CHECK is reported as a crash of
     the stage that was running instead of ending this process.
     """
-    from conformance.debug import region as R
-
     _check_tolerances(max_ulp, rtol)  # before any tracing: NaN would make every stage "agree"
     called = all(v is None for v in (mesh, in_specs, out_specs, in_shardings, out_shardings, pmap_kwargs))
     if mesh is not None:
@@ -304,8 +305,6 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
         except (ValueError, TypeError):
             reg = None  # the op is then named from the stages' own traces only
     if mesh is None:
-        from refsim.layouts.mesh import Mesh
-
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
     exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from conformance.debug.explain.core import explain_staged
+from conformance.debug.explain.program import from_corpus
 from conformance.debug.explain.stages import STAGES
 
 
@@ -34,8 +35,6 @@ def _status(exp, st) -> str:
 
 
 def check_program(prog) -> Row:
-    from conformance.debug.explain.program import from_corpus
-
     try:
         staged = from_corpus(prog)
     except NotImplementedError:

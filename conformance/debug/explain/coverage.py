@@ -10,7 +10,18 @@ calls by target) of each lowered and compiled module against refsim.stablehlo's 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Iterator
+
+import refsim.stablehlo as sh
+from conformance.debug.explain.program import build_called, from_case, from_corpus
+from conformance.strategies.programs import FAMILIES
+from conformance.suites import base, programs as suite
+from refsim.stablehlo import plan
+from refsim.stablehlo.registry import load, op_key
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 EXAMPLES = ("transformer_jit", "transformer_fsdp", "pipeline", "moe")
 
@@ -27,8 +38,6 @@ class Module:
 
 
 def _modules_of(source: str, staged) -> Iterator[Module]:
-    import refsim.stablehlo as sh
-
     yield Module(source, "lowered", staged.lowered.compiler_ir("stablehlo"))
     try:
         compiled = staged.compiled()
@@ -40,7 +49,6 @@ def _modules_of(source: str, staged) -> Iterator[Module]:
 
 def corpus_modules(names=None) -> Iterator[Module]:
     from conformance.cases import corpus
-    from conformance.debug.explain.program import from_corpus
 
     for prog in (corpus.PROGRAMS if not names else [corpus.by_name(n) for n in names]):
         try:
@@ -52,10 +60,6 @@ def corpus_modules(names=None) -> Iterator[Module]:
 
 def example_modules(names=EXAMPLES) -> Iterator[Module]:
     """The examples/ models' training steps, lowered with their own `init()` arguments."""
-    import importlib
-
-    from conformance.debug.explain.program import build_called
-
     for name in names:
         mod = importlib.import_module(f"examples.{name}")
         yield from _modules_of(f"examples:{name}", build_called(mod.train_step, mod.init()))
@@ -64,7 +68,6 @@ def example_modules(names=EXAMPLES) -> Iterator[Module]:
 def catalogue_modules(names=None) -> Iterator[Module]:
     """The op catalogue's programs (`conformance.debug.explain.op_catalogue`), each under `jax.jit`."""
     from conformance.debug.explain import op_catalogue
-    from conformance.debug.explain.program import build_called
 
     for name, fn, args in op_catalogue.programs():
         if names and name not in names:
@@ -79,10 +82,6 @@ def catalogue_modules(names=None) -> Iterator[Module]:
 
 def drawn_modules(count: int = 1, seed: int = 7) -> Iterator[Module]:
     """`count` programs of every family of the programs suite's generator (as the suite draws them)."""
-    from conformance.debug.explain.program import from_case
-    from conformance.strategies.programs import FAMILIES
-    from conformance.suites import base, programs as suite
-
     for fam in FAMILIES:
         for case in base.draw(suite.strategy(fam, None, 8), count, seed):
             if case.entry == "device_put":
@@ -144,10 +143,6 @@ class Coverage:
 
 
 def coverage(modules: list[Module]) -> Coverage:
-    import refsim.stablehlo as sh
-    from refsim.stablehlo import plan
-    from refsim.stablehlo.registry import load, op_key
-
     table = load()
     ops: dict = {}
     missing: dict = {}

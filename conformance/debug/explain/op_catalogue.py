@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 
 def _f32(*shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)

@@ -16,7 +16,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+import refsim
+import xla_backend
+from conformance.oracle import program as oprog
+from refsim import compat
 from refsim.layouts.mesh import Mesh
+from xla_backend import placement, staging
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 
 @dataclasses.dataclass
@@ -77,9 +85,6 @@ def build(fn, args, *, mesh: Mesh | None = None, in_specs=None, out_specs=None, 
     platforms = tuple(lowering_platforms) if lowering_platforms else None
     import jax
 
-    import refsim
-    from xla_backend import placement, staging
-
     args = [placement.canonical_numpy(a) for a in jax.tree_util.tree_leaves(tuple(args))]
     if pmap_kwargs is not None:
         layout = staging.Layout.pmap(**pmap_kwargs)
@@ -108,8 +113,6 @@ def build_called(fn, args, *, lowering_platforms=None) -> Staged:
     where they are placed) and NumPy values. refsim replays the traced call as
     `conformance.check` does (`conformance.oracle.program`)."""
     import jax
-
-    from conformance.oracle import program as oprog
 
     args = tuple(args)
     call = fn if hasattr(fn, "lower") else jax.jit(fn)
@@ -145,8 +148,6 @@ def _device_ids_of(leaves, lowered) -> list:
     the output shardings it was lowered with, else every device."""
     import jax
 
-    from refsim import compat
-
     for s in [getattr(x, "sharding", None) for x in leaves] + list(_safe(compat.lowered_out_shardings, lowered)):
         mesh = getattr(s, "mesh", None)
         if isinstance(mesh, jax.sharding.Mesh) and mesh.size > 1:
@@ -173,8 +174,6 @@ def _leaves(out) -> list:
 
 def from_corpus(prog, lowering_platforms=None) -> Staged:
     """`build` for a `conformance.cases.corpus.Program` with the inputs of seed 0."""
-    import xla_backend
-
     args = prog.inputs(0)
     if prog.kind == "pmap":
         return build(prog.fn, args, pmap_kwargs=dict(prog.pmap_kwargs), lowering_platforms=lowering_platforms)

@@ -20,7 +20,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+import refsim.stablehlo as sh
 from refsim import compat as _compat
+from refsim.interpreter.registry import Context, load_rules
+from refsim.stablehlo import UnsupportedOp
+from xla_backend import convert
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
 STAGES = ("jaxpr", "lowered", "compiled", "executed")
 # the boundary before each stage, named after who is at fault when it is the first to differ
@@ -84,7 +91,6 @@ def _timed(stage: Stage, fn: Callable[[], Any], *, xla: bool = False):
     try:
         return fn()
     except Exception as e:  # noqa: BLE001 - a stage that cannot run is reported, not raised
-        from refsim.stablehlo import UnsupportedOp
 
         stage.error = f"{type(e).__name__}: {e}"
         if isinstance(e, UnsupportedOp):
@@ -150,31 +156,17 @@ class _OpTrace:
                 runs.append((self.counter, outs[0]))
 
     def keyed(self, program) -> dict:
+        """{(key, occurrence): [(op, its runs), ...]} of the evaluated ops, grouped as `static_groups`."""
         out: dict = {}
-        counts: dict = {}
-
-        def block(b):
-            prev = None
-            for op in b.ops:
-                key = loc_key(op.loc)
-                if key is not None:
-                    if key != prev:
-                        counts[key] = counts.get(key, 0) + 1
-                    if op.index in self.runs:
-                        out.setdefault((key, counts[key] - 1), []).append((op, self.runs[op.index]))
-                prev = key
-                for r in op.regions:
-                    block(r)
-
-        for fn in program.funcs.values():
-            block(fn.body)
+        for group, op in located_ops(program):
+            if op.index in self.runs:
+                out.setdefault(group, []).append((op, self.runs[op.index]))
         return out
 
 
-def static_groups(program) -> dict:
-    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
-    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
-    out: dict = {}
+def located_ops(program):
+    """((key, occurrence), op) of every op with a source location, in program order (regions
+    depth first): consecutive ops of one location key in a block are one occurrence of it."""
     counts: dict = {}
 
     def block(b):
@@ -184,13 +176,21 @@ def static_groups(program) -> dict:
             if key is not None:
                 if key != prev:
                     counts[key] = counts.get(key, 0) + 1
-                out.setdefault((key, counts[key] - 1), []).append(op)
+                yield (key, counts[key] - 1), op
             prev = key
             for r in op.regions:
-                block(r)
+                yield from block(r)
 
     for fn in program.funcs.values():
-        block(fn.body)
+        yield from block(fn.body)
+
+
+def static_groups(program) -> dict:
+    """{(key, occurrence): [op, ...]} of every op with a source location, grouped as
+    `_OpTrace.keyed` groups their evaluations (consecutive ops of one key in a block)."""
+    out: dict = {}
+    for group, op in located_ops(program):
+        out.setdefault(group, []).append(op)
     return out
 
 
@@ -240,7 +240,6 @@ def _refsim_sharding(s):
     s = getattr(s, "sharding", s)
     if s is None or hasattr(s, "indices_by_id"):
         return None
-    from xla_backend import convert
 
     try:
         return convert.from_jax_sharding(s)
@@ -267,7 +266,6 @@ def _jaxpr_trace(region, args) -> dict:
     and cond bodies) included, keyed like ops: (primitive, file, line) and occurrence in order of
     first evaluation."""
     from refsim.interpreter import core
-    from refsim.interpreter.registry import Context, load_rules
     from refsim.interpreter.rules.sharding import split_by_spec
 
     load_rules()
@@ -384,8 +382,6 @@ def not_compiled(failure: dict) -> list:
 
 
 def run_lowered(staged, shardings, device_ids) -> Stage:
-    import refsim.stablehlo as sh
-
     st = Stage("lowered")
 
     def go():
@@ -418,8 +414,6 @@ def flat_in_shardings(compiled) -> list:
 
 def run_compiled(staged, xla, device_ids) -> Stage:
     """refsim.stablehlo on XLA's compiled per-device module (`xla`: an `xla_side.XlaRun`)."""
-    import refsim.stablehlo as sh
-
     st = Stage("compiled")
     if xla.compiled is not None:
         f = xla.compiled

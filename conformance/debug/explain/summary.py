@@ -6,6 +6,12 @@ stages cannot be evaluated still gets its report (with `error` saying why).
 """
 from __future__ import annotations
 
+# the one line a report prints for a stage record lives with the failure record it formats
+from conformance.report.failure import stage_line  # noqa: F401 - kept name
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
 
 def summarize(exp) -> dict:
     """{"diverged_in", "op", "source", "stages": {stage: agrees with the previous}, "headline",
@@ -49,24 +55,3 @@ def _stage_of_reproducer(path: str) -> dict:
         return summarize(explain(fn, *case.inputs, **kw))
     except Exception as e:  # noqa: BLE001 - the failure is reported whatever happens here
         return {"diverged_in": None, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-
-
-def stage_line(stage: dict) -> str:
-    """One line for a report: where the stages first diverged, and at which op."""
-    if not stage:
-        return ""
-    if stage.get("error"):
-        return f"stage: not localised ({stage['error']})"
-    where = stage.get("diverged_in")
-    if where is None and stage.get("not_evaluated"):
-        return "stage: " + stage.get("headline", "no divergence found, but not every stage was compared")
-    if where is None:
-        return "stage: refsim's stages (jaxpr, lowered, compiled) and execution agree on the reproducer"
-    if where == "undetermined":
-        return "stage: " + stage.get("headline", "diverged in: undetermined").replace("diverged in: ", "diverged in ")
-    text = f"stage: diverged in {where}"
-    if stage.get("crash"):
-        text += f" (crash: {stage['crash']})"
-    if stage.get("op"):
-        text += f" at {stage['op']}" + (f" ({stage['source']})" if stage.get("source") else "")
-    return text

@@ -23,6 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.debug import diff
+from conformance.verdict.compare import unit_roundoff
+from refsim.stablehlo import plan
+from refsim.stablehlo.ops.reduce import body_kind
 
 DEFAULT_ULPS = 256
 NARROW_ULPS = 16
@@ -52,8 +55,6 @@ def _floating(dtype) -> bool:
 
 def op_rounds(op) -> bool:
     """True when `op` (a `refsim.stablehlo.plan.Op`) may round a floating result."""
-    from refsim.stablehlo.ops.reduce import body_kind
-
     if not any(_floating(t.dtype) for t in op.types):
         return False
     short = op.name.split(".", 1)[-1]
@@ -70,8 +71,6 @@ def op_rounds(op) -> bool:
 
 def program_rounds(program) -> bool:
     """True when some op of the module (`plan.Program`) may round a floating result."""
-    from refsim.stablehlo import plan
-
     return any(op_rounds(op) for fn in program.funcs.values() for op in plan.walk(fn.body))
 
 
@@ -82,8 +81,6 @@ def ulps_for(dtype) -> int:
 
 def allowed(before: np.ndarray, ulps: float | None = None) -> float:
     """The allowed |after - before| for every element of a rounding value: ulps * u * max|before|."""
-    from conformance.verdict.compare import unit_roundoff
-
     b = np.asarray(before)
     finite = b[np.isfinite(b)] if b.dtype.kind in "fc" else b.astype(np.float64)[np.isfinite(b.astype(np.float64))]
     scale = float(np.abs(finite.astype(np.complex128 if b.dtype.kind == "c" else np.float64)).max()) if finite.size else 0.0

@@ -209,10 +209,13 @@ def _queues(earlier: dict) -> dict:
     return out
 
 
-def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dict, anchor=None):
+def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dict, anchor=None,
+                  in_order: bool = False):
     """One re-interpretation of `st` with its paired ops compared with, and (where `anchor(primary)`
     says so, default all) replaced by, `prev`'s values. Returns ([(op to name, per_device triple)]
-    of the ops that differ, in evaluation order; the outputs, or None if the run failed)."""
+    of the ops that differ, in evaluation order; the outputs, or None if the run failed).
+    An op pairs with the first value of its key that it agrees with, else the first not yet
+    taken; with `in_order`, the ops `anchor` puts right take their key's values in order."""
     queues = _queues(prev.trace)
     found: list = []
 
@@ -232,7 +235,8 @@ def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dic
         if not q:
             return None
         pick, res = 0, None
-        for i, ref in enumerate(q):
+        ordered = in_order and anchor is not None and anchor(primary)
+        for i, ref in enumerate(q if not ordered else ()):
             r = differs(ref, val, device_ids, rule)
             if r is not None and r[0]:
                 pick, res = i, r
@@ -287,10 +291,15 @@ def anchored_op(prev, st, device_ids, rule: Rule):
         return None, None, False
     collectives = [(o, r) for o, r in found if o.name.split(".", 1)[-1] in _COLLECTIVES]
     for name in dict.fromkeys(o.name for o, _ in collectives):
-        _, outs = _anchored_run(prev, st, device_ids, rule, compiled, results, anchor=lambda p, n=name: p.name == n)
-        if outs is not None and all(per_device(a, b, device_ids, rule)[0] for a, b in zip(prev.outputs, outs)):
-            op, res = next((o, r) for o, r in found if o.name == name)
-            return op, res, True
+        # Paired by agreement first (passes reorder ops), then in evaluation order: a faulty op can
+        # agree with another op's value of the same key (a pipeline's reversed forward ppermute equals
+        # a value of its backward one), and then only the order pairs it right.
+        for in_order in (False, True):
+            _, outs = _anchored_run(prev, st, device_ids, rule, compiled, results,
+                                    anchor=lambda p, n=name: p.name == n, in_order=in_order)
+            if outs is not None and all(per_device(a, b, device_ids, rule)[0] for a, b in zip(prev.outputs, outs)):
+                op, res = next((o, r) for o, r in found if o.name == name)
+                return op, res, True
     op, res = (collectives or found)[0]
     return op, res, False
 

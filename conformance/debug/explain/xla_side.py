@@ -13,7 +13,31 @@ from typing import Any
 
 import numpy as np
 
+import refsim.stablehlo as sh
 from conformance.debug.explain import stages as S
+from refsim import compat
+from xla_backend import isolated as iso
+
+# JAX is imported inside functions: importing conformance never loads it, so the platform
+# (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
+
+# Edits of the lowered module planted by `conformance.faults.inject` (compiler-stage faults): explain
+# applies them, in order, after its own `edit_module`, to every module it compiles.
+PLANTED_EDITS: list = []
+
+
+def with_planted(edit_module=None):
+    """`edit_module` followed by the planted edits (`PLANTED_EDITS`), or `edit_module` when none is planted."""
+    edits = [e for e in (edit_module, *PLANTED_EDITS) if e is not None]
+    if len(edits) <= 1:
+        return edits[0] if edits else None
+
+    def edit(text: str) -> str:
+        for e in edits:
+            text = e(text)
+        return text
+
+    return edit
 
 
 @dataclasses.dataclass
@@ -63,9 +87,6 @@ def in_process(staged, edit_module=None) -> XlaRun:
     """Compile and run in this process (a fatal XLA CHECK ends it)."""
     import jax
 
-    import refsim.stablehlo as sh
-    from refsim import compat
-
     try:
         with staged.context():
             compiled = (compat.compile_edited_module(staged.lowered, edit_module) if edit_module is not None
@@ -103,10 +124,6 @@ def _execute_failure(text: str) -> dict:
 def isolated(staged, edit_module=None, *, timeout: float = 600.0) -> XlaRun:
     """Compile and run in `xla_backend.isolated`'s worker process."""
     import jax
-
-    import refsim.stablehlo as sh
-    from refsim import compat
-    from xla_backend import isolated as iso
 
     if staged.platforms is not None:
         return _failed(staged, S.classify_compile_error(RuntimeError("lowered elsewhere"), staged.platforms))

@@ -16,7 +16,7 @@ import scipy.special as sp
 from refsim import libm
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
-from refsim.values import complex_from_parts
+from refsim.values import complex_from_parts, quiet_nan
 
 
 def _operands(ctx, invals):
@@ -108,20 +108,22 @@ def _shift_right_arithmetic(x, y):
 
 
 def _max(x, y):
-    """XLA maximum: NaN propagates and +0 > -0 (NumPy returns either zero)."""
+    """StableHLO maximum, IEEE 754-2019 maximum: NaN propagates as a quiet NaN (a signalling
+    NaN operand gives its quiet form) and +0 > -0 in either operand order (NumPy returns
+    either zero and passes a signalling NaN through)."""
     out = np.maximum(x, y)
     if U.is_float(x.dtype):
         both_zero = (x == 0) & (y == 0)
-        out = np.where(both_zero, x + y, out)  # -0 only when both are -0
+        out = quiet_nan(np.where(both_zero, x + y, out))  # -0 only when both are -0
     return out
 
 
 def _min(x, y):
-    """XLA minimum: NaN propagates and -0 < +0."""
+    """StableHLO minimum, IEEE 754-2019 minimum: a quiet NaN result and -0 < +0."""
     out = np.minimum(x, y)
     if U.is_float(x.dtype):
         both_zero = (x == 0) & (y == 0)
-        out = np.where(both_zero, -((-x) + (-y)), out)  # +0 only when both are +0
+        out = quiet_nan(np.where(both_zero, -((-x) + (-y)), out))  # +0 only when both are +0
     return out
 
 

@@ -2,7 +2,8 @@
 
 Axes name local dims and are shifted past the mesh dims. Identities follow XLA
 (reduce of an empty axis gives the identity: 0, 1, -inf / INT_MIN for max, +inf /
-INT_MAX for min). Max/min use XLA's maximum/minimum (NaN propagates, +0 > -0).
+INT_MAX for min). Max/min use StableHLO's maximum/minimum (IEEE 754-2019: a quiet NaN
+propagates, +0 > -0).
 Integer sums and products wrap; narrow floats accumulate in float32 and round once.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from refsim.interpreter.registry import register
 from refsim.interpreter.rules import _util as U
 from refsim.interpreter.rules.elementwise import _max, _min
+from refsim.values import quiet_nan
 
 
 def _identity(kind: str, dtype):
@@ -60,9 +62,10 @@ def _reduce(kind, x, axes, nm):
         elif kind == "prod":
             out = np.prod(xc, axis=ax, dtype=cd) if dtype != bool else np.all(x, axis=ax)
         elif kind == "max":
-            out = _tree_reduce(xc, ax, _max) if U.is_float(dtype) else np.max(xc, axis=ax)
+            # quiet_nan: a reduce over one element still applies maximum to it and the init
+            out = quiet_nan(_tree_reduce(xc, ax, _max)) if U.is_float(dtype) else np.max(xc, axis=ax)
         elif kind == "min":
-            out = _tree_reduce(xc, ax, _min) if U.is_float(dtype) else np.min(xc, axis=ax)
+            out = quiet_nan(_tree_reduce(xc, ax, _min)) if U.is_float(dtype) else np.min(xc, axis=ax)
         elif kind == "and":
             out = np.all(x, axis=ax) if dtype == bool else np.bitwise_and.reduce(x, axis=ax)
         elif kind == "or":

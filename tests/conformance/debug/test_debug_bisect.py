@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conformance.debug import bisect, trace
+from conformance.faults import inject
 from conformance.faults.jaxpr import regrouped_psum, reversed_ppermute, rewrite
 from refsim import Mesh, NamedSharding, PartitionSpec as P
 
@@ -93,7 +94,8 @@ def test_reversed_ppermute_is_named_with_its_devices():
     expected = _devices(p for p in t if not np.array_equal(good[p], bad[p]))
     assert expected == _devices(p for p in t if p[1] != 3)  # y=3 receives nothing either way
 
-    res = bisect(program, A, B, runner=reversed_ppermute(4), **KW)
+    with inject(reversed_ppermute(4)):      # the jaxpr stage through the one inject: bisect's runner
+        res = bisect(program, A, B, **KW)
     d = res.divergence
     assert (d.index, d.primitive) == (4, "ppermute")
     assert d.params["perm"] == ((0, 1), (1, 2))  # the program's own params, as refsim ran them

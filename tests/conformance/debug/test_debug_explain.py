@@ -13,8 +13,10 @@ from jax import lax
 import xla_backend
 from conformance.debug.explain import explain
 from conformance.faults import compiler as planted
+from conformance.faults import inject
 from refsim import compat as _compat
 from conformance import faults
+from psum_reproducer import REPRO
 
 P = jax.sharding.PartitionSpec
 X = (np.arange(16, dtype=np.float32).reshape(8, 2) + 1) * np.array([1, -3], np.float32)
@@ -125,8 +127,9 @@ def test_module_edited_before_compiling_is_a_compiler_fault(m8):
 
 def test_all_reduce_body_changed_before_compiling_is_a_compiler_fault(m24):
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
-    e = explain(lambda a: lax.psum(a, "x"), x, mesh=m24, in_specs=P("x", "y"), out_specs=P(None, "y"),
-                edit_module=planted.all_reduce_sum_as_max)
+    with inject(planted.all_reduce_sum_as_max) as names:    # the compiler stage through the one inject
+        e = explain(lambda a: lax.psum(a, "x"), x, mesh=m24, in_specs=P("x", "y"), out_specs=P(None, "y"))
+    assert names == ["all_reduce_sum_as_max"]
     assert e.diverged_in == "compiler", e.report()
     assert e.op == "stablehlo.all_reduce"
 
@@ -182,23 +185,6 @@ def test_failing_case_report_names_the_stage(tmp_path):
     stage = res.details["stage"]
     assert stage["diverged_in"] == "lowering" and stage["op"] == "stablehlo.collective_permute", stage
     assert "diverged in lowering at stablehlo.collective_permute" in render_page([res], {})
-
-
-REPRO = '''\
-# conformance reproducer v1: shard_map/psum/8
-import numpy as np, jax
-from jax.sharding import PartitionSpec as P
-MESH_SHAPE = (8,)
-AXIS_NAMES = ('i',)
-DEVICE_IDS = [0, 1, 2, 3, 4, 5, 6, 7]
-KIND = "shard_map"
-IN_SPECS = (P('i'),)
-OUT_SPECS = P()
-CHECK_VMA = True
-def program(a):
-    return jax.lax.psum(a * 2.0, 'i')
-def inputs(): return (np.arange(16, dtype=np.float32).reshape(8, 2),)
-'''
 
 
 def test_cli_explain_json_and_exit_codes(tmp_path, capsys):

@@ -116,3 +116,38 @@ def test_a_reproducer_written_by_check_is_accepted_by_explain_and_bisect(tmp_pat
     # without the fault the reproducer's program agrees at every stage
     assert main(["explain", repro]) == 0
     assert "all stages agree" in capsys.readouterr().out
+
+
+EXPLICIT_SOURCE = '''\
+def f(a):
+    s = jnp.sum(jax.sharding.reshard(a, P()), axis=0, keepdims=True)
+    return (jnp.matmul(jnp.swapaxes(s, -1, -2), s, out_sharding=P("y")),)
+'''
+
+
+def test_a_reproducer_on_an_explicit_mesh_is_explained_on_that_mesh(tmp_path):
+    # The sharded suite's Explicit programs (reshard, out_sharding=) do not even trace on Auto axes:
+    # the reproducer states its AXIS_TYPES and the loader builds the mesh with them, so a failing
+    # case gets its stage instead of "not localised (... axis name: y of type: AxisType.Auto)".
+    import refsim
+    from conformance.cases.program import Program
+    from conformance.debug import loader
+    from conformance.debug.explain.summary import stage_of_reproducer
+    from refsim.layouts.mesh import AxisType, Mesh
+    from refsim.layouts.named_sharding import NamedSharding
+    from refsim.layouts.partition_spec import PartitionSpec
+
+    m = Mesh((4, 2), ("x", "y"), device_ids=np.arange(8).reshape(4, 2), axis_types=(AxisType.Explicit,) * 2)
+    x = np.arange(16, dtype=np.float32).reshape(8, 2)
+    case = Program(family="explicit", source=EXPLICIT_SOURCE, entry="jit", mesh=m, args=(x,),
+                   in_shardings=(NamedSharding(m, PartitionSpec("x")),),
+                   out_shardings=(NamedSharding(m, PartitionSpec("y")),))
+    path = tmp_path / "explicit.py"
+    path.write_text(case.repro(case.run(refsim)))
+    assert "AXIS_TYPES = ('Explicit', 'Explicit')" in path.read_text()
+    assert loader.load(str(path)).mesh.axis_types == (AxisType.Explicit,) * 2
+    assert stage_of_reproducer(str(path)) == {**stage_of_reproducer(str(path)), "diverged_in": None,
+                                              "headline": "all stages agree"}
+    with faults.inject("partitioned_reduction_drops_shard"):   # the sum over x leaves out a shard
+        stage = stage_of_reproducer(str(path))
+    assert stage.get("diverged_in") == "lowering" and ":2" in stage.get("source", ""), stage

@@ -18,6 +18,7 @@ from conformance.debug import bisect
 from conformance.debug.explain import explain
 from conformance.faults import compiler as planted
 from conformance.faults import lowering as faults
+from psum_reproducer import REPRO
 
 P = jax.sharding.PartitionSpec
 X = np.arange(16, dtype=np.float32).reshape(8, 2) - 5
@@ -60,23 +61,6 @@ def test_bisect_names_the_equation_whose_op_makes_xla_crash(m8):
     assert d is not None and d.primitive == "ppermute" and "planted fatal CHECK" in d.crash, r.report()
     assert r.report().startswith("CRASH: XLA fails on the program once it includes equation")
     assert bisect(_f, X, mesh=m8, in_specs=P("i"), out_specs=P()).ok
-
-
-REPRO = '''\\
-# conformance reproducer v1: shard_map/psum/8
-import numpy as np, jax
-from jax.sharding import PartitionSpec as P
-MESH_SHAPE = (8,)
-AXIS_NAMES = ('i',)
-DEVICE_IDS = [0, 1, 2, 3, 4, 5, 6, 7]
-KIND = "shard_map"
-IN_SPECS = (P('i'),)
-OUT_SPECS = P()
-CHECK_VMA = True
-def program(a):
-    return jax.lax.psum(a * 2.0, 'i')
-def inputs(): return (np.arange(16, dtype=np.float32).reshape(8, 2),)
-'''
 
 
 def test_the_explain_cli_survives_a_fatal_check(tmp_path, capsys):

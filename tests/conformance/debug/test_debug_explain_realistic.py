@@ -159,11 +159,16 @@ EXAMPLES = [
     ("pipeline", "ppermute_pairs_reversed", "lowering", "stablehlo.collective_permute"),
     ("transformer_fsdp", "psum_accumulates_in_bf16", "lowering", "stablehlo.all_reduce"),
     ("moe", "all_to_all_split_concat_swapped", "lowering", "stablehlo.all_to_all"),
-    pytest.param("pipeline", planted.reversed_permute_pairs, "compiler", "stablehlo.collective_permute",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "stage right, op not: inside XLA's compiled pipeline loop the collective_permute pairs with no "
-                     "lowered value, and putting right the loss's all_reduce hides the fault downstream"))),
+    # the reversed forward ppermute equals a value of the backward one: explain puts the ops it
+    # verifies right in evaluation order, not by the first value they agree with
+    ("pipeline", planted.reversed_permute_pairs, "compiler", "stablehlo.collective_permute"),
     ("transformer_fsdp", planted.all_reduce_sum_as_max, "compiler", "stablehlo.all_reduce"),
+    # a gradient's reduce_scatter (all_gather's transpose) with a max body: XLA's compiled module has
+    # three reduce_scatters of one key and shape, which explain pairs by the values they agree with
+    ("transformer_fsdp", planted.reduce_scatter_sum_as_max, "compiler", "stablehlo.reduce_scatter"),
+    ("transformer_fsdp", planted.all_reduce_sum_as_product, "compiler", "stablehlo.all_reduce"),
+    ("moe", planted.all_reduce_sum_as_max, "compiler", "stablehlo.all_reduce"),
+    ("pipeline", planted.all_reduce_sum_as_product, "compiler", "stablehlo.all_reduce"),
 ]
 
 

@@ -99,7 +99,7 @@ def test_a_hanging_process_ends_the_run_naming_it_within_the_case_timeout(tmp_pa
     t0 = time.monotonic()
     r = launch(RUN + ["--examples", "1", "--case-timeout", "5"],
                env_extra={"CONFORMANCE_DISTRIBUTED_FAULT": "hang:1:0"})
-    assert r.returncode == 1
+    assert r.returncode == 3  # process 0's own: the run did not finish (the launcher passes it on)
     assert time.monotonic() - t0 < 200
     out = r.stdout + r.stderr
     assert "process 1 did not send its results of case #0" in out and "hung or has died" in out
@@ -110,7 +110,7 @@ def test_a_hanging_process_ends_the_run_naming_it_within_the_case_timeout(tmp_pa
 def test_a_dying_process_ends_the_run_naming_it(tmp_path):
     r = launch(RUN + ["--examples", "1", "--case-timeout", "60"],
                env_extra={"CONFORMANCE_DISTRIBUTED_FAULT": "die:1:1"})
-    assert r.returncode == 1
+    assert r.returncode == 17  # the dying process's own status, passed on by the launcher
     assert re.search(r"launch: process 1 \(pid \d+\): exit status 17", r.stderr), r.stderr
     assert re.search(r"launch: process 0 \(pid \d+\): terminated by the launcher \(process 1 failed\)", r.stderr)
     assert_gone(launcher_pids(r.stderr))

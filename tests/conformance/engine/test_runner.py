@@ -280,7 +280,7 @@ def test_xla_cpu_pmax_ignoring_nan_is_found_without_an_entry_and_expected_with_i
     x[0, 0] = np.nan
     call = CollectiveCall(family="pmax", source="def f(a):\n    return jax.lax.pmax(a, 'x')\n", entry="shard_map",
                           mesh=Mesh((8,), ("x",)), args=(x,), in_specs=(P("x"),), out_specs=P(),
-                          labels=(("axes", "'x'"),), outputs=("exact_unsigned_zero",), name="pmax",
+                          labels=(("axes", "'x'"),), outputs=("exact",), name="pmax",
                           params={"axis_name": "x"})
     task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
     found = runner.run_task(task, None, None, shrink_seconds=0)
@@ -330,3 +330,47 @@ def test_strict_xfails_fails_the_run_on_stale_and_too_broad_entries(tmp_path, mo
     assert strict.summary["strict_xfail_problems"] == [task.case_id] + strict.summary["too_broad_xfails"]
     (row,) = strict.summary["xfail_entries"]
     assert (row["signature"], row["cases"], row["xpass"]) == ("mismatch(any)", 1, 1)
+
+
+@pytest.mark.parametrize("name, data, xla_zero", [("pmax", [-0.0, 0.0], "-0.0"), ("pmin", [0.0, -0.0], "0.0")])
+def test_xla_cpu_max_min_keeping_the_first_zero_is_found_and_expected_with_its_signature(name, data, xla_zero):
+    # StableHLO maximum / minimum are IEEE 754-2019's: +0 > -0 in either order, so pmax over [-0, +0] is +0
+    # and pmin over [+0, -0] is -0 (refsim); XLA:CPU's all-reduce keeps the first of equal values
+    from conformance.verdict import platform_models
+
+    x = np.array(data, np.float32).reshape(2, 1)
+    call = CollectiveCall(family=name, source=f"def f(a):\n    return jax.lax.{name}(a, 'x')\n", entry="shard_map",
+                          mesh=Mesh((2,), ("x",)), args=(x,), in_specs=(P("x"),), out_specs=P(),
+                          labels=(("axes", "'x'"),), outputs=("exact",), name=name, params={"axis_name": "x"})
+    task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
+    found = runner.run_task(task, None, None, shrink_seconds=0)
+    assert found.status == "fail" and found.details["failure"]["classes"] == ["signed-zero"], found.message
+    ieee = "0.0" if name == "pmax" else "-0.0"
+    assert f"refsim {ieee}, xla {xla_zero}" in found.message
+    entry = xfails.load(None, platform="cpu").lookup(task.case_id)
+    assert entry.signature == "model(xla-cpu-max-min)"
+    listed = runner.run_task(task, None, entry, shrink_seconds=0)
+    assert listed.status == "xfail" and listed.message.startswith("expected failure model(xla-cpu-max-min)")
+    # the model predicts the first zero exactly, sign included: refsim's IEEE zero is not it
+    assert platform_models.check("xla-cpu-max-min", call, call.run(xla_backend)) is True
+    assert platform_models.check("xla-cpu-max-min", call, call.run(refsim)) is False
+
+
+def test_xla_cpu_folding_a_plus_zero_keeps_subnormals_and_the_arith_model_expects_it():
+    # a + axis_index over a size-1 axis is a + 0, which XLA:CPU folds to a: nothing is flushed, so a
+    # float32 subnormal comes back as it went in (IEEE and refsim: 1e-40 + 0 == 1e-40 too) while the
+    # flushed-arithmetic half of the model predicts 0; -0.0 comes back -0.0 (IEEE: +0.0).
+    from conformance.verdict import platform_models
+
+    x = np.array([1e-40, -0.0, -1e-40], np.float32)
+    call = CollectiveCall(family="axis_index", entry="shard_map",
+                          source="def f(a):\n    return a + jax.lax.axis_index(('y',)).astype(a.dtype)\n",
+                          mesh=Mesh((3, 1), ("x", "y")), args=(x,), in_specs=(P(("x", "y")),), out_specs=P(("x", "y")),
+                          labels=(("axes", "('y',)"),), outputs=("exact",), name="axis_index",
+                          params={"axis_name": ("y",)})
+    xla = call.run(xla_backend)
+    got = np.concatenate([np.asarray(s.data) for s in sorted(xla.shards, key=lambda s: s.index[0].start)])
+    assert got.view(np.uint32).tolist() == x.view(np.uint32).tolist()  # folded: the input's bits
+    assert platform_models.check("xla-cpu-arith", call, xla) is True
+    wrong = dataclasses.replace(call, source=call.source.replace("a + ", "2 * a + 1 + "))
+    assert platform_models.check("xla-cpu-arith", call, wrong.run(xla_backend)) is False

@@ -380,3 +380,53 @@ def test_unknown_fault_name():
     with pytest.raises(ValueError, match=r"unknown fault 'psum_wrong'; choose from ppermute_pairs_reversed"):
         with faults.inject("psum_wrong"):
             pass
+
+
+# -- one inject over every stage ------------------------------------------------------------------
+def test_inject_dispatches_on_the_stage_and_removes_everything_after():
+    from conformance import faults as all_faults
+    from conformance.debug import region
+    from conformance.debug.explain import xla_side
+    from conformance.faults import compiler, jaxpr, numerics
+
+    assert all_faults.stage_of("psum_drop_member") == "lowering"
+    assert all_faults.stage_of(numerics.DOT_GENERAL_BF16) == "lowering"
+    assert all_faults.stage_of(compiler.reversed_permute_pairs) == "compiler"
+    runner = jaxpr.reversed_ppermute()
+    assert all_faults.stage_of(runner) == "jaxpr"
+    with all_faults.inject([compiler.reversed_permute_pairs, compiler.all_reduce_sum_as_max, runner]) as names:
+        assert names == ["reversed_permute_pairs", "all_reduce_sum_as_max", "rewrite 'ppermute'"]
+        assert xla_side.PLANTED_EDITS == [compiler.reversed_permute_pairs, compiler.all_reduce_sum_as_max]
+        assert region.planted_runner is runner
+    assert xla_side.PLANTED_EDITS == [] and region.planted_runner is None
+    with pytest.raises(RuntimeError), all_faults.inject(compiler.reversed_permute_pairs):
+        raise RuntimeError("leaving by an exception")
+    assert xla_side.PLANTED_EDITS == []
+
+
+def test_planted_edits_run_after_explains_own_edit_in_order():
+    from conformance.debug.explain import xla_side
+    from conformance.faults import inject, mark
+
+    @mark("compiler")
+    def add_b(text):
+        return text + "b"
+
+    assert xla_side.with_planted(None) is None
+    with inject(add_b):
+        assert xla_side.with_planted(lambda t: t + "a")("x") == "xab"
+        assert xla_side.with_planted(None)("x") == "xb"
+
+
+def test_inject_refuses_what_is_not_a_fault_and_two_runners():
+    from conformance.faults import inject, jaxpr
+
+    with pytest.raises(TypeError, match="not a fault.*conformance.faults.mark"):
+        with inject(lambda text: text):
+            pass
+    with pytest.raises(ValueError, match="2 jaxpr-stage faults"):
+        with inject([jaxpr.reversed_ppermute(), jaxpr.regrouped_psum(groups=((0,), (1,)))]):
+            pass
+    with pytest.raises(ValueError, match="unknown fault 'no_such_fault'"):
+        with inject("no_such_fault"):
+            pass

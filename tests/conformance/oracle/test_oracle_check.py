@@ -337,28 +337,14 @@ def test_plain_function_reproducer_rebuilds_the_wrapping(mode, tmp_path):
 
 
 def planted_fault():
-    """XLA multiplies by a wrong constant: a `mul` lowered as mul-then-double (planted here only)."""
-    import contextlib
+    """XLA multiplies by a wrong constant: a `mul` lowered as mul-then-square (planted here only)."""
 
-    from jax._src.lax import lax as lax_internal
-
-    from refsim import compat as _compat
-
-    @contextlib.contextmanager
-    def patch():
-        default, _, entry_cls = _compat.lowering_tables()
-        prim = lax_internal.mul_p
-        saved = default[prim]
-
+    def make_rule(orig, env):
         def rule(ctx, a, b, **params):
-            (out,) = saved.rule(ctx, a, b, **params)
-            return saved.rule(ctx.replace(avals_in=ctx.avals_out * 2), out, out, **params)   # out * out
-        default[prim] = entry_cls(rule, saved.inline)
-        try:
-            yield
-        finally:
-            default[prim] = saved
-    return faults.Fault("mul_squared", "mul returns its product squared", patch=patch)
+            (out,) = orig(ctx, a, b, **params)
+            return orig(ctx.replace(avals_in=ctx.avals_out * 2), out, out, **params)   # out * out
+        return rule
+    return faults.Fault("mul_squared", "mul returns its product squared", ("mul",), make_rule)
 
 
 def test_oracle_records_a_disagreement_even_when_the_inputs_were_donated(tmp_path):
@@ -524,32 +510,15 @@ def test_jit_outputs_without_out_shardings_are_compared_on_xlas_layout():
 
 def _matmul_scaled(factor):
     """A planted fault: XLA's dot_general returns its product times `factor`."""
-    import contextlib
 
-    from jax.extend.core import primitives
-
-    from refsim import compat as _compat
-
-    @contextlib.contextmanager
-    def patch():
-        prim = primitives.dot_general_p
-        default, per_platform, entry_cls = _compat.lowering_tables()
-        saved = [(t, t[prim]) for t in [default, *per_platform.values()] if prim in t]
-
-        def scaled(orig):
-            def rule(ctx, *args, **params):
-                (aval,) = ctx.avals_out
-                (out,) = orig(ctx, *args, **params)
-                return [faults.apply(ctx, lambda a: (a.astype(jnp.float32) * factor).astype(a.dtype), out, aval, aval)]
-            return rule
-        try:
-            for t, entry in saved:
-                t[prim] = entry_cls(scaled(entry.rule), entry.inline)
-            yield
-        finally:
-            for t, entry in saved:
-                t[prim] = entry
-    return faults.Fault(f"dot_general_times_{factor}", f"dot_general returns its product times {factor}", patch=patch)
+    def scaled(orig, env):
+        def rule(ctx, *args, **params):
+            (aval,) = ctx.avals_out
+            (out,) = orig(ctx, *args, **params)
+            return [faults.apply(ctx, lambda a: (a.astype(jnp.float32) * factor).astype(a.dtype), out, aval, aval)]
+        return rule
+    return faults.Fault(f"dot_general_times_{factor}", f"dot_general returns its product times {factor}",
+                        ("dot_general",), scaled)
 
 
 def test_narrow_float_bound_is_the_float32_bound_plus_eight_units_of_the_dtype():
@@ -629,3 +598,75 @@ def test_a_disagreement_by_nan_after_growth_past_one_over_u_is_numerically_unsta
     wrong = put([2e18, 2.0])
     pols = policy.choose([ref], {"while", "mul"})
     assert _numerically_unstable(inputs, [ref], pols, compare.compare([ref], [wrong], tolerances=pols)) == ""
+
+
+# -- the disagreement message ends with explain's stage and op ----------------------------------------------
+def test_disagreement_message_ends_with_explain_stage_and_op(tmp_path):
+    # ppermute_pairs_reversed patches JAX's lowering rule: the lowered module already sends the ring
+    # backwards, so the first stage that differs from the jaxpr is the lowered one, at its collective_permute
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(shifted, x, repro_dir=str(tmp_path))
+    err = info.value
+    last = str(err).splitlines()[-1].strip()
+    assert last.startswith("explain: diverged in lowering at stablehlo.collective_permute (op #"), last
+    assert last == err.explain
+    assert err.explanation.diverged_in == "lowering" and err.explanation.op == "stablehlo.collective_permute"
+
+
+def test_explain_false_leaves_the_message_without_an_explain_line(tmp_path):
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(shifted, x, repro_dir=str(tmp_path), explain=False)
+    assert "explain:" not in str(info.value) and info.value.explain == "" and info.value.explanation is None
+
+
+def test_an_explain_that_does_not_finish_is_named_in_the_message(tmp_path, monkeypatch):
+    import threading
+
+    from conformance.debug.explain import core
+
+    release = threading.Event()
+    monkeypatch.setattr(core, "explain", lambda *a, **k: release.wait())   # never returns on its own
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    try:
+        with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+            conformance.check(shifted, x, repro_dir=str(tmp_path), explain_timeout=0.01)
+    finally:
+        release.set()
+    assert str(info.value).splitlines()[-1].strip().startswith("explain: not finished within 0.01 s (explain_timeout)")
+    with pytest.raises(ValueError, match="explain_timeout"):
+        conformance.check(shifted, x, explain_timeout=-1)
+    with pytest.raises(TypeError, match="explain='yes'"):
+        conformance.check(shifted, x, explain="yes")
+
+
+def test_an_explain_that_fails_is_named_and_the_disagreement_stays_the_error(tmp_path, monkeypatch):
+    from conformance.debug.explain import core
+
+    def broken(*a, **k):
+        raise RuntimeError("no stage could be built")
+    monkeypatch.setattr(core, "explain", broken)
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(shifted, x, repro_dir=str(tmp_path))
+    assert str(info.value).splitlines()[-1].strip() == "explain: could not run (RuntimeError: no stage could be built)"
+
+
+def test_explain_line_for_every_verdict():
+    from conformance.debug.explain.core import Explanation
+    from conformance.oracle.check import explain_line
+
+    named = Explanation("compiler", [], {}, op="stablehlo.scatter", op_index=12, source="f.py:7")
+    assert explain_line(named) == "explain: diverged in compiler at stablehlo.scatter (op #12), f.py:7"
+    crash = Explanation("compiler", [], {}, crash="XLA crashed compiling it: Check failed: sliced.has_value()\nmore")
+    assert explain_line(crash) == "explain: diverged in compiler (crash: XLA crashed compiling it: Check failed: sliced.has_value())"
+    undetermined = Explanation("undetermined", [], {}, candidates=["compiler", "backend"],
+                               not_evaluated={"compiled": "refsim.stablehlo has no rule for mhlo.foo"})
+    assert explain_line(undetermined) == ("explain: undetermined between compiler and backend (compiled not evaluated "
+                                          "(refsim.stablehlo has no rule for mhlo.foo))")
+    nothing = Explanation("undetermined", [], {})
+    assert explain_line(nothing) == "explain: undetermined (no stage could be compared)"
+    agree = Explanation(None, [], {}, tolerance="bit-exact")
+    assert explain_line(agree).startswith("explain: no stage differs from the one before under explain's per-op "
+                                          "tolerance (bit-exact; all stages agree)")

@@ -9,7 +9,6 @@ complex64/128; data: special values (NaN, ±inf, ±0, subnormals, the largest fi
 exact-friendly and random values, results near and at the edge of a sum's bound, and complex
 results whose parts are drawn apart.
 """
-import dataclasses
 import io
 
 import ml_dtypes
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 from conformance.cases import repro
 from conformance.verdict import compare as cmp
 from conformance.verdict import elements
+from fake_arrays import Arr, Sh
 
 DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), np.dtype(ml_dtypes.bfloat16),
           np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(np.complex64), np.dtype(np.complex128))
@@ -33,20 +33,6 @@ def _reproducer_check() -> dict:
 
 
 REPRO = _reproducer_check()
-
-
-@dataclasses.dataclass
-class Sh:
-    device_id: int
-    index: tuple
-    data: np.ndarray
-
-
-@dataclasses.dataclass
-class Arr:
-    shape: tuple
-    dtype: np.dtype
-    shards: list
 
 
 def one_element_per_device(a: np.ndarray) -> Arr:

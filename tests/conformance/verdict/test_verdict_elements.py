@@ -1,7 +1,6 @@
 """conformance.verdict: one element check (NumPy only) behind compare and both reproducer
 templates; the old module paths; hand-computed cases of the complex sum check."""
 import ast
-import dataclasses
 import io
 import pathlib
 
@@ -13,24 +12,10 @@ from conformance.cases import repro
 from conformance.oracle import reproduce
 from conformance.verdict import ELEMENT_CHECK, elements
 from conformance.verdict.compare import SumBound, compare
+from fake_arrays import Arr, Sh
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 NAN, INF = float("nan"), float("inf")
-
-
-@dataclasses.dataclass
-class Sh:
-    device_id: int
-    index: tuple
-    data: np.ndarray
-
-
-@dataclasses.dataclass
-class Arr:
-    """The refsim.Array surface compare() reads: shape, dtype, shards."""
-    shape: tuple
-    dtype: np.dtype
-    shards: list
 
 
 def one(values, dtype):

@@ -1,0 +1,38 @@
+"""bench.reruns: the issue-29 measures run (tiny), and its targets are judged from the records.
+No timed assertions: the figures depend on the machine."""
+from __future__ import annotations
+
+from bench import docs as bench_docs
+from bench import reruns
+
+
+def test_quick_run_records_a_cold_run_and_a_rerun():
+    recs = reruns.run(quick=True)
+    by = {r["variant"]: r for r in recs if r["bench"] == "conformance_reruns"}
+    assert set(by) == {"cold", "rerun"}
+    for r in by.values():
+        assert r["examples"] > 0 and r["cpu_ms_per_example"] > 0 and 0 <= r["busy_share"] <= 1.5
+    assert by["cold"]["examples"] == by["rerun"]["examples"]     # the same plan, read back
+    assert reruns.targets(recs) == []                             # no baseline: nothing to judge
+
+
+def _rec(variant, eps, cpu_ms, busy, epm, wall):
+    each = [dict(examples_per_s=eps, cpu_ms_per_example=cpu_ms, busy_share=busy, examples_per_minute=epm,
+                 process_s=wall, cpu_s=cpu_ms * 100 / 1000)]
+    return dict(bench="conformance_reruns", variant=variant, commit="abc", processes=2, cases=10, examples=100,
+                passes=1, each=each, examples_per_s=eps, cpu_ms_per_example=cpu_ms, busy_share=busy,
+                examples_per_minute=epm, process_s=wall)
+
+
+def test_targets_are_judged_from_hand_made_records():
+    recs = [_rec("baseline cold", 10, 30, 0.8, 600, 60), _rec("cold", 12, 25, 0.96, 1900, 58),
+            _rec("baseline rerun", 20, 14, 0.6, 1200, 30), _rec("rerun", 45, 6.5, 0.7, 2400, 15)]
+    recs.append(dict(bench="conformance_reruns_targets", rerun_cpu_ms_per_example=6.5,
+                     baseline_rerun_cpu_ms_per_example=14, rerun_speedup=45 / 20, rerun_speedup_each=[2.25],
+                     cold_busy_share=0.96, baseline_cold_busy_share=0.8, cold_data_per_minute_ratio=1900 / 600,
+                     cold_data_per_minute_ratio_each=[1900 / 600], cold_wall_ratio=58 / 60))
+    rows = reruns.targets(recs)
+    assert [ok for _t, _m, ok in rows] == [True, True, True, True]
+    assert rows[1][1] == "2.25x (per pass: 2.25x)"
+    table = bench_docs._reruns(recs)
+    assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 1 | 70% | 2400 | 15 |" in table
