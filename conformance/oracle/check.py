@@ -660,9 +660,9 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})
     if res.ok:
         return res
-    out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]
+    xla_out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]
     path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, repro_dir, traced=traced,
-                                  out_shardings=out_shardings)
+                                  out_shardings=xla_out_shardings)
     res.repro_path = path
     line, explanation = "", None
     if explain:
