@@ -7,6 +7,7 @@ directory (a block that writes a report leaves nothing in the checkout) with the
 devices that tests/conftest.py configures. A failure names the page, the block's line and the
 exception.
 """
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ def test_pages_are_found():
 def test_doc_page_runs(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # reproducers' default folders land here
     document = _DOCS.parse(page)
     rel = page.relative_to(ROOT).as_posix()
     for example in document:

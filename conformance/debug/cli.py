@@ -47,6 +47,10 @@ def main(argv=None) -> int:
     except (ValueError, TypeError, SyntaxError, ImportError) as e:
         print(f"error: cannot use {args.target}: {e}", file=sys.stderr)
         return 2
+    if case.no_jaxpr:
+        print(f"error: cannot bisect {args.target}: it holds the program as jax.export serialized it, with no "
+              f"jaxpr to bisect. {case.no_jaxpr}.", file=sys.stderr)
+        return 2
     max_ulp = args.max_ulp if args.max_ulp is not None else 0
     try:
         runner = _import_runner(args.runner) if args.runner else None

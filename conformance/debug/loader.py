@@ -59,6 +59,9 @@ class Reproducer:
     expected: Any = None
     tolerance: str = "exact"
     kwargs: Any = None
+    #: why the case has no jaxpr (an oracle reproducer holding the program as jax.export serialized
+    #: it: explain compares its lowered, compiled and executed stages, bisect cannot run); "" otherwise
+    no_jaxpr: str = ""
 
     def bisect_kwargs(self) -> dict:
         """Keyword arguments of `conformance.debug.bisect` for this case (pmap as its shard_map; a
@@ -194,7 +197,9 @@ def _called(fields: dict, target: str) -> Reproducer:
     got = raw() if callable(raw) else raw
     args, kwargs = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict) else (got, {})
     return Reproducer(target=target, kind=CALLED, mesh=None, program=fields["program"](), inputs=tuple(args),
-                      kwargs=dict(kwargs), tolerance=", ".join(sorted(set(fields.get("POLICIES", ["exact"])))))
+                      kwargs=dict(kwargs), tolerance=", ".join(sorted(set(fields.get("POLICIES", ["exact"])))),
+                      no_jaxpr=(fields.get("NOT_BISECTABLE") or "the program is serialized StableHLO")
+                      if fields.get("EXPORTED") is not None else "")
 
 
 def _device_put(fields: dict, target: str, mesh: Mesh, named, common: dict) -> Reproducer:

@@ -31,7 +31,7 @@ from conformance.oracle import intercept
 from conformance.oracle import platform_notes
 from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
-from conformance.oracle import reproduce, vectors
+from conformance.oracle import factorizations, reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict import compare
 from conformance.verdict.elements import abs_diff, is_float
@@ -480,8 +480,9 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
         traced = dataclasses.replace(traced, closed=_without_outputs(traced.closed, drop), stated_out=stated)
         out, paths = [flat_out[k] for k in indices], [paths[k] for k in indices if k < len(paths)]
     xla = prog.xla_outputs(out)
+    conditions = factorizations.Conditions()
     try:
-        ref, where = prog.refsim_outputs(traced, xla)
+        ref, where = prog.refsim_outputs(traced, xla, probe=conditions)
         kinds = [compat.unreduced_kind_of(getattr(getattr(x, "sharding", None), "spec", None))
                  for x in jax.tree_util.tree_leaves(out)]
         ref, xla, where = prog.sum_unreduced(traced, ref, xla, where, kinds)
@@ -492,6 +493,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
     if policy == "auto":
         xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
+        pols = factorizations.apply(traced.closed, ref, xla, pols, conditions, ulps)
     cmp = compare.compare(ref, xla, tolerances=pols)
     if policy == "auto" and not cmp.ok:
         why = _numerically_unstable(traced.flat_args, ref, pols, cmp)
@@ -590,13 +592,30 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
                        provenance=_provenance(ref), seconds={})
 
 
-def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir) -> tuple[str | None, str]:
-    """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be)."""
-    try:
-        text = reproduce.source(fn, name, args, kwargs, ref, pols, wrap=wrap)
-    except reproduce.NotReproducible as e:
-        return None, f"no reproducer: {e}"
-    return reproduce.write(repro_dir, name, text), ""
+def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir, traced=None,
+                     out_shardings=None, prefix: str = "conformance-check-") -> tuple[str | None, str]:
+    """(path, note): the reproducer written to `repro_dir`, or (None, why it could not be).
+
+    The reproducer imports `fn` from its module when it has a module-level name; else (a
+    closure, a local, a JAX-internal function, `fn` None) it holds the program `traced` as
+    `jax.export` serialized it, with `out_shardings` (XLA's outputs' shardings). `repro_dir`: a
+    folder, a function returning one, or None: a fresh temporary folder named `prefix`...,
+    made only when there is a reproducer to write (no empty folders are left behind)."""
+    text, why = None, []
+    if fn is not None:
+        try:
+            text = reproduce.source(fn, name, args, kwargs, ref, pols, wrap=wrap)
+        except reproduce.NotReproducible as e:
+            why.append(str(e))
+    if text is None and traced is not None:
+        try:
+            text = reproduce.exported_source(traced, name, ref, pols, out_shardings)
+        except reproduce.NotReproducible as e:
+            why.append(str(e))
+    if text is None:
+        return None, "no reproducer: " + ("; ".join(why) or "nothing to rebuild the program from")
+    directory = repro_dir() if callable(repro_dir) else repro_dir
+    return reproduce.write(directory or tempfile.mkdtemp(prefix=prefix), name, text), ""
 
 
 def _run_xla(call, placed, kwargs, label):
@@ -671,8 +690,9 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
                                 seconds={"trace": t1 - t0, "xla": t2 - t1})
     if res.ok:
         return res
-    directory = repro_dir or tempfile.mkdtemp(prefix="conformance-check-")
-    path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, directory)
+    xla_out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]
+    path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, repro_dir, traced=traced,
+                                  out_shardings=xla_out_shardings)
     res.repro_path = path
     line, explanation = "", None
     if explain:

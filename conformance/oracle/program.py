@@ -62,6 +62,9 @@ class Traced:
     #: out_shardings of the jit being executed (refsim shardings, None where not stated), when
     #: `closed` is that jit's body (`from_execution`); None when `closed` came from `trace`
     stated_out: list | None = None
+    #: per flat input, (shape, dtype, jax sharding or None) as placed when the call was made
+    #: (`take_host_copies` records it): what a reproducer exports the program for
+    in_avals: list | None = None
 
     @property
     def distributed(self) -> bool:
@@ -261,6 +264,8 @@ def from_execution(params: dict, args, fn=None) -> Traced:
 def take_host_copies(traced: Traced) -> None:
     """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
     refsim reads them; call it before XLA runs the call, which may donate its inputs."""
+    traced.in_avals = [(tuple(np.shape(x)), getattr(x, "dtype", None), getattr(x, "sharding", None))
+                       for x in traced.flat_args]
     traced.flat_args = [_host_copy(x) for x in traced.flat_args]
 
 
@@ -373,9 +378,10 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     return sh
 
 
-def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
+def refsim_outputs(traced: Traced, xla_outs: list, probe=None) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
-    "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice)."""
+    "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice).
+    `probe(eqn, invals, outvals)` sees every equation refsim evaluates (`refsim.evaluate`)."""
     closed, stated = _unwrap_jit(traced.closed, traced.stated_out)
     n = len(closed.jaxpr.outvars)
     stated = [stated[k] if stated is not None and k < len(stated) else None for k in range(n)]
@@ -402,9 +408,9 @@ def refsim_outputs(traced: Traced, xla_outs: list) -> tuple[list, list[str]]:
                         placed = _compiler_placed(xla_outs[k], specs[k], mesh, manual)
                         if placed is not None:
                             layouts[k], where[k] = placed, "xla"
-            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts), where
+            return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts, probe=probe), where
         layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
-        outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts)
+        outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts, probe=probe)
     except UnsupportedPrimitive as e:
         raise NotCheckable("unsupported primitive", e.primitive) from e
     except UnsupportedUnreducedKind as e:

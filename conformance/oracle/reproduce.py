@@ -32,8 +32,8 @@ _HEAD = '''\
 # conformance reproducer v1 (program): {name}
 """Reproducer for a disagreement found by conformance.check in {name}
 
-Imports the program from {file}, runs it with JAX on the inputs it was checked with, and checks
-every device's shard against refsim's values ({policy}).
+{what}. It runs the program with JAX on the inputs it was checked with, and checks every
+device's shard against refsim's values ({policy}).
 
 Run: python {{this file}}   (on CPU it asks XLA for {ndev} host devices unless XLA_FLAGS already names a count)
 """
@@ -72,7 +72,10 @@ def _mesh(ids, names, types):
 
 
 def _import_program():
-    """The checked callable, imported from the user's module (or loaded from its file)."""
+    """The checked callable, imported from the user's module (or loaded from its file); for an
+    exported reproducer, the program deserialized from EXPORTED (jax.export)."""
+    if EXPORTED is not None:
+        return jax.export.deserialize(bytearray(base64.b64decode(EXPORTED))).call
     if PROGRAM_MODULE and PROGRAM_ROOT is not None:
         sys.path.insert(0, PROGRAM_ROOT)
         mod = importlib.import_module(PROGRAM_MODULE)
@@ -143,6 +146,11 @@ def check(out) -> list:
                                        POLICIES[k], ULPS[k], packed, exact_word="refsim", bound_word="allowed",
                                        item=True)
     return failures
+
+
+if __name__ == "__main__" and EXPORTED is not None:
+    print(f"{PROGRAM_NAME}: the program as jax.export serialized it (StableHLO with its shardings; "
+          f"{NOT_BISECTABLE})")
 
 
 # <main>
@@ -253,9 +261,13 @@ def _mesh_desc(jmesh) -> tuple:
 
 
 def _layout(x):
+    return _layout_of(getattr(x, "sharding", None))
+
+
+def _layout_of(sh) -> str:
+    """LAYOUTS' entry for an input placed by `sh`: a NamedSharding over several devices, else None."""
     import jax
 
-    sh = getattr(x, "sharding", None)
     if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:
         ids, names, types = _mesh_desc(sh.mesh)
         return f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(sh.spec))})"
@@ -278,6 +290,43 @@ def _wrap_source(wrap) -> str:
     return "\n".join(lines + ["}"])
 
 
+def _expected_section(arrays: dict, expected, tolerances) -> tuple[list, list]:
+    """(source lines from EXPECTED_INDEX to DATA, policy names); refsim's shards (and the arrays
+    of each scaled check) go into `arrays` next to the inputs already there."""
+    pols = [_policy_name(t, a.dtype) for t, a in zip(tolerances, expected)]
+    index_lines, allowed = [], []
+    for k, (arr, tol) in enumerate(zip(expected, tolerances)):
+        index_lines.append("    {")
+        for sh in arr.shards:
+            d = int(sh.device_id)
+            data = np.asarray(sh.data)
+            arrays[f"out{k}_dev{d}"] = data
+            index_lines.append(f"        {d}: {_index_source(sh.index)},")
+            if pols[k] in ("scaled", "sum_bound"):
+                for f, v in pack_sum_check(**tol.check_arrays(d, data.dtype)).items():
+                    arrays[f"sum{k}_dev{d}_{f}"] = v
+        index_lines.append("    },")
+        allowed.append(float(tol.allowed(np.asarray(arr.shards[0].data).dtype)) if pols[k] == "scaled" else None)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    out = ["EXPECTED_INDEX = ["] + index_lines + ["]"]
+    out.append(f"POLICIES = {pols!r}")
+    out.append(f"ULPS = {[getattr(t, 'ulps', None) if p == 'ulp' else None for t, p in zip(tolerances, pols)]!r}")
+    out.append(f"ALLOWED = {allowed!r}  # 'scaled' outputs: the allowed |xla - refsim| per element")
+    out.append("# inputs in0..., refsim's shards out<k>_dev<d> (and sum bounds), as a base64 .npz")
+    out += _base64_lines("DATA", buf.getvalue())
+    return out, pols
+
+
+def _base64_lines(name: str, raw: bytes, width: int = 100) -> list:
+    blob = base64.b64encode(raw).decode("ascii")
+    return [f"{name} = ("] + [f"    {blob[i:i + width]!r}" for i in range(0, len(blob), width)] + [")"]
+
+
+def _ndev(expected) -> int:
+    return max([int(s.device_id) for a in expected for s in a.shards] or [0]) + 1
+
+
 def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     """The reproducer of one checked call: `fn` as located by `locate`, its (args, kwargs) as
     placed, refsim's `expected` outputs (refsim.Arrays) and the per-output `tolerances`."""
@@ -295,46 +344,89 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
             raise NotReproducible(f"argument leaf {i} is a {type(x).__name__}, not an array; pass arrays "
                                   "(or bind other values with functools.partial).")
         arrays[f"in{i}"] = a
-    pols = [_policy_name(t, a.dtype) for t, a in zip(tolerances, expected)]
-    index_lines, allowed = [], []
-    for k, (arr, tol) in enumerate(zip(expected, tolerances)):
-        index_lines.append("    {")
-        for sh in arr.shards:
-            d = int(sh.device_id)
-            data = np.asarray(sh.data)
-            arrays[f"out{k}_dev{d}"] = data
-            index_lines.append(f"        {d}: {_index_source(sh.index)},")
-            if pols[k] in ("scaled", "sum_bound"):
-                for f, v in pack_sum_check(**tol.check_arrays(d, data.dtype)).items():
-                    arrays[f"sum{k}_dev{d}_{f}"] = v
-        index_lines.append("    },")
-        allowed.append(float(tol.allowed(np.asarray(arr.shards[0].data).dtype)) if pols[k] == "scaled" else None)
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    blob = base64.b64encode(buf.getvalue()).decode("ascii")
-    ids = [int(s.device_id) for a in expected for s in a.shards] or [0]
-    desc = ", ".join(sorted(set(pols)))
-    out = [_HEAD.format(name=name, file=file, policy=desc, ndev=max(ids) + 1)]
+    tail, pols = _expected_section(arrays, expected, tolerances)
+    out = [_HEAD.format(name=name, what=f"Imports the program from {file}", policy=", ".join(sorted(set(pols))),
+                        ndev=_ndev(expected))]
     out.append(f"PROGRAM_FILE = {file!r}")
     out.append(f"PROGRAM_MODULE = {module!r}")
     out.append(f"PROGRAM_ROOT = {root!r}")
     out.append(f"PROGRAM_NAME = {pname!r}")
+    out.append("EXPORTED = None")
     out.append(_wrap_source(wrap))
     out.append(_args_source(args, kwargs))
     out.append("# per input leaf: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(_layout(x) for x in leaves) + "]")
-    out.append("EXPECTED_INDEX = [")
-    out += index_lines
-    out.append("]")
-    out.append(f"POLICIES = {pols!r}")
-    out.append(f"ULPS = {[getattr(t, 'ulps', None) if p == 'ulp' else None for t, p in zip(tolerances, pols)]!r}")
-    out.append(f"ALLOWED = {allowed!r}  # 'scaled' outputs: the allowed |xla - refsim| per element")
-    out.append("# inputs in0..., refsim's shards out<k>_dev<d> (and sum bounds), as a base64 .npz")
-    width = 100
-    out.append("DATA = (")
-    out += [f"    {blob[i:i + width]!r}" for i in range(0, len(blob), width)]
-    out.append(")")
-    return "\n".join(out) + _MAIN
+    return "\n".join(out + tail) + _MAIN
+
+
+#: What an exported reproducer says about `python -m conformance explain` / `bisect`.
+NOT_BISECTABLE = ("python -m conformance explain FILE compares its lowered, compiled and executed stages; its "
+                  "jaxpr stage and python -m conformance bisect need the program's jaxpr, which a serialized "
+                  "program does not keep: bind the checked callable to a module-level name to get a reproducer "
+                  "that imports it")
+
+
+def export_program(traced, out_shardings=None) -> bytes:
+    """The traced call (`program.Traced`, its inputs' placement recorded by `take_host_copies`)
+    serialized by `jax.export`: StableHLO with the inputs' shardings and `out_shardings` (the
+    shardings XLA's outputs had), so the program re-runs on XLA without its Python source."""
+    import jax
+    from jax.extend.core import jaxpr_as_fun
+
+    if traced.in_avals is None:
+        raise NotReproducible("the call's inputs were not recorded before it ran; no program to export.")
+    closed = traced.closed
+    specs, shardings = [], []
+    for v, (_, _, sh) in zip(closed.jaxpr.invars, traced.in_avals):
+        aval = v.aval
+        if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.extended):
+            raise NotReproducible(f"an input is a {aval.dtype} array, which the reproducer cannot store.")
+        sh = sh if isinstance(sh, jax.sharding.Sharding) else None
+        specs.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sh))
+        shardings.append(sh)
+    kw = {}
+    if all(s is not None for s in shardings):
+        kw["in_shardings"] = tuple(shardings)
+    if out_shardings is not None and all(isinstance(s, jax.sharding.Sharding) for s in out_shardings):
+        kw["out_shardings"] = tuple(out_shardings)
+
+    def program(*xs):
+        return tuple(jaxpr_as_fun(closed)(*xs))
+
+    try:
+        return jax.export.export(jax.jit(program, **kw))(*specs).serialize()
+    except Exception as e:  # noqa: BLE001 - whatever export refuses, the disagreement stands
+        first = str(e).splitlines()[0][:200] if str(e) else ""
+        raise NotReproducible(f"jax.export could not serialize the program: {type(e).__name__}: {first}") from e
+
+
+def exported_source(traced, name: str, expected, tolerances, out_shardings=None) -> str:
+    """The reproducer of one checked call that has no module-level name (a closure, a local, a
+    JAX-internal function, an eager operation): the program exported by `export_program`, its
+    flat inputs as placed and refsim's `expected` outputs; run it with JAX alone."""
+    import jax
+
+    blob = export_program(traced, out_shardings)
+    arrays: dict[str, np.ndarray] = {}
+    layouts = []
+    for i, (v, x, (_, _, sh)) in enumerate(zip(traced.closed.jaxpr.invars, traced.flat_args, traced.in_avals)):
+        arrays[f"in{i}"] = np.asarray(x).astype(v.aval.dtype, copy=False)
+        layouts.append(_layout_of(sh) if isinstance(sh, jax.sharding.Sharding) else "None")
+    tail, pols = _expected_section(arrays, expected, tolerances)
+    what = ("Runs the program as jax.export serialized it (StableHLO with its shardings: the checked callable "
+            f"had no module-level name to import). {NOT_BISECTABLE}")
+    out = [_HEAD.format(name=name, what=what, policy=", ".join(sorted(set(pols))), ndev=_ndev(expected))]
+    out.append("PROGRAM_FILE = None")
+    out.append("PROGRAM_MODULE = None")
+    out.append("PROGRAM_ROOT = None")
+    out.append(f"PROGRAM_NAME = {name!r}")
+    out.append("WRAP = None")
+    out.append("ARGS = lambda L: (tuple(L), {})")
+    out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
+    out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
+    out.append(f"NOT_BISECTABLE = {NOT_BISECTABLE!r}")
+    out += _base64_lines("EXPORTED", blob)
+    return "\n".join(out + tail) + _MAIN
 
 
 def write(directory: str, name: str, text: str) -> str:
@@ -351,4 +443,4 @@ def write(directory: str, name: str, text: str) -> str:
     return path
 
 
-__all__ = ["NotReproducible", "locate", "source", "write"]
+__all__ = ["NOT_BISECTABLE", "NotReproducible", "export_program", "exported_source", "locate", "source", "write"]

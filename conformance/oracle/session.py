@@ -69,7 +69,7 @@ class Session:
 
     def __init__(self, *, repro_dir: str | None = None, policy="auto", ulps: int = DEFAULT_ULPS, echo=None):
         self.active = True
-        self.repro_dir = repro_dir or tempfile.mkdtemp(prefix="conformance-oracle-")
+        self._repro_dir = repro_dir
         self.policy, self.ulps = policy, ulps
         self.context = ""
         self.calls: list[dict] = []
@@ -78,6 +78,13 @@ class Session:
         self.missed: collections.Counter = collections.Counter()        # reason -> not intercepted
         self.failures: dict[str, list] = collections.defaultdict(list)
         self.echo = echo                    # called with each disagreement's report (the CLI prints it)
+
+    @property
+    def repro_dir(self) -> str:
+        """Where reproducers go: the folder given, else a temporary folder made at the first one."""
+        if self._repro_dir is None:
+            self._repro_dir = tempfile.mkdtemp(prefix="conformance-oracle-")
+        return self._repro_dir
 
     # -- one execution ----------------------------------------------------------------------------
     def before(self, args: tuple, params: dict, ctx: dict):
@@ -127,21 +134,20 @@ class Session:
             rec = self._record(p.name, res.entry, p.via, "agree" if res.ok else "disagree", policy=res.policies,
                                overhead=overhead, xla=t2 - p.t1)
             if not res.ok:
-                self._disagreement(p, res, ref, pols, rec)
+                self._disagreement(p, res, ref, pols, rec, [getattr(x, "sharding", None) for x in out_flat])
         except Exception as e:  # noqa: BLE001 - see `before`
             self._not_checkable(p.name, p.entry, p.via, e, (p.t1 - p.t0) + (time.perf_counter() - t2), t2 - p.t1)
 
-    def _disagreement(self, p: _Pending, res, ref, pols, rec) -> None:
+    def _disagreement(self, p: _Pending, res, ref, pols, rec, out_shardings) -> None:
+        """Record a disagreement with its reproducer: one that imports the module-level jit object
+        that ran, else the executed program as jax.export serialized it (`check.write_reproducer`)."""
         fn = intercept.module_level_jit(p.ctx["fun"]) if p.ctx.get("fun") is not None else None
-        if fn is None:
-            path, note = None, (f"no reproducer: the program ran as {p.via!r} with no module-level jit object "
-                                "to import; bind the jitted function to a module-level name")
-        else:
-            try:
-                path, note = chk.write_reproducer(fn, p.name, p.ctx["args"], p.ctx["kwargs"], ref, pols, None,
-                                                  self.repro_dir)
-            except Exception as e:  # noqa: BLE001 - the disagreement is recorded either way
-                path, note = None, f"no reproducer: {type(e).__name__}: {e}"
+        try:
+            path, note = chk.write_reproducer(fn, p.name, p.ctx.get("args", ()), p.ctx.get("kwargs", {}), ref, pols,
+                                              None, lambda: self.repro_dir, traced=p.traced,
+                                              out_shardings=out_shardings)
+        except Exception as e:  # noqa: BLE001 - the disagreement is recorded either way
+            path, note = None, f"no reproducer: {type(e).__name__}: {e}"
         res.repro_path = path
         rec["repro"] = path
         err = chk.ConformanceError(res, note)

@@ -355,7 +355,7 @@ def _run_eager(f, args, rmesh: Mesh, tmesh, in_specs, out_specs, check_vma, axis
 
 
 def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bool = False,
-             fallback: bool = False, intermediates=None) -> list:
+             fallback: bool = False, intermediates=None, probe=None) -> list:
     """Evaluate a traced program with refsim's rules; one `refsim.Array` per output, placed.
 
     `closed_jaxpr` is a program as `jax.make_jaxpr` traces it (global view) and `flat_args` its
@@ -376,7 +376,8 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
     without one); a shard_map output whose out_spec lays it out differently is laid out anew by
     it, as an enclosing `jax.jit`'s out_shardings do. `fallback=True` evaluates primitives
     without a refsim rule with JAX on CPU (`info["independent"] = False`); `intermediates=`
-    dumps every equation's value (`refsim.intermediates`).
+    dumps every equation's value (`refsim.intermediates`); `probe(eqn, invals, outvals)` is called
+    after every equation (as `eval_jaxpr`'s; not together with `intermediates`).
     """
     load_rules()
     jaxpr = closed_jaxpr.jaxpr
@@ -391,7 +392,7 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
                          "outputs; pass one sharding (or None) per output.")
     if mesh is not None:
         mesh = _as_mesh(mesh, "refsim.evaluate")
-    extra = _with_intermediates(_new_extra(fallback, strict), intermediates, mesh)
+    extra = _with_intermediates(_new_extra(fallback, strict, probe), intermediates, mesh)
     if mesh is not None and ends_in_shard_map(jaxpr):
         by_var = _run_top_shard_map(closed_jaxpr, flat_args, mesh, extra)
         info = _info(extra)

@@ -76,6 +76,9 @@ def main(argv=None) -> int:
         print(json.dumps(exp.to_json()))
     else:
         print(f"reproducer {args.target} ({case.kind}, {len(case.inputs)} input(s))")
+        if case.no_jaxpr:
+            print("note: the program is the StableHLO jax.export serialized (its jaxpr is not kept): the jaxpr stage "
+                  "is not evaluated, and the lowered stage is the program as it was when checked")
         print(exp.report())
     return 1 if exp.diverged_in else 0
 

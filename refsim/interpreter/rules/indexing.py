@@ -256,6 +256,15 @@ def _make_scatter(name):
     def rule(ctx, operand, indices, updates, *, dimension_numbers, indices_are_sorted,
              unique_indices, mode, update_jaxpr, update_consts):
         out, sel, vals = _scatter_index(ctx, operand, indices, updates, dimension_numbers, mode)
+        if out.ndim == 0:
+            # a 0-d operand (x.at[()].set(v)): no index dimension at all; apply the updates to a
+            # one-element view and give the scalar back
+            one = _combine(out.reshape(1), (np.zeros(np.size(vals), np.intp),), np.ravel(vals), update_jaxpr,
+                           update_consts)
+            return one.reshape(())
+        return _combine(out, sel, vals, update_jaxpr, update_consts)
+
+    def _combine(out, sel, vals, update_jaxpr, update_consts):
         cd = U.compute_dtype(out.dtype)
         if name == "scatter":
             if update_jaxpr is None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -143,12 +144,73 @@ def test_planted_fault_raises_with_report_and_a_reproducer_that_fails_only_under
     assert bad and "device" in bad[0]
 
 
-def test_a_closure_disagreement_still_reports_and_says_why_there_is_no_reproducer(tmp_path):
+def _load(path):
+    spec = importlib.util.spec_from_file_location(f"oracle_repro_{abs(hash(path))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_closure_disagreement_gets_an_exported_reproducer(tmp_path):
     x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
     local = jax.shard_map(shift, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y"))
     with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
         conformance.check(local, x, repro_dir=str(tmp_path))
-    assert info.value.repro_path is None and "no reproducer" in str(info.value)
+    path = info.value.repro_path
+    assert path and path.startswith(str(tmp_path)) and "no reproducer" not in str(info.value)
+    mod = _load(path)
+    assert mod.EXPORTED is not None and mod.PROGRAM_MODULE is None and mod.POLICIES == ["exact"]
+    # refsim's expected shards: device 1 (mesh position (0, 1)) holds device 0's block under a correct ring
+    assert mod._data()["out0_dev1"].tolist() == [[0.0, 1.0], [8.0, 9.0]]
+    # the fault was planted in JAX's lowering, so the serialized StableHLO carries it: XLA runs it
+    # as checked and the reproducer fails without the fault too
+    bad = mod.check(mod.run())
+    assert bad and "device" in bad[0]
+    # explain takes it (no jaxpr stage); bisect says why it cannot
+    from conformance.debug import loader
+
+    case = loader.load(path)
+    assert case.kind == "called" and "module-level name" in case.no_jaxpr
+
+
+def test_an_exported_reproducer_of_a_correct_program_passes(tmp_path):
+    from conformance.oracle import check as chk
+
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    k = np.float32(3.0)
+    local = jax.jit(jax.shard_map(lambda a: jax.lax.psum(a * k, "y"), mesh=MESH, in_specs=P("x", "y"),
+                                  out_specs=P("x")))
+    traced = chk.prepare(local, (x,), {})
+    out = local(x)
+    res, ref, pols = chk.finish(traced, out, name="local", entry="jit")
+    assert res.ok
+    path, note = chk.write_reproducer(None, "local", (x,), {}, ref, pols, None, str(tmp_path), traced=traced,
+                                      out_shardings=[out.sharding])
+    assert note == "" and os.path.dirname(path) == str(tmp_path)
+    mod = _load(path)
+    assert mod.check(mod.run()) == []
+    # by hand: row 0 of the psum over 'y' of 3 * x is 3 * (x[0, 0:2] + x[0, 2:4] + x[0, 4:6] + x[0, 6:8])
+    assert np.asarray(mod.run()[0])[0].tolist() == [3.0 * (0 + 2 + 4 + 6), 3.0 * (1 + 3 + 5 + 7)]
+
+
+def test_no_reproducer_leaves_no_empty_temporary_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from conformance.oracle import check as chk
+    from conformance.oracle import reproduce
+    from conformance.oracle.session import Session
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(reproduce, "exported_source", lambda *a, **k: (_ for _ in ()).throw(
+        reproduce.NotReproducible("planted")))
+    x = _placed(np.arange(32, dtype=np.float32).reshape(4, 8), P("x", "y"))
+    local = jax.shard_map(shift, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    with faults.inject("ppermute_pairs_reversed"), pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(local, x)
+    assert info.value.repro_path is None and "no reproducer" in str(info.value) and "planted" in str(info.value)
+    Session()                                       # a session makes its folder at its first reproducer only
+    assert os.listdir(tmp_path) == []
+    assert chk.write_reproducer(None, "f", (), {}, [], [], None, None)[0] is None
 
 
 def test_host_callback_is_not_checkable_with_its_reason():
@@ -307,8 +369,9 @@ def test_oracle_records_a_disagreement_even_when_the_inputs_were_donated(tmp_pat
     assert rec["outcome"] == "disagree" and rec["policy"] == ["exact"]
     (err,) = session.pop_failures("donation")
     assert isinstance(err, conformance.ConformanceError)
-    # `step` is a local, so no reproducer; the disagreement itself is reported all the same
-    assert err.repro_path is None and "no reproducer" in str(err) and "values differ" in str(err)
+    # `step` is a local: the reproducer holds the executed program as jax.export serialized it
+    assert err.repro_path and err.repro_path.startswith(str(tmp_path)) and "values differ" in str(err)
+    assert _load(err.repro_path).EXPORTED is not None
 
 
 # --- found by running JAX's own tests/shard_map_test.py under oracle mode (docs/oracle.md) ----

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 
 import jax
@@ -69,7 +70,8 @@ print(np.arange(4).sum())
 
 
 def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    # TMPDIR: the test's tmp_path (conftest.py), where the runs' default reproducer folders go
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT, TMPDIR=tempfile.gettempdir())
     env.pop("XLA_FLAGS", None)
     return env
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository
@@ -56,7 +57,8 @@ def test_miscompiled_pipeline_fails_the_test():
 
 
 def _env():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    # TMPDIR: the test's tmp_path (conftest.py), where the runs' default reproducer folders go
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT, TMPDIR=tempfile.gettempdir())
     env.pop("XLA_FLAGS", None)
     return env
 

@@ -118,3 +118,13 @@ def test_scatter_max_with_duplicates_on_a_transposed_operand():
     g = lambda a, u: a.at[jnp.array([0, 0])].min(u)  # noqa: E731   # scatter-min, same path
     got = refsim_eval(jax.vmap(g, in_axes=(1, 1)), a, u)[0]
     assert np.asarray(got).tolist() == [[[-5, -4, -3], [0, 0, 0]], [[-2, -1, 0], [0, 0, 0]]]
+
+
+def test_scatter_into_a_0d_operand():
+    # x.at[()].set / add / mul / max on a scalar (flax's nnx.Rngs counter in an eager scatter): a
+    # scatter with no index dimension at all; by hand 3 -> 5, 3 + 5, 3 * 5, max(3, 5)
+    x, v = np.uint32(3), np.uint32(5)
+    fns = [lambda a, b: jnp.asarray(a).at[()].set(b), lambda a, b: jnp.asarray(a).at[()].add(b),
+           lambda a, b: jnp.asarray(a).at[()].mul(b), lambda a, b: jnp.asarray(a).at[()].max(b)]
+    got = [refsim_eval(f, x, v)[0] for f in fns]
+    assert [int(g) for g in got] == [5, 8, 15, 5] and all(np.shape(g) == () for g in got)
