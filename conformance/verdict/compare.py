@@ -175,7 +175,11 @@ class SumBound:
     division rounds). `exact_mask[d]` marks the elements no order of additions can round;
     `pos_sum[d]` / `neg_sum[d]` (the finite positive terms and the magnitudes of the negative
     ones) and `inf_terms[d]` (bit 1: a +inf term, 2: a -inf term, 4: a NaN term) say which
-    overflows and non-finite results are possible. Build it with `SumBound.from_terms`.
+    overflows and non-finite results are possible. With `signed_zero` the sign of an exact zero
+    result counts: StableHLO's all_reduce / reduce_scatter schedules have the operands as their
+    only leaves, and in IEEE 754 (round to nearest) a sum is -0 exactly when every term is -0
+    (`exact` holds that -0), so a psum / pmean / psum_scatter defines it; a reduce's interspersed
+    init values do not. Build it with `SumBound.from_terms`.
     """
 
     n: int
@@ -189,6 +193,7 @@ class SumBound:
     pos_sum: Mapping[int, np.ndarray] | None = None
     neg_sum: Mapping[int, np.ndarray] | None = None
     inf_terms: Mapping[int, np.ndarray] | None = None
+    signed_zero: bool = False
 
     def describe(self) -> str:
         what = "mean" if self.mean else "sum"
@@ -203,9 +208,10 @@ class SumBound:
                 f"((1+u)^(n-1) - 1) * sum|x| of the exact {what}")
 
     @classmethod
-    def from_terms(cls, terms: Mapping[int, np.ndarray], *, mean: bool = False) -> "SumBound":
+    def from_terms(cls, terms: Mapping[int, np.ndarray], *, mean: bool = False,
+                   signed_zero: bool = False) -> "SumBound":
         """`terms[d]` has shape (n, *shard_shape): the n values device d's output sums (or
-        averages, with `mean`), per element."""
+        averages, with `mean`), per element; `signed_zero`: the sum's zero sign counts."""
         terms = {int(d): np.asarray(t) for d, t in terms.items()}
         if not terms:
             raise ValueError("terms is empty; pass one (n, ...) array per device.")
@@ -220,7 +226,7 @@ class SumBound:
         with np.errstate(invalid="ignore", over="ignore"):
             for d, t in terms.items():
                 tr = t.astype(ref)
-                total = tr.sum(axis=0)
+                total = _with_negative_zeros(tr, tr.sum(axis=0))
                 exact[d] = _divide_parts(total, divisor)
                 if tr.dtype.kind == "c":
                     # the modulus of the finite parts: a NaN / inf part is judged by the IEEE masks
@@ -250,7 +256,7 @@ class SumBound:
                                      | np.isnan(c).any(axis=0) * 4).astype(np.int8) for c in parts])
         return cls(n=ns.pop(), exact=exact, abs_sum=abs_sum, divisor=int(divisor), integer_terms=integer,
                    reference_u=unit_roundoff(ref), mean=mean, exact_mask=mask, pos_sum=pos, neg_sum=neg,
-                   inf_terms=infs)
+                   inf_terms=infs, signed_zero=signed_zero)
 
     def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
         """The elements of device `device_id`'s output that must equal the exact value bit for bit."""
@@ -295,8 +301,9 @@ class SumBound:
         ninf, nan (`allowed_nonfinite`). compare and the reproducers check the same arrays."""
         ref, bound = self.reference_and_bound(device_id, out_dtype)
         pinf, ninf, nan = self.allowed_nonfinite(device_id, out_dtype)
-        return {"ref": ref, "bound": bound, "exact": self.exact_elements(device_id, out_dtype),
-                "pinf": pinf, "ninf": ninf, "nan": nan}
+        exact = self.exact_elements(device_id, out_dtype)
+        return {"ref": ref, "bound": bound, "exact": exact, "pinf": pinf, "ninf": ninf, "nan": nan,
+                "signed_zero": exact if self.signed_zero else np.zeros(exact.shape, bool)}
 
     def allowed_nonfinite(self, device_id: int, out_dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(+inf allowed, -inf allowed, NaN allowed) per element: what IEEE arithmetic gives from
@@ -668,6 +675,20 @@ def _sum_ok_by_rows(data: np.ndarray, arrays: dict) -> np.ndarray:
         sl = slice(start, start + step)
         ok[sl] = sum_ok(data[sl], **{k: rows(v, sl) for k, v in arrays.items()})
     return ok
+
+
+def _with_negative_zeros(terms: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """`total` (NumPy's sum of `terms` over axis 0, which starts from +0) with -0 where every
+    term is -0, as IEEE 754 addition gives (a complex sum part by part)."""
+    if terms.dtype.kind not in "fc" or terms.shape[0] == 0:
+        return total
+    if terms.dtype.kind == "c":
+        out = np.array(total, copy=True)
+        out.real = _with_negative_zeros(terms.real, total.real)
+        out.imag = _with_negative_zeros(terms.imag, total.imag)
+        return out
+    all_negative_zero = ((terms == 0) & np.signbit(terms)).all(axis=0)
+    return np.where(all_negative_zero, -0.0, total).astype(total.dtype)
 
 
 def _divide_parts(total: np.ndarray, divisor: int) -> np.ndarray:

@@ -39,11 +39,12 @@ def same(have, want, signed_zero: bool = True) -> np.ndarray:
     return eq
 
 
-def sum_ok(have, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
+def sum_ok(have, ref, bound, exact, pinf, ninf, nan, signed_zero=None) -> np.ndarray:
     """Per element of a floating sum (or mean, or any result held to a bound around a reference):
     NaN where `nan` allows it or the reference `ref` is NaN, an infinity where `pinf` / `ninf`
-    allows it or `ref` is that infinity, else `ref` exactly where `exact` (either sign of a zero)
-    or within `bound` of it.
+    allows it or `ref` is that infinity, else `ref` exactly where `exact` (either sign of a zero,
+    except where the mask `signed_zero` says the zero's sign is defined: then `ref`'s) or within
+    `bound` of it.
 
     For complex `have` the check runs part by part against ``ref.real`` and ``ref.imag``;
     masks with one more leading axis of 2 than `have` hold the real part's, then the imaginary
@@ -53,8 +54,9 @@ def sum_ok(have, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
     if have.dtype.kind == "c":
         per_part = np.ndim(nan) == have.ndim + 1
         part = (lambda m, i: np.asarray(m)[i]) if per_part else (lambda m, i: m)  # noqa: E731
-        re = sum_ok(have.real, ref.real, bound, exact, part(pinf, 0), part(ninf, 0), part(nan, 0))
-        return re & sum_ok(have.imag, ref.imag, bound, exact, part(pinf, 1), part(ninf, 1), part(nan, 1))
+        re = sum_ok(have.real, ref.real, bound, exact, part(pinf, 0), part(ninf, 0), part(nan, 0), signed_zero)
+        return re & sum_ok(have.imag, ref.imag, bound, exact, part(pinf, 1), part(ninf, 1), part(nan, 1),
+                           signed_zero)
     with np.errstate(invalid="ignore", over="ignore"):
         d = have.astype(np.float64) if ref.dtype.itemsize <= 8 else have.astype(ref.dtype)
         dn = np.isnan(d)
@@ -65,6 +67,9 @@ def sum_ok(have, ref, bound, exact, pinf, ninf, nan) -> np.ndarray:
         fin = np.isfinite(d) & np.isfinite(ref)
         ok |= fin & exact & (d == ref)
         ok |= fin & ~exact & (np.abs(d - ref) <= bound)
+        if signed_zero is not None:
+            zero = np.asarray(signed_zero, bool) & (d == 0) & (ref == 0)
+            ok &= ~zero | (np.signbit(d) == np.signbit(ref))
     return ok
 
 
@@ -181,10 +186,11 @@ def unpack(precision: str, parts) -> np.ndarray:
 
 
 #: The keys of `pack_sum_check`'s dict (a reproducer's .npz stores each under its own name).
-SUM_CHECK_FIELDS = ("ref", "ref_precision", "bound", "bound_precision", "exact", "pinf", "ninf", "nan")
+SUM_CHECK_FIELDS = ("ref", "ref_precision", "bound", "bound_precision", "exact", "pinf", "ninf", "nan",
+                    "signed_zero")
 
 
-def pack_sum_check(ref, bound, exact, pinf, ninf, nan) -> dict:
+def pack_sum_check(ref, bound, exact, pinf, ninf, nan, signed_zero=False) -> dict:
     """The arrays of a `sum_ok` check as a dict of plain arrays (float64, bool, str) that a
     reproducer writes out exactly (`conformance.compare.SumBound.check_arrays` gives them)."""
     ref_p, ref_a = pack(ref)
@@ -192,6 +198,7 @@ def pack_sum_check(ref, bound, exact, pinf, ninf, nan) -> dict:
     out = {"ref": ref_a, "ref_precision": np.array(ref_p), "bound": bound_a, "bound_precision": np.array(bound_p)}
     for name, m in (("exact", exact), ("pinf", pinf), ("ninf", ninf), ("nan", nan)):
         out[name] = np.asarray(m, bool)
+    out["signed_zero"] = np.broadcast_to(np.asarray(signed_zero, bool), np.shape(out["exact"])).copy()
     return out
 
 
@@ -200,7 +207,8 @@ def sum_ok_packed(have, packed) -> tuple:
     ref = unpack(str(packed["ref_precision"]), packed["ref"])
     bound = unpack(str(packed["bound_precision"]), packed["bound"])
     ok = sum_ok(have, ref, bound, np.asarray(packed["exact"]), np.asarray(packed["pinf"]),
-                np.asarray(packed["ninf"]), np.asarray(packed["nan"]))
+                np.asarray(packed["ninf"]), np.asarray(packed["nan"]),
+                np.asarray(packed["signed_zero"]) if "signed_zero" in packed else None)
     return ok, ref, bound
 
 

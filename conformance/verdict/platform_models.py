@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from conformance.verdict.compare import Exact, as_outputs, compare
+from conformance.verdict.compare import Exact, SumBound, as_outputs, compare
 from conformance.verdict.elements import is_float
 from conformance.verdict.reductions import reduction_terms
 import refsim
@@ -81,7 +81,9 @@ def _model_arith(case, actual):
     np.float32(1e-40))`` gives 0; ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives
     -0.0 (NumPy: 0.0); float16 subnormals survive (computed in float32, where they are normal)."""
     flushed = _flushed_case(case)
-    tols = [Exact(signed_zero=False) if isinstance(t, Exact) else t for t in flushed.tolerances()]
+    tols = [Exact(signed_zero=False) if isinstance(t, Exact)
+            else dataclasses.replace(t, signed_zero=False) if isinstance(t, SumBound) else t
+            for t in flushed.tolerances()]
     res = compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=tols)
     if res.ok:
         return res

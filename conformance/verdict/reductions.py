@@ -57,8 +57,9 @@ def local_blocks(case, arg: int = 0) -> np.ndarray:
 
 
 def sum_bound_for(call: "conformance.cases.CollectiveCall"):
-    """The `SumBound` of a psum / pmean / psum_scatter call, from its inputs."""
-    return SumBound.from_terms(reduction_terms(call), mean=call.name == "pmean")
+    """The `SumBound` of a psum / pmean / psum_scatter call, from its inputs; an exact zero's sign
+    counts (StableHLO all_reduce / reduce_scatter: -0 only when every operand is -0)."""
+    return SumBound.from_terms(reduction_terms(call), mean=call.name == "pmean", signed_zero=True)
 
 
 def reduction_terms(call: "conformance.cases.CollectiveCall", args: tuple | None = None) -> dict:

@@ -374,3 +374,20 @@ def test_xla_cpu_folding_a_plus_zero_keeps_subnormals_and_the_arith_model_expect
     assert platform_models.check("xla-cpu-arith", call, xla) is True
     wrong = dataclasses.replace(call, source=call.source.replace("a + ", "2 * a + 1 + "))
     assert platform_models.check("xla-cpu-arith", call, wrong.run(xla_backend)) is False
+
+
+def test_xla_cpu_psum_of_negative_zeros_is_found_by_its_sign_and_expected_by_the_arith_model():
+    # StableHLO all_reduce: the operands are the schedule's only leaves, so psum over [-0.0, -0.0]
+    # is -0.0 (IEEE 754: -0 + -0 = -0; refsim); XLA:CPU in one process starts from +0 and gives +0.0
+    x = np.array([-0.0, -0.0], np.float32).reshape(2, 1)
+    call = CollectiveCall(family="psum", source="def f(a):\n    return jax.lax.psum(a, 'x')\n", entry="shard_map",
+                          mesh=Mesh((2,), ("x",)), args=(x,), in_specs=(P("x"),), out_specs=P(),
+                          labels=(("axes", "'x'"),), outputs=("sum",), name="psum", params={"axis_name": "x"})
+    assert np.signbit(np.asarray(call.run(refsim))).all()          # refsim: -0.0
+    task = base.group_tasks("collectives", [call], seed=0, variants=1)[0]
+    found = runner.run_task(task, None, None, shrink_seconds=0)
+    assert found.status == "fail" and found.details["failure"]["classes"] == ["signed-zero"], found.message
+    entry = xfails.load(None, platform="cpu").lookup(task.case_id)
+    assert entry.signature == "model(xla-cpu-arith)"
+    listed = runner.run_task(task, None, entry, shrink_seconds=0)
+    assert listed.status == "xfail", listed.message

@@ -115,6 +115,38 @@ def test_complex_nan_allowances_survive_the_reproducer(mean, value, agree):
         assert bool(ns["sum_ok_packed"](np.array([value], np.complex64), packed)[0].all()) is agree
 
 
+@pytest.mark.parametrize("terms, signed, want_negative", [
+    # by hand, IEEE 754 round to nearest: -0 + -0 = -0; -0 + +0 = +0; 1 + -1 = +0
+    ([-0.0, -0.0], True, True), ([-0.0, 0.0], True, False), ([1.0, -1.0], True, False),
+    ([-0.0, -0.0], False, None),            # a reduce's zero sign (init values interspersed): open
+])
+@pytest.mark.parametrize("mean", [False, True])
+def test_a_sums_zero_sign_counts_where_the_spec_defines_it(terms, signed, want_negative, mean):
+    """StableHLO all_reduce: the schedule's leaves are the operands, so a sum (and pmean's
+    quotient) is -0 exactly when every term is -0; compare and both reproducers agree."""
+    tol = SumBound.from_terms({0: np.array([[t] for t in terms], np.float32)}, mean=mean, signed_zero=signed)
+    ns = embedded()
+    for value in (0.0, -0.0):
+        agree = want_negative is None or bool(np.signbit(value)) == want_negative
+        refsim_side = one([-0.0 if want_negative else 0.0], np.float32)   # both sides are held to the rule
+        assert compare(refsim_side, one([value], np.float32), tolerances=tol).ok is agree, value
+        for store in (through_source, through_npz):
+            packed = store(ns["pack_sum_check"](**tol.check_arrays(0, np.float32)))
+            assert bool(ns["sum_ok_packed"](np.array([value], np.float32), packed)[0].all()) is agree, value
+    # a complex sum part by part: (-0-0j) + (-0+0j) = -0+0j
+    ctol = SumBound.from_terms({0: np.array([[complex(-0.0, -0.0)], [complex(-0.0, 0.0)]], np.complex64)},
+                               signed_zero=True)
+    ref = ctol.check_arrays(0, np.complex64)["ref"]
+    assert np.signbit(ref.real[0]) and not np.signbit(ref.imag[0])
+
+
+def test_an_old_reproducers_sum_record_without_the_sign_mask_still_reads():
+    tol = SumBound.from_terms({0: np.array([[-0.0], [-0.0]], np.float32)}, signed_zero=True)
+    packed = {k: v for k, v in elements.pack_sum_check(**tol.check_arrays(0, np.float32)).items()
+              if k != "signed_zero"}
+    assert elements.sum_ok_packed(np.array([0.0], np.float32), packed)[0].all()   # sign unchecked
+
+
 def test_a_float64_sum_reference_travels_in_full_precision():
     """compare sums float64 terms in long double; the reproducer keeps that reference bit for bit
     (also beyond float64's range), so it does not turn the bound's edge into a disagreement."""
