@@ -70,6 +70,10 @@ if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
 
 
 def __getattr__(name):
+    if name == "check":  # the oracle's check, explained on a disagreement (loads JAX on first use only)
+        from conformance.debug.explain import on_check
+
+        return on_check.check
     if name in _CHECK_API:
         from conformance.oracle import check as _check  # loads JAX-facing code on first use only
 

@@ -166,7 +166,7 @@ def pytest_unconfigure(config):
 @pytest.fixture
 def conformance_check(tmp_path):
     """`conformance.check` with reproducers written under this test's tmp_path."""
-    from conformance.oracle.check import check
+    from conformance.debug.explain.on_check import check
 
     return functools.partial(check, repro_dir=str(tmp_path / "conformance-repros"))
 

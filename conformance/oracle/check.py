@@ -48,8 +48,6 @@ __all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError",
 
 # Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
 DEFAULT_TIMEOUT = 300.0
-# Seconds `check` gives `conformance.explain` on a disagreement before it ends the message without it.
-EXPLAIN_TIMEOUT = 120.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +128,7 @@ class ConformanceError(AssertionError):
     def __init__(self, result: CheckResult, note: str = "", explain: str = ""):
         self.result = result
         self.repro_path = result.repro_path
+        self.note = note
         #: the last line of the message: where `conformance.explain` localised the disagreement
         #: ("explain: diverged in compiler at stablehlo.scatter (op #12)"), or "" when not run
         self.explain = explain
@@ -294,12 +293,7 @@ def _entry_of(fn) -> str:
 
 
 def _name(fn) -> str:
-    inner = fn
-    for _ in range(10):
-        nxt = getattr(inner, "__wrapped__", None)
-        if nxt is None:
-            break
-        inner = nxt
+    inner = intercept.unwrapped(fn)
     mod = getattr(inner, "__module__", None) or ""
     qual = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
     return f"{mod}.{qual}" if mod and mod != "__main__" else qual
@@ -630,7 +624,7 @@ def _run_xla(call, placed, kwargs, label):
 def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
           in_shardings=None, out_shardings=None, policy="auto", ulps: int = policy_mod.DEFAULT_ULPS,
           repro_dir: str | None = None, name: str | None = None, timeout: float | None = DEFAULT_TIMEOUT,
-          explain: bool = True, explain_timeout: float | None = EXPLAIN_TIMEOUT, **kwargs) -> CheckResult:
+          **kwargs) -> CheckResult:
     """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device.
 
     Returns a `CheckResult` when they agree; raises `ConformanceError` (message: the mismatch
@@ -644,22 +638,14 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     roundoff of the output's largest magnitude; docs/oracle.md), "exact", or `conformance.verdict.compare`
     policies. `timeout`: seconds to wait for XLA's results (default `DEFAULT_TIMEOUT`; None: no
     limit), else `CheckTimeout` naming the program (the computation keeps running: see there).
-    `explain` (default True): on a disagreement, `conformance.explain` runs on the same call
-    (XLA in its worker process, so a fatal CHECK cannot end this one) and the message ends with
-    its verdict, e.g. "explain: diverged in compiler at stablehlo.scatter (op #12)" or
-    "explain: undetermined (...)"; it is paid only when the call disagrees, and gets
-    `explain_timeout` seconds (None: no limit) before the message says it did not finish.
+    The public `conformance.check` (`conformance.debug.explain.on_check.check`) adds
+    `explain=` / `explain_timeout=`: the message of a disagreement ends with explain's stage and op.
     Other keyword arguments are passed to `fn`.
     """
     import jax
 
     validation.check_seconds("timeout", timeout, none=True, what="seconds to wait for XLA's results",
                              none_means="for no limit")
-    if not isinstance(explain, bool):
-        raise TypeError(f"check: explain={explain!r} must be True (run conformance.explain on a disagreement) "
-                        "or False (do not).")
-    validation.check_seconds("explain_timeout", explain_timeout, none=True,
-                             what="seconds explain may take on a disagreement", none_means="for no limit")
     call, placed, wrap, ctx_mesh, entry = _build(fn, args, mesh, in_specs, out_specs, check_vma, axis_names,
                                                  in_shardings, out_shardings)
     label = name or _name(fn)
@@ -694,66 +680,4 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     path, note = write_reproducer(fn, label, placed, kwargs, ref, pols, wrap, repro_dir, traced=traced,
                                   out_shardings=xla_out_shardings)
     res.repro_path = path
-    line, explanation = "", None
-    if explain:
-        line, explanation = explain_disagreement(
-            fn, args, kwargs, dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
-                                   axis_names=axis_names, in_shardings=in_shardings, out_shardings=out_shardings),
-            timeout=explain_timeout)
-    err = ConformanceError(res, note, line)
-    err.explanation = explanation
-    raise err
-
-
-def explain_line(exp) -> str:
-    """One line for a `conformance.debug.explain.Explanation`: the stage and the op it names, or
-    why it could not decide."""
-    if exp.diverged_in in ("lowering", "compiler", "backend"):
-        if exp.crash:
-            return f"explain: diverged in {exp.diverged_in} (crash: {exp.crash.strip().splitlines()[0][:200]})"
-        if exp.op:
-            where = f" (op #{exp.op_index})" if exp.op_index is not None else ""
-            return f"explain: diverged in {exp.diverged_in} at {exp.op}{where}" + (f", {exp.source}" if exp.source else "")
-        return f"explain: diverged in {exp.diverged_in} (no op could be named)"
-    head = exp.headline()
-    if exp.diverged_in == "undetermined":
-        return "explain: " + head.removeprefix("diverged in: ")
-    return ("explain: no stage differs from the one before under explain's per-op tolerance "
-            f"({exp.tolerance or 'auto'}; {head}), although the outputs differ under check's policy")
-
-
-def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | None) -> tuple[str, Any]:
-    """(line, Explanation or None): `conformance.explain` on the call `check` found disagreeing.
-
-    It runs on a helper thread that `check` waits for at most `timeout` seconds (the
-    refsim stages run in this process; XLA compiles and runs in explain's worker process, so a
-    fatal CHECK ends only the worker). An explain that fails or does not finish is reported in
-    the line, never raised: the disagreement is the error."""
-    import functools
-    import threading
-
-    from conformance.debug.explain import core
-    from conformance.oracle import intercept
-
-    layout = {k: v for k, v in layout.items() if v is not None and not (k == "check_vma" and v is True)}
-    target = functools.partial(fn, **kwargs) if kwargs else fn
-    box: dict = {}
-
-    def work():
-        try:
-            with intercept.unchecked():       # in oracle mode, explain's own runs are not checked again
-                box["exp"] = core.explain(target, *args, **layout)
-        except BaseException as e:  # noqa: BLE001 - reported in the message, the mismatch stays the error
-            box["error"] = e
-
-    worker = threading.Thread(target=work, name="conformance-check-explain", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        return (f"explain: not finished within {timeout:g} s (explain_timeout); run "
-                "conformance.explain(fn, *args, ...) to wait for it"), None
-    if "error" in box:
-        e = box["error"]
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        return f"explain: could not run ({type(e).__name__}: {first})", None
-    return explain_line(box["exp"]), box["exp"]
+    raise ConformanceError(res, note)

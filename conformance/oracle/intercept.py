@@ -55,6 +55,16 @@ _DECLINED_MAX = 8192
 KEY_FAST_PATH = "later calls of a program returning PRNG keys (C++ fast path; counted once per program)"
 
 
+def unwrapped(fn, depth: int = 10):
+    """`fn` with up to `depth` layers of ``__wrapped__`` (functools.wraps, jax.jit) taken off."""
+    for _ in range(depth):
+        nxt = getattr(fn, "__wrapped__", None)
+        if nxt is None:
+            break
+        fn = nxt
+    return fn
+
+
 def busy() -> bool:
     """True while this thread is inside the oracle's own work (nothing it runs is checked)."""
     return getattr(_STATE, "busy", False)
@@ -159,13 +169,7 @@ def _via(fun) -> str:
     mod = getattr(inner, "__module__", "") or ""
     if mod.endswith("shard_map"):
         return "eager shard_map"
-    target = fun
-    for _ in range(10):
-        nxt = getattr(target, "__wrapped__", None)
-        if nxt is None:
-            break
-        target = nxt
-    if (getattr(target, "__module__", "") or "").endswith("_src.pmap"):
+    if (getattr(unwrapped(fun), "__module__", "") or "").endswith("_src.pmap"):
         return "pmap"
     return "jit call"
 

@@ -655,7 +655,7 @@ def test_an_explain_that_fails_is_named_and_the_disagreement_stays_the_error(tmp
 
 def test_explain_line_for_every_verdict():
     from conformance.debug.explain.core import Explanation
-    from conformance.oracle.check import explain_line
+    from conformance.debug.explain.on_check import explain_line
 
     named = Explanation("compiler", [], {}, op="stablehlo.scatter", op_index=12, source="f.py:7")
     assert explain_line(named) == "explain: diverged in compiler at stablehlo.scatter (op #12), f.py:7"

@@ -1,0 +1,107 @@
+"""`conformance.check`: `conformance.oracle.check.check`, and on a disagreement
+`conformance.explain` on the same call, so the message ends with the stage and the op that
+introduced the difference ("explain: diverged in compiler at stablehlo.scatter (op #12)").
+
+It lives in debug, above oracle: the oracle compares, the debugger localises; the public
+`conformance.check` composes the two.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Any
+
+from conformance import validation
+from conformance.debug.explain import core
+from conformance.oracle import check as oracle_check
+from conformance.oracle import intercept
+from conformance.oracle.check import ConformanceError, XlaError
+
+__all__ = ["EXPLAIN_TIMEOUT", "check", "explain_disagreement", "explain_line"]
+
+#: Seconds `check` gives `conformance.explain` on a disagreement before it ends the message without it.
+EXPLAIN_TIMEOUT = 120.0
+
+#: The layout keywords of `check` that explain takes too.
+_LAYOUT = ("mesh", "in_specs", "out_specs", "check_vma", "axis_names", "in_shardings", "out_shardings")
+
+
+def check(fn, *args, explain: bool = True, explain_timeout: float | None = EXPLAIN_TIMEOUT, **kwargs):
+    """`conformance.oracle.check.check(fn, *args, **kwargs)` (its arguments and results); on a
+    disagreement with `explain` (default True), `conformance.explain` runs on the same call (XLA
+    in its worker process, so a fatal CHECK cannot end this one) and the message ends with its
+    verdict, e.g. "explain: diverged in compiler at stablehlo.scatter (op #12)" or "explain:
+    undetermined (...)"; it is paid only when the call disagrees, and gets `explain_timeout`
+    seconds (None: no limit) before the message says it did not finish. XLA failing to compile
+    or run (`XlaError`) is raised as it is: its stage is known."""
+    if not isinstance(explain, bool):
+        raise TypeError(f"check: explain={explain!r} must be True (run conformance.explain on a disagreement) "
+                        "or False (do not).")
+    validation.check_seconds("explain_timeout", explain_timeout, none=True,
+                             what="seconds explain may take on a disagreement", none_means="for no limit")
+    try:
+        return oracle_check.check(fn, *args, **kwargs)
+    except XlaError:
+        raise
+    except ConformanceError as e:
+        if not explain:
+            raise
+        layout = {k: kwargs[k] for k in _LAYOUT if k in kwargs}
+        fn_kwargs = {k: v for k, v in kwargs.items() if k not in _OWN_KEYWORDS}
+        line, explanation = explain_disagreement(fn, args, fn_kwargs, layout, timeout=explain_timeout)
+        err = ConformanceError(e.result, e.note, line)
+        err.explanation = explanation
+        raise err from None
+
+
+#: `conformance.oracle.check.check`'s own keywords (the rest go to the checked function).
+_OWN_KEYWORDS = frozenset(p for p in inspect.signature(oracle_check.check).parameters if p not in ("fn", "args", "kwargs"))
+
+
+def explain_line(exp) -> str:
+    """One line for a `conformance.debug.explain.Explanation`: the stage and the op it names, or
+    why it could not decide."""
+    if exp.diverged_in in ("lowering", "compiler", "backend"):
+        if exp.crash:
+            return f"explain: diverged in {exp.diverged_in} (crash: {exp.crash.strip().splitlines()[0][:200]})"
+        if exp.op:
+            where = f" (op #{exp.op_index})" if exp.op_index is not None else ""
+            return f"explain: diverged in {exp.diverged_in} at {exp.op}{where}" + (f", {exp.source}" if exp.source else "")
+        return f"explain: diverged in {exp.diverged_in} (no op could be named)"
+    head = exp.headline()
+    if exp.diverged_in == "undetermined":
+        return "explain: " + head.removeprefix("diverged in: ")
+    return ("explain: no stage differs from the one before under explain's per-op tolerance "
+            f"({exp.tolerance or 'auto'}; {head}), although the outputs differ under check's policy")
+
+
+def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | None) -> tuple[str, Any]:
+    """(line, Explanation or None): `conformance.explain` on the call `check` found disagreeing.
+
+    It runs on a helper thread that `check` waits for at most `timeout` seconds (the
+    refsim stages run in this process; XLA compiles and runs in explain's worker process, so a
+    fatal CHECK ends only the worker). An explain that fails or does not finish is reported in
+    the line, never raised: the disagreement is the error."""
+    layout = {k: v for k, v in layout.items() if v is not None and not (k == "check_vma" and v is True)}
+    target = functools.partial(fn, **kwargs) if kwargs else fn
+    box: dict = {}
+
+    def work():
+        try:
+            with intercept.unchecked():       # in oracle mode, explain's own runs are not checked again
+                box["exp"] = core.explain(target, *args, **layout)
+        except BaseException as e:  # noqa: BLE001 - reported in the message, the mismatch stays the error
+            box["error"] = e
+
+    worker = threading.Thread(target=work, name="conformance-check-explain", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return (f"explain: not finished within {timeout:g} s (explain_timeout); run "
+                "conformance.explain(fn, *args, ...) to wait for it"), None
+    if "error" in box:
+        e = box["error"]
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        return f"explain: could not run ({type(e).__name__}: {first})", None
+    return explain_line(box["exp"]), box["exp"]
