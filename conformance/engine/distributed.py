@@ -485,7 +485,9 @@ INCOMPLETE; 1 on the others): waiting for a dead peer at shutdown would hang.
         hardware = preflight.check(args.platform, n, in_process=True)
         # the hardware record (a dict: kept in results.jsonl, not in the HTML table) lists every device
         extra = {**preflight.plan_entries(hardware), "distributed": True, "global_devices": n}
+        data_sets = getattr(args, "data_per_program", None) or runner.DEFAULT_DATA_PER_PROGRAM
         job.identity = {"suite": ",".join(suites), "seed": args.seed, "examples": args.examples, "devices": n,
+                        "data_per_program": data_sets,
                         "platform": args.platform, "shard": getattr(args, "shard", None), **runner._versions()}
         lead = job.is_coordinator
         job.log(f"joined: {n} devices over {job.process_count} processes ({hardware.get('topology', '')})")
@@ -494,7 +496,7 @@ INCOMPLETE; 1 on the others): waiting for a dead peer at shutdown would hang.
                             progress=lead and not args.no_progress, resume=args.resume and lead,
                             xfails=args.xfails or (multiprocess_xfails(args.platform) if job.process_count > 1 else None),
                             processes=None, shrink_seconds=0, console=console, shard=getattr(args, "shard", None),
-                            plan_extra=extra, executor=job.execute)
+                            plan_extra=extra, executor=job.execute, data_per_program=data_sets)
         code = report_result(args, result, console) if lead else 0
         if not lead:
             job.log(f"done: took part in every case; process 0 reports the results")
