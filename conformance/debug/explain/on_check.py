@@ -8,7 +8,6 @@ It lives in debug, above oracle: the oracle compares, the debugger localises; th
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 from typing import Any
 
@@ -23,12 +22,13 @@ __all__ = ["EXPLAIN_TIMEOUT", "check", "explain_disagreement", "explain_line"]
 #: Seconds `check` gives `conformance.explain` on a disagreement before it ends the message without it.
 EXPLAIN_TIMEOUT = 120.0
 
-#: The layout keywords of `check` that explain takes too.
-_LAYOUT = ("mesh", "in_specs", "out_specs", "check_vma", "axis_names", "in_shardings", "out_shardings")
 
-
-def check(fn, *args, explain: bool = True, explain_timeout: float | None = EXPLAIN_TIMEOUT, **kwargs):
-    """`conformance.oracle.check.check(fn, *args, **kwargs)` (its arguments and results); on a
+def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
+          in_shardings=None, out_shardings=None, policy="auto", ulps: int = oracle_check.policy_mod.DEFAULT_ULPS,
+          repro_dir: str | None = None, name: str | None = None, timeout: float | None = oracle_check.DEFAULT_TIMEOUT,
+          explain: bool = True, explain_timeout: float | None = EXPLAIN_TIMEOUT, **kwargs):
+    """Run ``fn(*args, **kwargs)`` on XLA and on refsim and compare every output, device by device:
+    `conformance.oracle.check.check`, whose arguments, results and exceptions these are. On a
     disagreement with `explain` (default True), `conformance.explain` runs on the same call (XLA
     in its worker process, so a fatal CHECK cannot end this one) and the message ends with its
     verdict, e.g. "explain: diverged in compiler at stablehlo.scatter (op #12)" or "explain:
@@ -40,23 +40,20 @@ def check(fn, *args, explain: bool = True, explain_timeout: float | None = EXPLA
                         "or False (do not).")
     validation.check_seconds("explain_timeout", explain_timeout, none=True,
                              what="seconds explain may take on a disagreement", none_means="for no limit")
+    layout = dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma, axis_names=axis_names,
+                  in_shardings=in_shardings, out_shardings=out_shardings)
     try:
-        return oracle_check.check(fn, *args, **kwargs)
+        return oracle_check.check(fn, *args, **layout, policy=policy, ulps=ulps, repro_dir=repro_dir, name=name,
+                                  timeout=timeout, **kwargs)
     except XlaError:
         raise
     except ConformanceError as e:
         if not explain:
             raise
-        layout = {k: kwargs[k] for k in _LAYOUT if k in kwargs}
-        fn_kwargs = {k: v for k, v in kwargs.items() if k not in _OWN_KEYWORDS}
-        line, explanation = explain_disagreement(fn, args, fn_kwargs, layout, timeout=explain_timeout)
+        line, explanation = explain_disagreement(fn, args, kwargs, layout, timeout=explain_timeout)
         err = ConformanceError(e.result, e.note, line)
         err.explanation = explanation
         raise err from None
-
-
-#: `conformance.oracle.check.check`'s own keywords (the rest go to the checked function).
-_OWN_KEYWORDS = frozenset(p for p in inspect.signature(oracle_check.check).parameters if p not in ("fn", "args", "kwargs"))
 
 
 def explain_line(exp) -> str:
