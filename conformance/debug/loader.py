@@ -193,6 +193,9 @@ def from_fields(fields: dict, target: str = "<fields>") -> Reproducer:
 
 def _called(fields: dict, target: str) -> Reproducer:
     """A reproducer of `conformance.check` / oracle mode: the program as the user ran it."""
+    if fields.get("DEVICE_PUT") is not None:
+        raise ValueError(f"reproducer {target}: {fields.get('NOT_BISECTABLE') or 'a jax.device_put, not a program'}; "
+                         f"run it with python {target} to see the misplaced blocks.")
     raw = _get(fields, "inputs", target)
     got = raw() if callable(raw) else raw
     args, kwargs = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict) else (got, {})

@@ -555,10 +555,10 @@ def _laid_out_on_mesh(x) -> bool:
     return isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding) and isinstance(x.sharding.mesh, jax.sharding.Mesh)
 
 
-def finish_device_put(hosts, targets, ys) -> CheckResult:
-    """`jax.device_put` of `hosts` (global values) to `targets` gave `ys`: each device must hold
-    its block of the value, where the target states a NamedSharding laid out by it ("program"),
-    else by the sharding XLA gave the result ("xla"). Exact."""
+def finish_device_put(hosts, targets, ys) -> tuple[CheckResult, list]:
+    """(result, refsim's arrays): `jax.device_put` of `hosts` (global values) to `targets` gave
+    `ys`: each device must hold its block of the value, where the target states a NamedSharding
+    laid out by it ("program"), else by the sharding XLA gave the result ("xla"). Exact."""
     import jax
 
     ref, xla, where = [], [], []
@@ -583,7 +583,18 @@ def finish_device_put(hosts, targets, ys) -> CheckResult:
     cmp = compare.compare(ref, xla, tolerances=pols)
     summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))])
     return CheckResult(name="device_put", entry="device_put", comparison=cmp, outputs=summaries,
-                       provenance=_provenance(ref), seconds={})
+                       provenance=_provenance(ref), seconds={}), ref
+
+
+def write_device_put_reproducer(hosts, targets, ref, repro_dir) -> tuple[str | None, str]:
+    """(path, note): the reproducer of a device_put that disagreed (`reproduce.device_put_source`)
+    written to `repro_dir` (a folder or a function returning one), or (None, why it could not be)."""
+    try:
+        text = reproduce.device_put_source(hosts, targets, ref)
+    except reproduce.NotReproducible as e:
+        return None, f"no reproducer: {e}"
+    directory = repro_dir() if callable(repro_dir) else repro_dir
+    return reproduce.write(directory or tempfile.mkdtemp(prefix="conformance-device-put-"), "device_put", text), ""
 
 
 def write_reproducer(fn, name, args, kwargs, ref, pols, wrap, repro_dir, traced=None,

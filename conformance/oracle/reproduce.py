@@ -91,6 +91,9 @@ def _import_program():
 
 
 def program():
+    if DEVICE_PUT is not None:   # jax.device_put of each input onto its target layout
+        targets = [jax.sharding.NamedSharding(_mesh(ids, names, types), spec) for ids, names, types, spec in DEVICE_PUT]
+        return lambda *xs: tuple(jax.device_put(x, t) for x, t in zip(xs, targets))
     f = _import_program()
     if WRAP is None:
         return f
@@ -352,6 +355,7 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     out.append(f"PROGRAM_ROOT = {root!r}")
     out.append(f"PROGRAM_NAME = {pname!r}")
     out.append("EXPORTED = None")
+    out.append("DEVICE_PUT = None")
     out.append(_wrap_source(wrap))
     out.append(_args_source(args, kwargs))
     out.append("# per input leaf: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
@@ -425,7 +429,51 @@ def exported_source(traced, name: str, expected, tolerances, out_shardings=None)
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
     out.append(f"NOT_BISECTABLE = {NOT_BISECTABLE!r}")
+    out.append("DEVICE_PUT = None")
     out += _base64_lines("EXPORTED", blob)
+    return "\n".join(out + tail) + _MAIN
+
+
+#: What a device_put reproducer says about `python -m conformance explain` / `bisect`.
+NOT_A_PROGRAM = ("a jax.device_put moves data without a program: python -m conformance explain and bisect have "
+                 "no stages or equations to compare; the reproducer itself shows the misplaced blocks")
+
+
+def device_put_source(hosts, targets, expected) -> str:
+    """The reproducer of a `jax.device_put` that disagreed: each input's global value (placed
+    first as it was laid out, for a reshard between meshes), each target NamedSharding, and
+    refsim's expected blocks per device (exact)."""
+    import jax
+
+    arrays: dict[str, np.ndarray] = {}
+    layouts, puts = [], []
+    for i, (h, t) in enumerate(zip(hosts, targets)):
+        t = getattr(t, "sharding", t)                         # a Format: its sharding
+        if not (isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)):
+            raise NotReproducible(f"input {i}'s target {type(t).__name__} is not a NamedSharding over a mesh; "
+                                  "the reproducer states targets by their mesh and PartitionSpec.")
+        if getattr(t.spec, "unreduced", None) or not isinstance(h, np.ndarray):
+            raise NotReproducible(f"input {i} is moved into or out of an unreduced layout; its partial values "
+                                  "are not stored by the reproducer.")
+        arrays[f"in{i}"] = np.asarray(h).view(np.ndarray)
+        layouts.append(_layout_of(getattr(h, "sharding", None)))
+        ids, names, types = _mesh_desc(t.mesh)
+        puts.append(f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(t.spec))})")
+    tail, pols = _expected_section(arrays, expected, [compare.EXACT] * len(expected))
+    what = f"Calls jax.device_put on the inputs as they were placed ({NOT_A_PROGRAM})"
+    out = [_HEAD.format(name="device_put", what=what, policy=", ".join(sorted(set(pols))), ndev=_ndev(expected))]
+    out.append("PROGRAM_FILE = None")
+    out.append("PROGRAM_MODULE = None")
+    out.append("PROGRAM_ROOT = None")
+    out.append("PROGRAM_NAME = 'jax.device_put'")
+    out.append("EXPORTED = None")
+    out.append("WRAP = None")
+    out.append("ARGS = lambda L: (tuple(L), {})")
+    out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
+    out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
+    out.append("# per input: the target (mesh device ids, axis names, axis types, PartitionSpec)")
+    out.append("DEVICE_PUT = [" + ", ".join(puts) + "]")
+    out.append(f"NOT_BISECTABLE = {NOT_A_PROGRAM!r}")
     return "\n".join(out + tail) + _MAIN
 
 

@@ -174,12 +174,13 @@ class Session:
         hosts, targets, t0, t1 = pending
         t2 = time.perf_counter()
         try:
-            res = chk.finish_device_put(hosts, targets, ys)
+            res, ref = chk.finish_device_put(hosts, targets, ys)
             rec = self._record("device_put", "device_put", "device_put", "agree" if res.ok else "disagree",
                                policy=res.policies, overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
             if not res.ok:
-                rec["repro"] = None
-                err = chk.ConformanceError(res, "no reproducer: a device_put is checked by its placement alone")
+                path, note = chk.write_device_put_reproducer(hosts, targets, ref, lambda: self.repro_dir)
+                res.repro_path = rec["repro"] = path
+                err = chk.ConformanceError(res, note)
                 self.failures[self.context].append(err)
                 if self.echo is not None:
                     self.echo(str(err))

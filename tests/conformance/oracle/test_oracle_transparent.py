@@ -28,8 +28,8 @@ def _x():
 
 
 @contextlib.contextmanager
-def oracle():
-    session = sess.Session()
+def oracle(repro_dir=None):
+    session = sess.Session(repro_dir=repro_dir)
     session.context = "transparent"
     intercept.install(session)
     try:
@@ -209,7 +209,7 @@ def test_programs_compiled_before_install_are_seen():
     assert [c["outcome"] for c in session.calls] == ["agree"]
 
 
-def test_device_put_reshards_are_checked_by_placement(monkeypatch):
+def test_device_put_reshards_are_checked_by_placement(monkeypatch, tmp_path):
     from jax._src import dispatch
 
     x = _x()
@@ -229,12 +229,33 @@ def test_device_put_reshards_are_checked_by_placement(monkeypatch):
                 for y in ys]
 
     monkeypatch.setattr(dispatch, "_batched_device_put_impl", reversed_rows)
-    with oracle() as session:
+    with oracle(str(tmp_path)) as session:
         jax.device_put(x, target)
     (rec,) = session.calls
     assert (rec["via"], rec["outcome"]) == ("device_put", "disagree"), rec
     (err,) = session.pop_failures("transparent")
     assert "values differ" in str(err)
+    # its reproducer replays the device_put with plain JAX (unpatched in a fresh process: it agrees)
+    # and checks each device's block against refsim's; explain and bisect say why they do not apply
+    import subprocess
+    import sys
+
+    assert rec["repro"] == err.repro_path and err.repro_path.startswith(str(tmp_path))
+    text = open(err.repro_path).read()
+    assert "DEVICE_PUT = [" in text and "P('y', 'x')" in text
+    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_FLAGS"}
+    ran = subprocess.run([sys.executable, err.repro_path], capture_output=True, text=True, timeout=300, env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    wrong = tmp_path / "wrong_target.py"                  # a target that misplaces the blocks is caught
+    wrong.write_text(text.replace("DEVICE_PUT = [([[0, 1, 2, 3], [4, 5, 6, 7]], ('x', 'y'), ('Auto', 'Auto'), P('y', 'x'))]",
+                                  "DEVICE_PUT = [([[0, 1, 2, 3], [4, 5, 6, 7]], ('x', 'y'), ('Auto', 'Auto'), P('x', 'y'))]"))
+    assert wrong.read_text() != text
+    ran = subprocess.run([sys.executable, str(wrong)], capture_output=True, text=True, timeout=300, env=env)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    for command in ("explain", "bisect"):
+        r = subprocess.run([sys.executable, "-m", "conformance", command, err.repro_path], capture_output=True,
+                           text=True, timeout=300, env=env)
+        assert r.returncode == 2 and "jax.device_put moves data without a program" in r.stdout + r.stderr, r.stderr
 
 
 def test_census_is_in_the_report_and_adds_up_across_workers():
