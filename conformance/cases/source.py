@@ -17,10 +17,15 @@ def mesh_source(mesh: Mesh, var: str = "mesh") -> str:
 
 
 def spec_source(spec) -> str:
-    """`P(...)` source for a refsim PartitionSpec (UNCONSTRAINED as `P.UNCONSTRAINED`)."""
+    """`P(...)` source for a refsim PartitionSpec (UNCONSTRAINED as `P.UNCONSTRAINED`; JAX's
+    ``unreduced={...}`` / ``reduced={...}`` axis sets kept, sorted)."""
     if spec is None:
         return "None"
     parts = ["P.UNCONSTRAINED" if type(p).__name__ == "_Unconstrained" else repr(p) for p in spec]
+    for name in ("unreduced", "reduced"):
+        axes = sorted(getattr(spec, name, None) or ())
+        if axes:
+            parts.append(f"{name}={{{', '.join(repr(a) for a in axes)}}}")
     return "P(" + ", ".join(parts) + ")"
 
 
