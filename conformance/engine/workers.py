@@ -243,15 +243,18 @@ class _Worker:
                           status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details=details)
 
-    def _fatal_line(self, offset: int) -> str:
-        """The last fatal-log line ("F<date> ... file.cc:N] ...") the worker wrote since `offset`."""
+    def _log_since(self, offset: int) -> str:
+        """What the worker wrote to its stderr log from `offset` on ("" when the log is unreadable)."""
         try:
             with open(self.log_path, "rb") as fh:
                 fh.seek(offset)
-                text = fh.read().decode("utf-8", "replace")
+                return fh.read().decode("utf-8", "replace")
         except OSError:
             return ""
-        lines = [ln for ln in text.splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
+
+    def _fatal_line(self, offset: int) -> str:
+        """The last fatal-log line ("F<date> ... file.cc:N] ...") the worker wrote since `offset`."""
+        lines = [ln for ln in self._log_since(offset).splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
         return lines[-1].strip() if lines else ""
 
     def timeout_result(self, case_timeout: float, opts: dict, write_repro) -> CaseResult:
@@ -283,13 +286,8 @@ class _Worker:
         self.close()
 
     def _stderr_tail(self, offset: int) -> str:
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(offset)
-                text = fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        return "\n".join(text.rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
+        """The worker's last `STDERR_TAIL_LINES` stderr lines since `offset`."""
+        return "\n".join(self._log_since(offset).rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
 
     def ask_to_stop(self) -> None:
         """Tell the worker to exit after its task in flight (`stop` waits for it)."""

@@ -81,16 +81,19 @@ def _model_arith(case, actual):
     np.float32(1e-40))`` gives 0; ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives
     -0.0 (NumPy: 0.0); float16 subnormals survive (computed in float32, where they are normal)."""
     flushed = _flushed_case(case)
-    tols = [Exact(signed_zero=False) if isinstance(t, Exact)
-            else dataclasses.replace(t, signed_zero=False) if isinstance(t, SumBound) else t
-            for t in flushed.tolerances()]
-    res = compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=tols)
+    res = compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=_unsigned_zeros(flushed.tolerances()))
     if res.ok:
         return res
     # A program XLA folds to no arithmetic at all (a + axis_index over a size-1 axis is a + 0,
     # folded to a) flushes nothing: its subnormal inputs come back as they went in. Such an
-    # output is refsim's on the unflushed inputs, zero signs aside.
-    return compare(case.run(refsim), actual, tolerances=tols)
+    # output is refsim's on the inputs as given, zero signs aside.
+    return compare(case.run(refsim), actual, tolerances=_unsigned_zeros(case.tolerances()))
+
+
+def _unsigned_zeros(tolerances) -> list:
+    """`tolerances` with a zero's sign left unchecked (Exact and SumBound alike)."""
+    return [Exact(signed_zero=False) if isinstance(t, Exact)
+            else dataclasses.replace(t, signed_zero=False) if isinstance(t, SumBound) else t for t in tolerances]
 
 
 def _model_max_min(case, actual):
