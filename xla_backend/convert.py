@@ -54,7 +54,7 @@ def to_jax_sharding(sharding):
 
 
 def from_jax_sharding(sharding):
-    """The refsim sharding equal to a JAX NamedSharding or SingleDeviceSharding."""
+    """The refsim sharding equal to a JAX NamedSharding, SingleDeviceSharding or GSPMDSharding."""
     import jax
 
     if isinstance(sharding, jax.sharding.NamedSharding):
@@ -64,10 +64,41 @@ def from_jax_sharding(sharding):
     if isinstance(sharding, jax.sharding.SingleDeviceSharding):
         (dev,) = sharding.device_set
         return _single_device_cls()(dev.id)
+    if type(sharding).__name__ == "GSPMDSharding":
+        return _gspmd_to_named(sharding)
     raise TypeError(
         f"JAX sharding {sharding!r} ({type(sharding).__name__}) has no refsim equivalent; "
         "give the program NamedSharding out_shardings so its results are comparable."
     )
+
+
+def _gspmd_to_named(sharding):
+    """The refsim NamedSharding placing data as a JAX GSPMDSharding does.
+
+    A GSPMDSharding is an HloSharding over a device assignment: tile position t of its tile
+    assignment holds block t and lives on device ``device_assignment[ids[t]]``. That is a
+    NamedSharding over a mesh shaped like the tile assignment (axes ``gspmd0``, ...), each data
+    dimension split over its own axis and a ``last_tile_dim_replicate`` axis left unused.
+    Manual subgroups and maximal shardings have no NamedSharding: TypeError.
+    """
+    from refsim.layouts.hlo_sharding import HloSharding
+
+    hlo = HloSharding.parse(str(sharding._hlo_sharding))
+    assigned = np.array([d.id for d in sharding._device_assignment], dtype=np.int64)
+    mk = sharding.memory_kind
+    memory_kind = None if mk in (None, "device") else mk
+    if hlo.kind == "replicated":
+        mesh = Mesh(assigned.shape, ("gspmd0",), device_ids=assigned)
+        return NamedSharding(mesh, PartitionSpec(), memory_kind=memory_kind)
+    if hlo.kind != "tiled" or hlo.subgroup_types:
+        raise TypeError(
+            f"JAX sharding {sharding!r} ({hlo.kind} HloSharding {hlo}) has no refsim equivalent; "
+            "give the program NamedSharding out_shardings so its results are comparable.")
+    ids = hlo.tile_assignment.array()
+    names = tuple(f"gspmd{k}" for k in range(ids.ndim))
+    mesh = Mesh(ids.shape, names, device_ids=assigned[ids])
+    spec = PartitionSpec(*(names[k] if ids.shape[k] > 1 else None for k in range(hlo.data_rank)))
+    return NamedSharding(mesh, spec, memory_kind=memory_kind)
 
 
 def local_shards(jax_array):

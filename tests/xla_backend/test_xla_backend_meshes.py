@@ -99,3 +99,31 @@ def test_sharding_conversions_round_trip():
     assert xla_backend.from_jax_sharding(js) == SingleDeviceSharding(5)
     with pytest.raises(TypeError, match="wrap it as refsim.NamedSharding"):
         xla_backend.to_jax_sharding(P("x"))
+
+
+def test_gspmd_sharding_converts_to_the_same_placement():
+    # JAX's GSPMDSharding (an HloSharding over a device assignment) is the independent
+    # implementation: every device's block and replica id must be the ones JAX gives.
+    from jax._src.sharding_impls import GSPMDSharding
+
+    jm = jax.make_mesh((4, 2), ("x", "y"))
+    shape = (8, 4)
+    x = np.arange(32, dtype=np.float32).reshape(shape)
+    for spec in (jax.P("y", "x"), jax.P("x"), jax.P(None, "y"), jax.P(("x", "y")), jax.P(), jax.P("y")):
+        hlo = jax.sharding.NamedSharding(jm, spec)._to_xla_hlo_sharding(2)
+        gs = GSPMDSharding(tuple(jm.devices.flat)[::-1], hlo)      # a reversed device assignment
+        ref = xla_backend.from_jax_sharding(gs)
+        want = {d.id: tuple((s.start, s.stop) for s in i) for d, i in gs.devices_indices_map(shape).items()}
+        got = {d: tuple((s.start, s.stop) for s in i) for d, i in ref.devices_indices_map(shape).items()}
+        assert got == want, (spec, str(hlo))
+        replicas = {s.device.id: s.replica_id for s in jax.device_put(x, gs).addressable_shards}
+        assert dict(ref.device_replica_id_map(shape)) == replicas, (spec, str(hlo))
+
+
+def test_gspmd_sharding_without_a_named_equivalent_is_a_type_error():
+    from jax._src.sharding_impls import GSPMDSharding
+    from jax._src.lib import xla_client as xc
+
+    gs = GSPMDSharding(tuple(jax.devices()[:2]), xc.HloSharding.manual())
+    with pytest.raises(TypeError, match="has no refsim equivalent"):
+        xla_backend.from_jax_sharding(gs)
