@@ -885,10 +885,39 @@ def dispatch_module():
 
 def aot_compiled_class():
     """`jax.stages.Compiled`: `jit(f).lower(...).compile()`; its `__call__` runs the executable
-    directly (no jit dispatch), so oracle mode can only count those calls."""
+    directly (no jit dispatch), so oracle mode hooks it there."""
     from jax._src import stages
 
     return stages.Compiled
+
+
+def aot_traced_class():
+    """`jax.stages.Traced` (`jit(f).trace(...)`; `jit(f).lower(...)` goes through its `lower`)."""
+    from jax._src import stages
+
+    return stages.Traced
+
+
+def aot_lowered_class():
+    """`jax.stages.Lowered`: its `compile` makes the `Compiled`."""
+    from jax._src import stages
+
+    return stages.Lowered
+
+
+def aot_jit_params(traced) -> dict | None:
+    """The jit equation's parameters (`jaxpr`, shardings, `name`, ...) a `Traced` lowers, as
+    `_pjit_call_impl_python` receives them; None for a program with high-level (hijax) types,
+    whose compiled calls convert their arguments first."""
+    lo = traced.lojax
+    if lo is not traced and getattr(traced.jaxpr, "is_high", False):
+        return None
+    return dict(lo._params)
+
+
+def aot_call_is_plain(compiled) -> bool:
+    """True when a `Compiled`'s call passes its flattened arguments to the executable unchanged."""
+    return not getattr(compiled._params, "is_high", False)
 
 
 def aot_compiled_device_count(compiled) -> int:

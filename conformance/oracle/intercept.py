@@ -28,7 +28,10 @@ It hooks the Python side of JAX's jit dispatch (`refsim.compat.JIT_EXECUTION_HOO
 * a program returning typed PRNG keys keeps C++'s fast path after its first call (JAX's Python
   path would lay the key words out differently, `KEY_FAST_PATH`), counted once per program;
 * ahead-of-time compiled calls (`jit(f).lower(...).compile()(...)`) run their executable
-  directly; they are counted as "not intercepted".
+  directly, past jit dispatch: `Traced.lower` and `Lowered.compile` carry the jit equation's
+  parameters to the `Compiled`, whose every call is checked like a jit execution (path
+  "ahead-of-time call"). One compiled before `install`, or of a program with high-level types,
+  is counted as "not intercepted".
 """
 from __future__ import annotations
 
@@ -282,16 +285,73 @@ def _replay(held) -> None:
         util.test_event(name, *ev_args)
 
 
+#: the attribute of a `Lowered` / `Compiled` holding the jit equation's parameters (`_hook_lower`)
+_AOT_PARAMS = "_conformance_jit_params"
+
+
+def _hook_lower(original):
+    def lower(self, *args, **kwargs):
+        lowered = original(self, *args, **kwargs)
+        if _SESSION[0] is not None:
+            try:
+                params = _compat.aot_jit_params(self)
+                if params is not None:
+                    setattr(lowered, _AOT_PARAMS, params)
+            except Exception:  # noqa: BLE001 - a program the hook cannot read is counted at its call
+                pass
+        return lowered
+    return lower
+
+
+def _hook_compile(original):
+    def compile(self, *args, **kwargs):
+        compiled = original(self, *args, **kwargs)
+        params = getattr(self, _AOT_PARAMS, None)
+        if params is not None:
+            setattr(compiled, _AOT_PARAMS, params)
+        return compiled
+    return compile
+
+
+def _aot_flat_args(compiled, params, args, kwargs):
+    """The flat arguments a compiled call hands its executable, or None (not checkable by the hook:
+    no parameters recorded, high-level types, or a call whose pytree JAX will reject)."""
+    import jax
+
+    if params is None or not _compat.aot_call_is_plain(compiled):
+        return None
+    flat, tree = jax.tree_util.tree_flatten((args, kwargs))
+    return flat if tree == compiled._params.in_tree and len(flat) == len(params["jaxpr"].in_avals) else None
+
+
 def _hook_aot(original):
     def __call__(self, *args, **kwargs):
         s = _SESSION[0]
-        if s is not None and s.active and not busy():
-            try:
-                if _compat.aot_compiled_device_count(self) > 1:
-                    s.not_intercepted("ahead-of-time compiled call")
-            except Exception:  # noqa: BLE001 - counting must never break the call
-                pass
-        return original(self, *args, **kwargs)
+        if s is None or not s.active or busy():
+            return original(self, *args, **kwargs)
+        pending, flat = None, None
+        try:
+            flat = _aot_flat_args(self, getattr(self, _AOT_PARAMS, None), args, kwargs)
+            if flat is None and _compat.aot_compiled_device_count(self) > 1:
+                s.not_intercepted("ahead-of-time compiled call")
+        except Exception:  # noqa: BLE001 - counting must never break the call
+            flat = None
+        if flat is not None:
+            with own_work():
+                pending = s.before(flat, getattr(self, _AOT_PARAMS),
+                                   {"via": "ahead-of-time call", "out_tree": self.out_tree})
+        try:
+            outs = original(self, *args, **kwargs)
+        except BaseException:
+            if pending is not None:
+                s.abandon(pending)
+            raise
+        if pending is not None:
+            import jax
+
+            with own_work():
+                s.after(pending, jax.tree_util.tree_leaves(outs))
+        return outs
     return __call__
 
 
@@ -326,6 +386,8 @@ def install(session) -> None:
     _patch(pjit, "_get_fastpath_data", _hook_fastpath)
     _patch(pjit, "_run_python_pjit", _hook_user_call)
     _patch(_compat.jit_primitive(), "impl", _hook_impl)
+    _patch(_compat.aot_traced_class(), "lower", _hook_lower)
+    _patch(_compat.aot_lowered_class(), "compile", _hook_compile)
     _patch(_compat.aot_compiled_class(), "__call__", _hook_aot)
     _patch(_compat.dispatch_module(), "_batched_device_put_impl", _hook_device_put)
     _compat.clear_jit_dispatch_caches()

@@ -186,10 +186,36 @@ def test_single_device_eager_ops_are_skipped_not_checked():
     assert session.calls == [] and session.counts()["census"]["seen"] == 0
 
 
-def test_ahead_of_time_compiled_calls_are_counted_as_not_intercepted():
+def test_ahead_of_time_compiled_calls_are_checked_every_call(tmp_path):
     x = _x()
-    with oracle() as session:
+    with oracle(str(tmp_path)) as session:
+        compiled = jax.jit(lambda a: (a * 3, {"s": a.sum()})).lower(x).compile()
+        out, extra = compiled(x)
+        compiled(x)
+        jax.jit(lambda a: a + 1).trace(np.float32(1)).lower().compile()(np.float32(2))   # one device
+    np.testing.assert_array_equal(np.asarray(out), 3 * np.asarray(x))
+    assert float(extra["s"]) == float(np.asarray(x).sum())
+    assert [(c["via"], c["outcome"]) for c in session.calls] == [("ahead-of-time call", "agree")] * 2, session.calls
+    census = session.counts()["census"]
+    assert census["not_intercepted"] == {} and census["by_path"] == {"ahead-of-time call": 2}, census
+
+    # an executable that returns wrong values is caught on its call
+    with oracle(str(tmp_path)) as session:
         compiled = jax.jit(lambda a: a * 3).lower(x).compile()
+        good = compiled(x)
+        wrong = jax.device_put(np.asarray(good) + 1, good.sharding)
+        compiled._call = lambda *a, **k: wrong           # what Compiled.__call__ runs once made
+        compiled(x)
+    assert [(c["via"], c["outcome"]) for c in session.calls if c["via"] != "device_put"] == [
+        ("ahead-of-time call", "agree"), ("ahead-of-time call", "disagree")], session.calls
+    (err,) = session.pop_failures("transparent")
+    assert "MISMATCH" in str(err) and "exact 0.0, xla 1.0" in str(err)
+
+
+def test_ahead_of_time_programs_compiled_before_install_are_counted_as_not_intercepted():
+    x = _x()
+    compiled = jax.jit(lambda a: a * 3).lower(x).compile()
+    with oracle() as session:
         compiled(x)
         compiled(x)
     assert session.calls == []
@@ -260,10 +286,11 @@ def test_device_put_reshards_are_checked_by_placement(monkeypatch, tmp_path):
 
 def test_census_is_in_the_report_and_adds_up_across_workers():
     x = _x()
+    before_install = jax.jit(lambda a: a * 2).lower(x).compile()
     with oracle() as session:
         jax.jit(lambda a: a + 1)(x)
         jax.lax.neg(x)
-        jax.jit(lambda a: a * 2).lower(x).compile()(x)
+        before_install(x)
     one = session.report()
     assert one["census"] == {"seen": 2, "by_path": {"jit call": 1, "eager op": 1},
                              "not_intercepted": {"ahead-of-time compiled call": 1}}, one["census"]
