@@ -116,6 +116,9 @@ def test_xla_cpu_psum_adds_in_group_order_where_a_partial_sum_flushes():
     assert _bits(xla) == [(i, [0x80000000]) for i in range(4)]          # -0: (+0 + a + b -> +0) + c + d -> -0
     assert platform_models.check("xla-cpu-arith", call, xla) is True
     assert platform_models.check("xla-cpu-arith", call, _planted(xla, 2, 0, 0.0)) is False
+    # the same terms as a, d, b, c: a + d = -T/4 flushes to -0, + b + c cancels to +0 (also the spec's)
+    other = _reduce("psum", np.array([[a], [d], [b], [c]], np.float32), 4)
+    assert _bits(other.run(xla_backend)) == [(i, [0]) for i in range(4)]
 
 
 def test_unfolded_axis_index_zero_signs_are_ieee_and_a_planted_negative_zero_is_caught():
