@@ -121,6 +121,22 @@ def test_xla_cpu_psum_adds_in_group_order_where_a_partial_sum_flushes():
     assert _bits(other.run(xla_backend)) == [(i, [0]) for i in range(4)]
 
 
+@pytest.mark.parametrize("axes, xla_zero", [(("x", "y"), 0x80000000), (("y", "x"), 0)])
+def test_the_group_order_is_the_order_of_the_axes_given(axes, xla_zero):
+    # devices 0..3 of a 2x2 mesh hold a, b, c, d; over ('y', 'x') the group is devices 0, 2, 1, 3:
+    # +0 + a + c - b = 1.5*T, + d = +0 (no partial sum flushes); over ('x', 'y') as above, -0
+    a, b, c, d = 1.5 * T, -1.25 * T, 1.25 * T, -1.5 * T
+    call = CollectiveCall(family="psum", source=f"def f(a):\n    return jax.lax.psum(a, {axes!r})\n",
+                          entry="shard_map", mesh=Mesh((2, 2), ("x", "y")),
+                          args=(np.array([[a], [b], [c], [d]], np.float32),), in_specs=(P(("x", "y")),),
+                          out_specs=P(), labels=(("axes", repr(axes)),), outputs=("sum",), name="psum",
+                          params={"axis_name": axes})
+    xla = call.run(xla_backend)
+    assert _bits(xla) == [(i, [xla_zero]) for i in range(4)]
+    assert platform_models.check("xla-cpu-arith", call, xla) is True
+    assert platform_models.check("xla-cpu-arith", call, _planted(xla, 3, 0, 0.0 if xla_zero else NZ)) is False
+
+
 def test_unfolded_axis_index_zero_signs_are_ieee_and_a_planted_negative_zero_is_caught():
     # a + axis_index over a size-3 axis is computed: device 0 adds +0, -0 + 0 = +0 (IEEE and XLA:CPU)
     x = np.array([NZ, 1.0, 2.0], np.float32)
