@@ -16,9 +16,9 @@
     computed in higher precision and that reference's own error added;
   - an infinity is accepted where some order of the additions can overflow to it (and NaN
     where both signs can, or where the dtype has no infinity); NaN/inf terms give the IEEE
-    result, which no order changes; a zero sum may have either sign. (StableHLO's all_reduce
-    does define it, -0 only where every term is -0, and refsim computes that; the bound does not
-    check it yet, so XLA:CPU's +0 identity shows only where a case is compared exactly.)
+    result, which no order changes; with ``signed_zero`` (psum / pmean / psum_scatter) the
+    sign of an exact zero counts: StableHLO's all_reduce gives -0 only where every term is -0,
+    as refsim does (XLA:CPU's +0 start is the platform model ``xla-cpu-arith``).
 * `Ulp(k)` (transcendentals and other ops with a stated accuracy): at most k units in the
   last place of the output dtype apart; NaN positions and infinities must match.
 

@@ -72,28 +72,130 @@ class _Out:
 
 
 def _model_arith(case, actual):
-    """XLA:CPU's float arithmetic: denormals-are-zero / flush-to-zero, and ``x + 0`` folded to
-    ``x`` (so a zero result may keep the sign IEEE 754 would clear, and an output folded to an
-    input keeps the input's subnormals). The model is refsim's semantics on the case's inputs
-    with subnormals flushed, outputs flushed, zero signs not checked; or, for a program folded to
-    no arithmetic, refsim's on the inputs as given, zero signs not checked. Plain JAX on jax 0.10.2 CPU: ``psum`` of two float32 6e-39 over 2 devices gives 0
-    (their sum 1.2e-38 is normal: the inputs were flushed); ``jax.jit(lambda a: a * 2**30)(
-    np.float32(1e-40))`` gives 0; ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives
-    -0.0 (NumPy: 0.0); float16 subnormals survive (computed in float32, where they are normal)."""
+    """XLA:CPU's float arithmetic: denormals-are-zero / flush-to-zero, a sum all-reduce that starts
+    from +0, and ``x + 0`` folded to ``x``. Plain JAX on jax 0.10.2 and 0.12 CPU: ``psum`` of two
+    float32 6e-39 over 2 devices gives 0 (their sum 1.2e-38 is normal: the inputs were flushed);
+    ``psum`` of (-0., -0.) gives +0.0 and of (-1.5e-38, 1.4e-38) gives -0.0 (the sum -1e-39
+    flushed); ``jax.jit(lambda a: a * 2**30)(np.float32(1e-40))`` gives 0;
+    ``jax.jit(lambda a: a + np.float32(0))(np.float32(-0.0))`` gives -0.0 (NumPy: 0.0); float16
+    subnormals survive (computed in float32, where they are normal).
+
+    The model has two halves; XLA's result must equal one of them, zero signs included:
+
+    * computed: refsim's semantics on the case's inputs with subnormals flushed, outputs flushed,
+      each output held to the case's own policy, except that a floating psum / pmean /
+      psum_scatter's zero takes the sign XLA:CPU's all-reduce gives it (`_cpu_sum`: from +0, the
+      members added in group order, every operand and partial sum flushed), where the spec's
+      (`SumBound(signed_zero=True)`) is -0 exactly when every term is -0. ``a + axis_index``
+      over a group of several devices is not folded: its zero signs are IEEE's, refsim's.
+    * folded: a program XLA folds to no arithmetic, ``a + axis_index(axes)`` with the axes' total
+      size 1, is the program without the ``+ axis_index(...)``: its inputs come back as they went
+      in, subnormals and -0 included. (A psum / pmean over a one-member group is folded to its
+      operand too, which is what the spec's sum of one term gives: no model needed.)"""
     flushed = _flushed_case(case)
-    res = compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=_unsigned_zeros(flushed.tolerances()))
+    expected = _flushed_outputs(flushed.run(refsim))
+    tolerances = flushed.tolerances()
+    if any(isinstance(t, SumBound) for t in tolerances):
+        tolerances, expected = _cpu_sum_policy(flushed, tolerances, expected)
+    res = compare(expected, actual, tolerances=tolerances)
     if res.ok:
         return res
-    # A program XLA folds to no arithmetic at all (a + axis_index over a size-1 axis is a + 0,
-    # folded to a) flushes nothing: its subnormal inputs come back as they went in. Such an
-    # output is refsim's on the inputs as given, zero signs aside.
-    return compare(case.run(refsim), actual, tolerances=_unsigned_zeros(case.tolerances()))
+    folded = _folded_axis_index(case)
+    if folded is None:
+        return res
+    return compare(folded.run(refsim), actual, tolerances=case.tolerances())
 
 
-def _unsigned_zeros(tolerances) -> list:
-    """`tolerances` with a zero's sign left unchecked (Exact and SumBound alike)."""
-    return [Exact(signed_zero=False) if isinstance(t, Exact)
-            else dataclasses.replace(t, signed_zero=False) if isinstance(t, SumBound) else t for t in tolerances]
+_AXIS_INDEX_ADD = re.compile(r"\s*\+\s*jax\.lax\.axis_index\(\s*('[^']*'|\([^()]*\))\s*\)\.astype\(a\.dtype\)")
+
+
+def _folded_axis_index(case):
+    """`case` with each ``+ jax.lax.axis_index(axes).astype(a.dtype)`` over axes of total size 1
+    removed (XLA folds that ``a + 0`` to ``a``); None when there is none."""
+    mesh = getattr(case, "mesh", None)
+    source = getattr(case, "source", None)
+    if mesh is None or not source:
+        return None
+
+    def fold(m):
+        axes = ast.literal_eval(m.group(1))
+        axes = (axes,) if isinstance(axes, str) else tuple(axes)
+        size = 1
+        for a in axes:
+            size *= mesh.axis_size(a)
+        return "" if size == 1 else m.group(0)
+    src = _AXIS_INDEX_ADD.sub(fold, source)
+    return None if src == source else dataclasses.replace(case, source=src)
+
+
+def _compute_dtype(dtype) -> np.dtype:
+    """The type XLA:CPU adds a float dtype in: float64 for 8-byte floats (and complex128's parts),
+    float32 for every narrower one (float16, bfloat16 and float8 are widened)."""
+    dtype = np.dtype(dtype)
+    size = dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+    return np.dtype(np.float64 if size == 8 else np.float32)
+
+
+def _cpu_sum(terms: np.ndarray, mean: bool) -> np.ndarray:
+    """XLA:CPU's in-process sum all-reduce / reduce-scatter of the (n, ...) real or complex
+    `terms` (group order): ``acc = +0``, then ``acc += terms[j]`` for j = 0 .. n-1, each addition
+    in the compute type (`_compute_dtype`) with denormals-are-zero (operands flushed) and
+    flush-to-zero (the result flushed, keeping its sign), rounded back to the terms' dtype; a
+    mean then divides by n (flushed). A complex sum adds its parts separately. The zero signs
+    this gives are the platform's: +0 + (-0) is +0, so a sum of -0 terms is +0, and a negative
+    partial sum below the smallest normal flushes to -0."""
+    t = np.asarray(terms)
+    if t.dtype.kind == "c":
+        re, im = _cpu_sum(t.real, mean), _cpu_sum(t.imag, mean)
+        return complex_from_parts(re, im, t.dtype)
+    ct = _compute_dtype(t.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        acc = np.zeros(t.shape[1:], t.dtype)
+        for term in t:
+            wide = flush_subnormals(acc.astype(ct)) + flush_subnormals(term.astype(ct))
+            acc = flush_subnormals(wide).astype(t.dtype)
+        if mean:
+            acc = flush_subnormals(acc.astype(ct) / ct.type(t.shape[0])).astype(t.dtype)
+    return acc
+
+
+def _cpu_sum_policy(flushed, tolerances, expected):
+    """(policies, expected outputs) of the computed half: each floating `SumBound` with its
+    reference's zeros signed as `_cpu_sum` signs them and the sign checked where the element is
+    exact, and refsim's (flushed) zeros given the same signs. A reference that XLA:CPU flushes (a
+    nonzero sum below the smallest normal) is that signed zero."""
+    sums = {}
+    out_tols = []
+    for k, tol in enumerate(tolerances):
+        if not isinstance(tol, SumBound) or tol.integer_terms:
+            out_tols.append(tol)
+            continue
+        terms = reduction_terms(flushed)
+        cpu = {d: _cpu_sum(t, tol.mean) for d, t in terms.items()}
+        exact = {d: _signed_like(np.asarray(tol.exact[d]), cpu[d]) for d in tol.exact}
+        out_tols.append(dataclasses.replace(tol, exact=exact, signed_zero=True))
+        sums[k] = cpu
+    outs = []
+    for k, arr in enumerate(expected):
+        if k not in sums:
+            outs.append(arr)
+            continue
+        shards = [_Shard(s.device_id, s.index, _signed_like(np.asarray(s.data), sums[k][int(s.device_id)]))
+                  for s in arr.shards]
+        outs.append(_Out(arr.shape, arr.dtype, shards, arr.sharding))
+    return out_tols, outs
+
+
+def _signed_like(x: np.ndarray, cpu: np.ndarray) -> np.ndarray:
+    """`x` (a reference or refsim's values) with `cpu`'s signed zero wherever `cpu` is a zero and
+    `x`, flushed, is too (part by part for complex values); other elements unchanged."""
+    if x.dtype.kind == "c":
+        return complex_from_parts(_signed_like(x.real, cpu.real), _signed_like(x.imag, cpu.imag), x.dtype)
+    c = np.asarray(cpu).astype(np.float64)
+    tiny = _F64_TINY if _compute_dtype(cpu.dtype) == np.float64 else _F32_TINY
+    with np.errstate(invalid="ignore"):
+        zero = (c == 0) & (np.abs(x) < tiny)
+        return np.where(zero, np.where(np.signbit(c), -0.0, 0.0).astype(x.dtype), x).astype(x.dtype)
 
 
 def _model_max_min(case, actual):
