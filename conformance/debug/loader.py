@@ -196,6 +196,11 @@ def _called(fields: dict, target: str) -> Reproducer:
     if fields.get("DEVICE_PUT") is not None:
         raise ValueError(f"reproducer {target}: {fields.get('NOT_BISECTABLE') or 'a jax.device_put, not a program'}; "
                          f"run it with python {target} to see the misplaced blocks.")
+    if fields.get("PARTIAL_INPUTS"):
+        raise ValueError(f"reproducer {target}: input(s) {sorted(fields['PARTIAL_INPUTS'])} are unreduced (each "
+                         "device holds a partial value, which JAX reads back as no global value); explain and "
+                         "bisect compare global values stage by stage and equation by equation. Run it with "
+                         f"python {target}, which checks the value the partial values combine to.")
     raw = _get(fields, "inputs", target)
     got = raw() if callable(raw) else raw
     args, kwargs = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict) else (got, {})
