@@ -13,6 +13,16 @@ the inputs as they were placed when checked, calls the program the way the user 
 every device's shard with the element check of `conformance.verdict.compare`
 (`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
 differing elements (0 when all agree, 2 when it cannot run here).
+
+Values with unreduced axes (each device holds a partial value): an unreduced input is stored as
+each device's own value (``in<i>_dev<d>`` in DATA, its global shape in PARTIAL_INPUTS) and rebuilt
+with `jax.make_array_from_single_device_arrays` under its unreduced sharding; an unreduced output
+is read per device (``addressable_shards``: JAX gives it no global read, and on 0.12 no shard
+index) and, where refsim states the value the partial values combine to (PARTIALS "combined": a
+jit-level result), each device's block is that combination over the unreduced axes
+(`conformance.verdict.elements.combine_partials`, by the output's unreduced kind); where refsim
+states each device's partial value ("per device": a shard_map's out_specs, a device_put onto an
+unreduced layout) each device is compared as it is.
 """
 from __future__ import annotations
 
@@ -338,6 +348,12 @@ def _layout_of(sh) -> str:
     if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:
         ids, names, types = _mesh_desc(sh.mesh)
         return f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(sh.spec))})"
+    mesh = getattr(sh, "mesh", None)
+    if isinstance(sh, refsim.NamedSharding) and isinstance(mesh, refsim.Mesh) and mesh.size > 1:
+        # the oracle's host copy of an unreduced input (a refsim.Array): its mesh's device ids
+        ids = np.asarray(mesh.device_ids).tolist()
+        types = tuple(getattr(t, "name", str(t)) for t in mesh.axis_types)
+        return f"({ids!r}, {tuple(mesh.axis_names)!r}, {types!r}, {spec_source(sh.spec)})"
     return "None"
 
 
@@ -560,16 +576,17 @@ def device_put_source(hosts, targets, expected) -> str:
     import jax
 
     arrays: dict[str, np.ndarray] = {}
+    partial: dict[int, tuple] = {}
     layouts, puts = [], []
     for i, (h, t) in enumerate(zip(hosts, targets)):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         if not (isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)):
             raise NotReproducible(f"input {i}'s target {type(t).__name__} is not a NamedSharding over a mesh; "
                                   "the reproducer states targets by their mesh and PartitionSpec.")
-        if getattr(t.spec, "unreduced", None) or not isinstance(h, np.ndarray):
-            raise NotReproducible(f"input {i} is moved into or out of an unreduced layout; its partial values "
-                                  "are not stored by the reproducer.")
-        arrays[f"in{i}"] = np.asarray(h).view(np.ndarray)
+        if not isinstance(h, (np.ndarray, refsim.Array)):
+            raise NotReproducible(f"input {i} is a {type(h).__name__}, which the reproducer cannot store.")
+        # a global value, or (moved off an unreduced layout) each device's partial value
+        _store_input(arrays, partial, i, h if isinstance(h, refsim.Array) else np.asarray(h).view(np.ndarray))
         layouts.append(_layout_of(getattr(h, "sharding", None)))
         ids, names, types = _mesh_desc(t.mesh)
         puts.append(f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(t.spec))})")
@@ -585,7 +602,7 @@ def device_put_source(hosts, targets, expected) -> str:
     out.append("ARGS = lambda L: (tuple(L), {})")
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
-    out.append(_partial_inputs_source({}))
+    out.append(_partial_inputs_source(partial))
     out.append("# per input: the target (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("DEVICE_PUT = [" + ", ".join(puts) + "]")
     out.append(f"NOT_BISECTABLE = {NOT_A_PROGRAM!r}")

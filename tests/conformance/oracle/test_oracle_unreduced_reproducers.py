@@ -201,3 +201,30 @@ def test_shard_map_partial_values_are_checked_device_by_device(tmp_path):
     mod._data = lambda: data
     bad = mod.check(got)
     assert bad and all(f.startswith(f"output 0 device {dev} element") for f in bad), bad
+
+
+def test_device_put_onto_an_unreduced_layout_reproduces(tmp_path):
+    # partial values moved onto an unreduced layout keep what each device holds (JAX refuses a
+    # device_put off one onto an ordinary layout: that is a reshard). The reproducer rebuilds the
+    # input from its partial values, calls jax.device_put, and checks every device's block exactly.
+    x = _partials([P0, P1])
+    t = SH_U
+    hosts = chk.device_put_hosts([x])
+    y = jax.device_put(x, t)
+    res, ref = chk.finish_device_put(hosts, [t], [y])
+    assert res.ok, res.report()
+    path, note = chk.write_device_put_reproducer(hosts, [t], ref, str(tmp_path))
+    assert note == "" and path, note
+    mod = _load(path)
+    assert mod.PARTIAL_INPUTS == {0: (4, 2)} and mod.PARTIALS == ["per device"]
+    got = mod.run()
+    assert mod.check(got) == []
+    ids = np.vectorize(lambda d: d.id, otypes=[int])(MESH.devices)
+    for s in got[0].addressable_shards:                # by hand: the device at (i, j) keeps Pj[2i:2i+2]
+        i, j = (int(v) for v in np.argwhere(ids == s.device.id)[0])
+        assert np.asarray(s.data).tolist() == [P0, P1][j][2 * i:2 * i + 2].tolist()
+    data = dict(mod._data())
+    data["out0_dev0"] = data["out0_dev0"] + 1          # planted: refsim's block on device 0 off by one
+    mod._data = lambda: data
+    bad = mod.check(got)
+    assert bad and all(f.startswith("output 0 device 0 element") for f in bad), bad
