@@ -149,6 +149,9 @@ def run():
     if WRAP is not None and WRAP["kind"] == "jit":
         with jax.set_mesh(_mesh(*WRAP["mesh"])):
             return program()(*args, **kwargs)
+    if CONTEXT_MESH is not None:   # the mesh the call ran under (jax.set_mesh): a bare P in the program names it
+        with jax.set_mesh(_mesh(*CONTEXT_MESH)):
+            return program()(*args, **kwargs)
     return program()(*args, **kwargs)
 
 
@@ -337,6 +340,19 @@ def _mesh_desc(jmesh) -> tuple:
     return ids, tuple(jmesh.axis_names), types
 
 
+def _context_mesh():
+    """(device ids, axis names, axis types) of the concrete mesh the call runs under
+    (`jax.set_mesh`), or None: a source reproducer calls the program under it, so a bare
+    PartitionSpec the program states (``out_sharding=P(...)``) names the same mesh."""
+    import jax
+
+    get = getattr(jax.sharding, "get_mesh", None)
+    mesh = get() if get is not None else None
+    if not isinstance(mesh, jax.sharding.Mesh) or getattr(mesh, "empty", False) or not mesh.axis_names:
+        return None
+    return _mesh_desc(mesh)
+
+
 def _layout(x):
     return _layout_of(getattr(x, "sharding", None))
 
@@ -484,6 +500,8 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     out.append("EXPORTED = None")
     out.append("DEVICE_PUT = None")
     out.append(_wrap_source(wrap))
+    out.append("# the mesh the call ran under (jax.set_mesh), or None")
+    out.append(f"CONTEXT_MESH = {_context_mesh()!r}")
     out.append(_args_source(args, kwargs))
     out.append("# per input leaf: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(_layout(x) for x in leaves) + "]")
@@ -505,6 +523,8 @@ def export_program(traced, out_shardings=None) -> bytes:
     import jax
     from jax.extend.core import jaxpr_as_fun
 
+    from refsim import compat
+
     if traced.in_avals is None:
         raise NotReproducible("the call's inputs were not recorded before it ran; no program to export.")
     closed = traced.closed
@@ -516,6 +536,14 @@ def export_program(traced, out_shardings=None) -> bytes:
         sh = sh if isinstance(sh, jax.sharding.Sharding) else None
         specs.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sh))
         shardings.append(sh)
+    for k, s in enumerate(out_shardings or ()):
+        kind = compat.unreduced_kind_of(getattr(s, "spec", None))
+        if getattr(getattr(s, "spec", None), "unreduced", None) and kind != "sum":
+            # jax 0.12's export keeps the unreduced axes but not their kind: the deserialized
+            # program's call fails ("Unexpected XLA sharding override ... unreduced_kind=sum")
+            raise NotReproducible(f"output {k} is unreduced with unreduced_kind={kind}, which jax.export does not "
+                                  "keep (the deserialized program fails to run); bind the checked callable to a "
+                                  "module-level name to get a reproducer that imports it.")
     kw = {}
     if all(s is not None for s in shardings):
         kw["in_shardings"] = tuple(shardings)
@@ -554,6 +582,7 @@ def exported_source(traced, name: str, expected, tolerances, out_shardings=None)
     out.append("PROGRAM_ROOT = None")
     out.append(f"PROGRAM_NAME = {name!r}")
     out.append("WRAP = None")
+    out.append("CONTEXT_MESH = None")
     out.append("ARGS = lambda L: (tuple(L), {})")
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
@@ -599,6 +628,7 @@ def device_put_source(hosts, targets, expected) -> str:
     out.append("PROGRAM_NAME = 'jax.device_put'")
     out.append("EXPORTED = None")
     out.append("WRAP = None")
+    out.append("CONTEXT_MESH = None")
     out.append("ARGS = lambda L: (tuple(L), {})")
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")

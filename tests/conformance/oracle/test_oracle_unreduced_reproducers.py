@@ -29,6 +29,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 # module level, so that a reproducer can import them
 broadcast = jax.jit(lambda x: jax.lax.broadcast_in_dim(x, (4, 3), (0, 1), out_sharding=SH_U))
 doubled = jax.jit(lambda x: x + x)
+_UK = getattr(jax.sharding, "UnreducedKind", None)           # jax >= 0.12: partial values combined by max / min
+
+
+def _reduce_unreduced(op, kind):
+    return jax.jit(lambda a: op(a, axes=[0], out_sharding=P(unreduced={"x"}, unreduced_kind=getattr(_UK, kind))))
+
+
+max_unreduced = None if _UK is None else _reduce_unreduced(jax.lax.reduce_max, "max")
+min_unreduced = None if _UK is None else _reduce_unreduced(jax.lax.reduce_min, "min")
 
 
 def _partials(values):
@@ -228,3 +237,39 @@ def test_device_put_onto_an_unreduced_layout_reproduces(tmp_path):
     mod._data = lambda: data
     bad = mod.check(got)
     assert bad and all(f.startswith("output 0 device 0 element") for f in bad), bad
+
+
+@pytest.mark.skipif(_UK is None, reason="unreduced_kind is jax >= 0.12")
+@pytest.mark.parametrize("kind", ["max", "min"])
+def test_an_unreduced_max_or_min_output_is_checked_by_its_combined_value(kind, tmp_path):
+    x = np.array([[3.0, -1.0], [5.0, -4.0], [2.0, 7.0], [0.0, 1.0]], np.float32)
+    f = max_unreduced if kind == "max" else min_unreduced
+    with jax.set_mesh(MESH):
+        xs = jax.device_put(x, P("x", None))
+        traced = chk.prepare(f, (xs,), {})
+        out = f(xs)
+        res, ref, pols = chk.finish(traced, out, name="f", entry="jit")
+        assert res.ok, res.report()
+        # jax.export keeps the unreduced axes but not their kind: no exported reproducer, and why
+        none, why = chk.write_reproducer(None, "f", (xs,), {}, ref, pols, None, str(tmp_path), traced=traced,
+                                         out_shardings=[out.sharding])
+        assert none is None and f"unreduced_kind={kind}, which jax.export does not keep" in why, why
+        # the program imported from this module (written under the call's mesh, as conformance.check
+        # writes it): checked by the max / min of its partial values
+        path, note = chk.write_reproducer(f, "f", (xs,), {}, ref, pols, None, str(tmp_path), traced=traced,
+                                          out_shardings=[out.sharding])
+    assert note == "", note
+    mod = _load(path)
+    assert mod.CONTEXT_MESH == ([[0, 1], [2, 3]], ("x", "y"), ("Explicit", "Explicit"))
+    got = mod.run()                     # under the mesh the call ran under: the program's bare P names it
+    assert mod.check(got) == []
+    run = _run_standalone(path)
+    assert run.returncode == 0 and "OK: every device matches refsim" in run.stdout, run.stdout + run.stderr
+    want = x.max(axis=0) if kind == "max" else x.min(axis=0)     # by hand: [5, 7] / [0, -4]
+    assert np.asarray(mod._data()["out0_dev0"]).tolist() == want.tolist()
+    data = dict(mod._data())
+    data["out0_dev0"] = data["out0_dev0"] + 1                    # planted: the combined value off by one
+    mod._data = lambda: data
+    bad = mod.check(got)
+    assert bad[0].startswith("output 0 is unreduced over ['x']") and f"the {kind} of the partial values" in bad[0]
+    assert bad[1] == f"output 0 device 0 element (0,): got {float(want[0])!r}, expected {float(want[0] + 1)!r}", bad
