@@ -37,6 +37,7 @@ from conformance.oracle.policy import ScaledBound
 from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
 import refsim
+from refsim import compat
 from refsim.layouts.partition_spec import PartitionSpec
 
 _HEAD = '''\
@@ -436,8 +437,6 @@ def unreduced_partials(x) -> dict | None:
     """{device id: its own partial value} of an input unreduced over some mesh axes (a jax.Array
     or the oracle's host copy of one, a refsim.Array), else None. NotReproducible for partial
     values combined other than by sum (jax 0.12's unreduced_kind max / min)."""
-    from refsim import compat
-
     spec = getattr(getattr(x, "sharding", None), "spec", None)
     if not getattr(spec, "unreduced", None):
         return None
@@ -522,8 +521,6 @@ def export_program(traced, out_shardings=None) -> bytes:
     shardings XLA's outputs had), so the program re-runs on XLA without its Python source."""
     import jax
     from jax.extend.core import jaxpr_as_fun
-
-    from refsim import compat
 
     if traced.in_avals is None:
         raise NotReproducible("the call's inputs were not recorded before it ran; no program to export.")
