@@ -29,6 +29,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 # module level, so that a reproducer can import them
 broadcast = jax.jit(lambda x: jax.lax.broadcast_in_dim(x, (4, 3), (0, 1), out_sharding=SH_U))
 doubled = jax.jit(lambda x: x + x)
+matmul_unreduced = jax.jit(lambda a, b: jnp.einsum("ab,bc->ac", a, b,
+                                                   out_sharding=NamedSharding(MESH, P(unreduced={"x"}))))
 _UK = getattr(jax.sharding, "UnreducedKind", None)           # jax >= 0.12: partial values combined by max / min
 
 
@@ -162,23 +164,25 @@ def test_explain_and_bisect_refuse_unreduced_inputs_with_a_reason(tmp_path, caps
         assert "input(s) [0] are unreduced" in err and f"python {path}" in err, err
 
 
-def test_bisect_of_an_unreduced_output_says_why_it_cannot(tmp_path, capsys):
+@pytest.mark.parametrize("how", ["imported", "exported"])
+def test_explain_and_bisect_refuse_unreduced_outputs_with_a_reason(how, tmp_path, capsys):
     from conformance.debug import cli as bisect_cli
+    from conformance.debug.explain import cli as explain_cli
 
-    with jax.set_mesh(MESH):
-        a = jax.device_put(np.arange(8.0, dtype=np.float32).reshape(2, 4), P(None, "x"))
-        b = jax.device_put(np.ones((4, 2), np.float32), P("x", None))
-        f = jax.jit(lambda a, b: jnp.einsum("ab,bc->ac", a, b, out_sharding=P(unreduced={"x"})))
-        traced = chk.prepare(f, (a, b), {})
-        out = f(a, b)
-        res, ref, pols = chk.finish(traced, out, name="local", entry="jit")
+    a = jax.device_put(np.arange(8.0, dtype=np.float32).reshape(2, 4), NamedSharding(MESH, P(None, "x")))
+    b = jax.device_put(np.ones((4, 2), np.float32), NamedSharding(MESH, P("x", None)))
+    traced = chk.prepare(matmul_unreduced, (a, b), {})
+    out = matmul_unreduced(a, b)
+    res, ref, pols = chk.finish(traced, out, name="matmul_unreduced", entry="jit")
     assert res.ok
-    path, _ = chk.write_reproducer(None, "local", (a, b), {}, ref, pols, None, str(tmp_path), traced=traced,
-                                   out_shardings=[out.sharding])
+    path, _ = chk.write_reproducer(matmul_unreduced if how == "imported" else None, "matmul_unreduced", (a, b), {},
+                                   ref, pols, None, str(tmp_path), traced=traced, out_shardings=[out.sharding])
     mod = _load(path)
     assert mod.PARTIAL_INPUTS == {} and mod.check(mod.run()) == []
-    rc = bisect_cli.main([path])                       # an exported program: no jaxpr to bisect
-    assert rc == 2 and "error: cannot bisect" in capsys.readouterr().err
+    for main in (explain_cli.main, bisect_cli.main):
+        assert main([path]) == 2
+        err = capsys.readouterr().err
+        assert "output(s) [0] are unreduced" in err and f"python {path}" in err, err
 
 
 def test_shard_map_partial_values_are_checked_device_by_device(tmp_path):
