@@ -57,7 +57,16 @@ def main(argv=None) -> int:
     except (ValueError, ImportError, AttributeError) as e:
         print(f"error: --runner {args.runner}: {e}", file=sys.stderr)
         return 2
-    result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
+    try:
+        result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
+    except (NotImplementedError, RuntimeError, ValueError) as e:
+        if "unreduced" not in str(e):
+            raise
+        # JAX reads no global value of an array unreduced over some mesh axes (an output's partial values)
+        print(f"error: cannot bisect {args.target}: {type(e).__name__}: {str(e).splitlines()[0]} (a value with "
+              "unreduced axes has no global value to compare equation by equation; run the reproducer with "
+              f"python {args.target}, which checks the value its partial values combine to)", file=sys.stderr)
+        return 2
     print(f"reproducer {args.target} ({case.kind}, {len(case.inputs)} input(s))")
     if case.tolerance != "exact" and args.tolerance == "exact" and args.max_ulp is None:
         print(f"note: the reproducer compares with the {case.tolerance!r} policy; --tolerance exact compares "

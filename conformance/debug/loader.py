@@ -196,13 +196,38 @@ def _called(fields: dict, target: str) -> Reproducer:
     if fields.get("DEVICE_PUT") is not None:
         raise ValueError(f"reproducer {target}: {fields.get('NOT_BISECTABLE') or 'a jax.device_put, not a program'}; "
                          f"run it with python {target} to see the misplaced blocks.")
+    if fields.get("PARTIAL_INPUTS"):
+        raise ValueError(f"reproducer {target}: input(s) {sorted(fields['PARTIAL_INPUTS'])} are unreduced (each "
+                         "device holds a partial value, which JAX reads back as no global value); explain and "
+                         "bisect compare global values stage by stage and equation by equation. Run it with "
+                         f"python {target}, which checks the value the partial values combine to.")
     raw = _get(fields, "inputs", target)
     got = raw() if callable(raw) else raw
     args, kwargs = got if isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], dict) else (got, {})
-    return Reproducer(target=target, kind=CALLED, mesh=None, program=fields["program"](), inputs=tuple(args),
+    program = fields["program"]()
+    unreduced = _unreduced_outputs(program, args, kwargs)
+    if unreduced:
+        raise ValueError(f"reproducer {target}: output(s) {unreduced} are unreduced (each device holds a partial "
+                         "value, which JAX reads back as no global value); explain and bisect compare global values "
+                         f"stage by stage and equation by equation. Run it with python {target}, which checks the "
+                         "value the partial values combine to.")
+    return Reproducer(target=target, kind=CALLED, mesh=None, program=program, inputs=tuple(args),
                       kwargs=dict(kwargs), tolerance=", ".join(sorted(set(fields.get("POLICIES", ["exact"])))),
                       no_jaxpr=(fields.get("NOT_BISECTABLE") or "the program is serialized StableHLO")
                       if fields.get("EXPORTED") is not None else "")
+
+
+def _unreduced_outputs(program, args, kwargs) -> list:
+    """The output leaves (by number) that `program(*args, **kwargs)` types unreduced over some mesh
+    axes (`jax.eval_shape`: nothing runs); [] when none, or when its types cannot be taken here."""
+    import jax
+
+    try:
+        outs = jax.tree_util.tree_leaves(jax.eval_shape(program, *args, **kwargs))
+    except Exception:  # noqa: BLE001 - a program this cannot type is explained or bisected as before
+        return []
+    return [k for k, o in enumerate(outs)
+            if getattr(getattr(getattr(o, "sharding", None), "spec", None), "unreduced", None)]
 
 
 def _device_put(fields: dict, target: str, mesh: Mesh, named, common: dict) -> Reproducer:

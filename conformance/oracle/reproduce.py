@@ -13,6 +13,16 @@ the inputs as they were placed when checked, calls the program the way the user 
 every device's shard with the element check of `conformance.verdict.compare`
 (`conformance.verdict.elements`, whose source the file embeds) and exits 1 naming the first
 differing elements (0 when all agree, 2 when it cannot run here).
+
+Values with unreduced axes (each device holds a partial value): an unreduced input is stored as
+each device's own value (``in<i>_dev<d>`` in DATA, its global shape in PARTIAL_INPUTS) and rebuilt
+with `jax.make_array_from_single_device_arrays` under its unreduced sharding; an unreduced output
+is read per device (``addressable_shards``: JAX gives it no global read, and on 0.12 no shard
+index) and, where refsim states the value the partial values combine to (PARTIALS "combined": a
+jit-level result), each device's block is that combination over the unreduced axes
+(`conformance.verdict.elements.combine_partials`, by the output's unreduced kind); where refsim
+states each device's partial value ("per device": a shard_map's out_specs, a device_put onto an
+unreduced layout) each device is compared as it is.
 """
 from __future__ import annotations
 
@@ -26,6 +36,8 @@ from conformance.cases.source import _index_source, spec_source
 from conformance.oracle.policy import ScaledBound
 from conformance.verdict import ELEMENT_CHECK, REPRO_MAIN, compare
 from conformance.verdict.elements import SUM_CHECK_FIELDS, pack_sum_check
+import refsim
+from refsim import compat
 from refsim.layouts.partition_spec import PartitionSpec
 
 _HEAD = '''\
@@ -107,11 +119,24 @@ def program():
     return jax.jit(f, in_shardings=tree(WRAP["in_shardings"]), out_shardings=tree(WRAP["out_shardings"]))
 
 
+def _partial_input(data, i, layout, shape):
+    """Input `i`, unreduced over some mesh axes: each device's own partial value (DATA's
+    in<i>_dev<d>) assembled under its unreduced sharding, as the checked call got it."""
+    ids, names, types, spec = layout
+    mesh = _mesh(ids, names, types)
+    return jax.make_array_from_single_device_arrays(
+        tuple(shape), jax.sharding.NamedSharding(mesh, spec),
+        [jax.device_put(data[f"in{i}_dev{d.id}"], d) for d in mesh.devices.flat])
+
+
 def inputs():
     """(args, kwargs) placed on the devices, meshes and PartitionSpecs they had when checked."""
     data = _data()
     leaves = []
     for i, layout in enumerate(LAYOUTS):
+        if i in PARTIAL_INPUTS:
+            leaves.append(_partial_input(data, i, layout, PARTIAL_INPUTS[i]))
+            continue
         x = data[f"in{i}"]
         if layout is not None:
             ids, names, types, spec = layout
@@ -125,10 +150,58 @@ def run():
     if WRAP is not None and WRAP["kind"] == "jit":
         with jax.set_mesh(_mesh(*WRAP["mesh"])):
             return program()(*args, **kwargs)
+    if CONTEXT_MESH is not None:   # the mesh the call ran under (jax.set_mesh): a bare P in the program names it
+        with jax.set_mesh(_mesh(*CONTEXT_MESH)):
+            return program()(*args, **kwargs)
     return program()(*args, **kwargs)
 
 
 # <element check>
+def _unreduced_of(o):
+    """(mesh axes, kind) over which JAX's result `o` holds a partial value per device, else None;
+    kind "sum" (jax 0.12's unreduced_kind may say "max" or "min")."""
+    spec = getattr(getattr(o, "sharding", None), "spec", None)
+    axes = tuple(getattr(spec, "unreduced", None) or ())
+    if not axes:
+        return None
+    kind = getattr(spec, "unreduced_kind", None)
+    return axes, "sum" if kind is None else str(getattr(kind, "name", kind)).split(".")[-1].lower()
+
+
+class _Block:
+    """One device's block of an unreduced output: its data, at the index refsim gives it."""
+
+    def __init__(self, data, index):
+        self.data, self.index = data, index
+
+
+def _blocks(k, o) -> dict:
+    """{device id: its block of output `k`}: each device's shard, or for an output unreduced over
+    some mesh axes (whose shards JAX gives no index, and no global read) each device's data at
+    refsim's index: its own partial value where refsim states one per device (a shard_map's
+    out_specs), else the combination (`combine_partials`) of the partial values of the devices
+    that differ from it only along those axes, which is the value the program states."""
+    un = _unreduced_of(o)
+    if un is None:
+        return {s.device.id: s for s in o.addressable_shards}
+    own = {s.device.id: np.asarray(s.data) for s in o.addressable_shards}
+    index = EXPECTED_INDEX[k]
+    if PARTIALS[k] == "per device":
+        return {d: _Block(v, index.get(d)) for d, v in own.items()}
+    mesh, (axes, kind) = o.sharding.mesh, un
+    names = list(mesh.axis_names)
+    ids = np.vectorize(lambda d: d.id, otypes=[int])(mesh.devices)
+    along = [n for n, a in enumerate(names) if a in axes]
+    rest = [n for n in range(len(names)) if n not in along]
+    groups = np.transpose(ids, rest + along).reshape(-1, int(np.prod([ids.shape[n] for n in along])))
+    blocks = {}
+    for g in groups.tolist():
+        if all(d in own for d in g):
+            total = combine_partials([own[d] for d in g], kind)
+            blocks.update({d: _Block(total, index.get(d)) for d in g})
+    return blocks
+
+
 def check(out) -> list:
     """Every disagreement between `out` (JAX's result) and refsim's expected shards, as text."""
     data = _data()
@@ -138,7 +211,7 @@ def check(out) -> list:
     if len(leaves) != len(EXPECTED_INDEX):
         return [f"JAX returned {len(leaves)} outputs, refsim {len(EXPECTED_INDEX)}"]
     for k, o in enumerate(leaves):
-        got = {s.device.id: s for s in o.addressable_shards}
+        got = _blocks(k, o)
         if set(got) != set(EXPECTED_INDEX[k]):
             failures.append(f"output {k}: devices {sorted(got)}, expected {sorted(EXPECTED_INDEX[k])}")
             continue
@@ -148,6 +221,11 @@ def check(out) -> list:
             failures += shard_failures(k, dev, got[dev], data[f"out{k}_dev{dev}"], EXPECTED_INDEX[k][dev], o.shape,
                                        POLICIES[k], ULPS[k], packed, exact_word="refsim", bound_word="allowed",
                                        item=True)
+        un = _unreduced_of(o)
+        if un is not None and PARTIALS[k] == "combined" and any(f.startswith(f"output {k} ") for f in failures):
+            first = next(n for n, f in enumerate(failures) if f.startswith(f"output {k} "))
+            failures.insert(first, f"output {k} is unreduced over {list(un[0])} ({o.sharding.spec}): each device's "
+                                   f"value below is the {un[1]} of the partial values along those axes")
     return failures
 
 
@@ -263,6 +341,19 @@ def _mesh_desc(jmesh) -> tuple:
     return ids, tuple(jmesh.axis_names), types
 
 
+def _context_mesh():
+    """(device ids, axis names, axis types) of the concrete mesh the call runs under
+    (`jax.set_mesh`), or None: a source reproducer calls the program under it, so a bare
+    PartitionSpec the program states (``out_sharding=P(...)``) names the same mesh."""
+    import jax
+
+    get = getattr(jax.sharding, "get_mesh", None)
+    mesh = get() if get is not None else None
+    if not isinstance(mesh, jax.sharding.Mesh) or getattr(mesh, "empty", False) or not mesh.axis_names:
+        return None
+    return _mesh_desc(mesh)
+
+
 def _layout(x):
     return _layout_of(getattr(x, "sharding", None))
 
@@ -274,7 +365,18 @@ def _layout_of(sh) -> str:
     if isinstance(sh, jax.sharding.NamedSharding) and len(sh.device_set) > 1:
         ids, names, types = _mesh_desc(sh.mesh)
         return f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(sh.spec))})"
+    mesh = getattr(sh, "mesh", None)
+    if isinstance(sh, refsim.NamedSharding) and isinstance(mesh, refsim.Mesh) and mesh.size > 1:
+        # the oracle's host copy of an unreduced input (a refsim.Array): its mesh's device ids
+        ids = np.asarray(mesh.device_ids).tolist()
+        types = tuple(getattr(t, "name", str(t)) for t in mesh.axis_types)
+        return f"({ids!r}, {tuple(mesh.axis_names)!r}, {types!r}, {spec_source(sh.spec)})"
     return "None"
+
+
+def _partial_inputs_source(partial: dict) -> str:
+    return ("# inputs unreduced over some mesh axes: {leaf: global shape}; DATA holds each device's partial "
+            f"value as in<leaf>_dev<device>\nPARTIAL_INPUTS = {partial!r}")
 
 
 def _policy_name(tol, dtype) -> str:
@@ -316,9 +418,49 @@ def _expected_section(arrays: dict, expected, tolerances) -> tuple[list, list]:
     out.append(f"POLICIES = {pols!r}")
     out.append(f"ULPS = {[getattr(t, 'ulps', None) if p == 'ulp' else None for t, p in zip(tolerances, pols)]!r}")
     out.append(f"ALLOWED = {allowed!r}  # 'scaled' outputs: the allowed |xla - refsim| per element")
+    out.append("# per output, where JAX's result is unreduced: refsim states each device's partial value "
+               "('per device', a shard_map's out_specs) or the value they combine to ('combined')")
+    out.append(f"PARTIALS = {[_partials_word(a) for a in expected]!r}")
     out.append("# inputs in0..., refsim's shards out<k>_dev<d> (and sum bounds), as a base64 .npz")
     out += _base64_lines("DATA", buf.getvalue())
     return out, pols
+
+
+def _partials_word(arr) -> str:
+    """PARTIALS' entry for refsim's expected output `arr`: "per device" when it keeps a partial
+    value per device (unreduced axes in its layout), else "combined"."""
+    spec = getattr(getattr(arr, "sharding", None), "spec", None)
+    return "per device" if getattr(spec, "unreduced", None) else "combined"
+
+
+def unreduced_partials(x) -> dict | None:
+    """{device id: its own partial value} of an input unreduced over some mesh axes (a jax.Array
+    or the oracle's host copy of one, a refsim.Array), else None. NotReproducible for partial
+    values combined other than by sum (jax 0.12's unreduced_kind max / min)."""
+    spec = getattr(getattr(x, "sharding", None), "spec", None)
+    if not getattr(spec, "unreduced", None):
+        return None
+    if compat.unreduced_kind_of(spec) != "sum":
+        raise NotReproducible(f"an input's partial values combine by {compat.unreduced_kind_of(spec)} ({spec}); "
+                              "the reproducer states unreduced inputs whose partial values are summed.")
+    if isinstance(x, refsim.Array):
+        return {int(s.device_id): np.array(np.asarray(s.data), copy=True) for s in x.shards}
+    # a jax.Array: each device's own data (JAX 0.12 refuses its shards' index, both a global read)
+    return {int(s.device.id): np.array(np.asarray(s.data), copy=True) for s in x.addressable_shards}
+
+
+def _store_input(arrays: dict, partial: dict, i: int, x, dtype=None) -> None:
+    """Input leaf `i` into `arrays` (DATA): its global value as ``in<i>``, or for an input
+    unreduced over some mesh axes each device's partial value as ``in<i>_dev<d>`` (its global
+    shape recorded in `partial`, PARTIAL_INPUTS)."""
+    parts = unreduced_partials(x)
+    if parts is None:
+        a = np.asarray(x)
+        arrays[f"in{i}"] = a if dtype is None else a.astype(dtype, copy=False)
+        return
+    for d, v in parts.items():
+        arrays[f"in{i}_dev{d}"] = v if dtype is None else v.astype(dtype, copy=False)
+    partial[i] = tuple(int(n) for n in np.shape(x))
 
 
 def _base64_lines(name: str, raw: bytes, width: int = 100) -> list:
@@ -338,15 +480,15 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     file, module, root, pname = locate(fn)
     leaves = jax.tree_util.tree_leaves((tuple(args), dict(kwargs)))
     arrays: dict[str, np.ndarray] = {}
+    partial: dict[int, tuple] = {}
     for i, x in enumerate(leaves):
         if getattr(x, "is_deleted", lambda: False)():
             raise NotReproducible(f"argument leaf {i} was donated to the call (deleted); check without "
                                   "donate_argnums to get a reproducer.")
-        a = np.asarray(x)
-        if a.dtype == object:
+        if unreduced_partials(x) is None and np.asarray(x).dtype == object:
             raise NotReproducible(f"argument leaf {i} is a {type(x).__name__}, not an array; pass arrays "
                                   "(or bind other values with functools.partial).")
-        arrays[f"in{i}"] = a
+        _store_input(arrays, partial, i, x)
     tail, pols = _expected_section(arrays, expected, tolerances)
     out = [_HEAD.format(name=name, what=f"Imports the program from {file}", policy=", ".join(sorted(set(pols))),
                         ndev=_ndev(expected))]
@@ -357,9 +499,12 @@ def source(fn, name: str, args, kwargs, expected, tolerances, wrap=None) -> str:
     out.append("EXPORTED = None")
     out.append("DEVICE_PUT = None")
     out.append(_wrap_source(wrap))
+    out.append("# the mesh the call ran under (jax.set_mesh), or None")
+    out.append(f"CONTEXT_MESH = {_context_mesh()!r}")
     out.append(_args_source(args, kwargs))
     out.append("# per input leaf: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(_layout(x) for x in leaves) + "]")
+    out.append(_partial_inputs_source(partial))
     return "\n".join(out + tail) + _MAIN
 
 
@@ -388,6 +533,14 @@ def export_program(traced, out_shardings=None) -> bytes:
         sh = sh if isinstance(sh, jax.sharding.Sharding) else None
         specs.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sh))
         shardings.append(sh)
+    for k, s in enumerate(out_shardings or ()):
+        kind = compat.unreduced_kind_of(getattr(s, "spec", None))
+        if getattr(getattr(s, "spec", None), "unreduced", None) and kind != "sum":
+            # jax 0.12's export keeps the unreduced axes but not their kind: the deserialized
+            # program's call fails ("Unexpected XLA sharding override ... unreduced_kind=sum")
+            raise NotReproducible(f"output {k} is unreduced with unreduced_kind={kind}, which jax.export does not "
+                                  "keep (the deserialized program fails to run); bind the checked callable to a "
+                                  "module-level name to get a reproducer that imports it.")
     kw = {}
     if all(s is not None for s in shardings):
         kw["in_shardings"] = tuple(shardings)
@@ -412,9 +565,10 @@ def exported_source(traced, name: str, expected, tolerances, out_shardings=None)
 
     blob = export_program(traced, out_shardings)
     arrays: dict[str, np.ndarray] = {}
+    partial: dict[int, tuple] = {}
     layouts = []
     for i, (v, x, (_, _, sh)) in enumerate(zip(traced.closed.jaxpr.invars, traced.flat_args, traced.in_avals)):
-        arrays[f"in{i}"] = np.asarray(x).astype(v.aval.dtype, copy=False)
+        _store_input(arrays, partial, i, x, v.aval.dtype)
         layouts.append(_layout_of(sh) if isinstance(sh, jax.sharding.Sharding) else "None")
     tail, pols = _expected_section(arrays, expected, tolerances)
     what = ("Runs the program as jax.export serialized it (StableHLO with its shardings: the checked callable "
@@ -425,9 +579,11 @@ def exported_source(traced, name: str, expected, tolerances, out_shardings=None)
     out.append("PROGRAM_ROOT = None")
     out.append(f"PROGRAM_NAME = {name!r}")
     out.append("WRAP = None")
+    out.append("CONTEXT_MESH = None")
     out.append("ARGS = lambda L: (tuple(L), {})")
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
+    out.append(_partial_inputs_source(partial))
     out.append(f"NOT_BISECTABLE = {NOT_BISECTABLE!r}")
     out.append("DEVICE_PUT = None")
     out += _base64_lines("EXPORTED", blob)
@@ -446,16 +602,17 @@ def device_put_source(hosts, targets, expected) -> str:
     import jax
 
     arrays: dict[str, np.ndarray] = {}
+    partial: dict[int, tuple] = {}
     layouts, puts = [], []
     for i, (h, t) in enumerate(zip(hosts, targets)):
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         if not (isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)):
             raise NotReproducible(f"input {i}'s target {type(t).__name__} is not a NamedSharding over a mesh; "
                                   "the reproducer states targets by their mesh and PartitionSpec.")
-        if getattr(t.spec, "unreduced", None) or not isinstance(h, np.ndarray):
-            raise NotReproducible(f"input {i} is moved into or out of an unreduced layout; its partial values "
-                                  "are not stored by the reproducer.")
-        arrays[f"in{i}"] = np.asarray(h).view(np.ndarray)
+        if not isinstance(h, (np.ndarray, refsim.Array)):
+            raise NotReproducible(f"input {i} is a {type(h).__name__}, which the reproducer cannot store.")
+        # a global value, or (moved off an unreduced layout) each device's partial value
+        _store_input(arrays, partial, i, h if isinstance(h, refsim.Array) else np.asarray(h).view(np.ndarray))
         layouts.append(_layout_of(getattr(h, "sharding", None)))
         ids, names, types = _mesh_desc(t.mesh)
         puts.append(f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(t.spec))})")
@@ -468,9 +625,11 @@ def device_put_source(hosts, targets, expected) -> str:
     out.append("PROGRAM_NAME = 'jax.device_put'")
     out.append("EXPORTED = None")
     out.append("WRAP = None")
+    out.append("CONTEXT_MESH = None")
     out.append("ARGS = lambda L: (tuple(L), {})")
     out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
+    out.append(_partial_inputs_source(partial))
     out.append("# per input: the target (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("DEVICE_PUT = [" + ", ".join(puts) + "]")
     out.append(f"NOT_BISECTABLE = {NOT_A_PROGRAM!r}")

@@ -242,3 +242,32 @@ def shard_failures(k: int, dev: int, shard, want, want_index, shape, policy: str
     ok = within_ulp(have, want, ulps) if policy == "ulp" else same(have, want, policy == "exact")
     return [f"{where} element {i}: got {show(have[i])}, expected {show(want[i])}"
             for i in [tuple(int(v) for v in p) for p in np.argwhere(~ok)[:most]]]
+
+
+# -- an unreduced output's value --------------------------------------------------------------------
+#: How partial values combine, by JAX's unreduced kind (jax 0.10.2 has only sums).
+PARTIAL_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def combine_partials(parts, kind: str = "sum") -> np.ndarray:
+    """The value a list of partial values stands for (the devices along an output's unreduced
+    mesh axes, in ascending mesh position): folded strictly left to right by `kind` ("sum",
+    "max", "min") in their own dtype, as refsim's all-reduce folds them; a float max / min's
+    zero is +0 for max when any part is +0 (-0 for min when any is -0) and a NaN stays NaN
+    (IEEE 754-2019's maximum / minimum, whatever the parts' order)."""
+    if kind not in PARTIAL_OPS:
+        raise ValueError(f"kind={kind!r}: partial values combine by 'sum', 'max' or 'min'")
+    parts = [np.asarray(p) for p in parts]
+    op, out = PARTIAL_OPS[kind], parts[0].copy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        for p in parts[1:]:
+            out = op(out, p).astype(parts[0].dtype, copy=False)
+    if kind != "sum" and is_float(out.dtype) and out.dtype.kind != "c":
+        xs = np.stack(parts).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            zero = out.astype(np.float64) == 0
+            plus = np.logical_or.reduce((xs == 0) & ~np.signbit(xs), axis=0)
+            minus = np.logical_or.reduce((xs == 0) & np.signbit(xs), axis=0)
+        negative = ~plus if kind == "max" else minus
+        out = np.where(zero, np.where(negative, -0.0, 0.0).astype(out.dtype), out).astype(out.dtype)
+    return out

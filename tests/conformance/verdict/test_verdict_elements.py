@@ -196,3 +196,33 @@ def test_abs_diff_is_the_larger_part_difference():
     b = np.array([4 + 5j, 0j, complex(1, NAN)], np.complex64)
     d = elements.abs_diff(a, b)
     assert d[0] == 4 and d[1] == 0 and np.isnan(d[2])
+
+
+def test_combine_partials_folds_left_to_right_by_kind():
+    from conformance.verdict.elements import combine_partials
+
+    a = np.array([1.0, -2.0, 0.5], np.float32)
+    b = np.array([3.0, 2.0, 0.25], np.float32)
+    c = np.array([-1.0, 7.0, np.nan], np.float32)
+    # by hand: the sums, maxima and minima of the three partial values, element by element
+    assert combine_partials([a, b, c]).tolist()[:2] == [3.0, 7.0] and np.isnan(combine_partials([a, b, c])[2])
+    assert combine_partials([a, b], "max").tolist() == [3.0, 2.0, 0.5]
+    assert combine_partials([a, b], "min").tolist() == [1.0, -2.0, 0.25]
+    assert combine_partials([a, b]).dtype == np.float32
+    # in the parts' own dtype, left to right: (2**24 + 1) + 1 rounds twice in float32
+    big = [np.float32(2 ** 24), np.float32(1), np.float32(1)]
+    assert float(combine_partials(big)) == 2.0 ** 24
+    assert combine_partials([np.int32([5]), np.int32([-7])]).tolist() == [-2]
+
+
+def test_combine_partials_gives_ieee_signed_zeros_for_max_and_min():
+    from conformance.verdict.elements import combine_partials
+
+    neg, pos = np.float32([-0.0]), np.float32([0.0])
+    assert not np.signbit(combine_partials([neg, pos], "max"))[0]       # max(-0, +0) = +0 in either order
+    assert not np.signbit(combine_partials([pos, neg], "max"))[0]
+    assert np.signbit(combine_partials([pos, neg], "min"))[0]           # min(+0, -0) = -0 in either order
+    assert np.signbit(combine_partials([neg, pos], "min"))[0]
+    assert np.signbit(combine_partials([neg, neg]))[0]                  # -0 + -0 = -0
+    with pytest.raises(ValueError, match="kind='prod'"):
+        combine_partials([pos], "prod")
