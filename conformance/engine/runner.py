@@ -657,8 +657,10 @@ class _Run:
         self.t0 = 0.0
 
     def execute(self) -> RunResult:
+        workers.mark("setup")
         self.setup()
         self.t0 = time.perf_counter()  # the wall time includes drawing the cases
+        workers.mark("run_start")
         return self.collect(self.dispatch(self.draw()))
 
     # -- steps -----------------------------------------------------------------------------------
@@ -707,14 +709,19 @@ class _Run:
         first (the finished cases of a resumed folder are reported, not run again)."""
         o = self.o
         if o.streams:
+            drawn = workers.Drawn(chunks)   # a thread draws; this one hands out tasks meanwhile
+
             def feed():
-                for chunk in chunks:
-                    self.tasks.extend(chunk)
-                    yield [(task, self.xf.lookup(task.case_id)) for task in chunk]
+                try:
+                    for chunk in drawn:
+                        self.tasks.extend(chunk)
+                        yield [(task, self.xf.lookup(task.case_id)) for task in chunk]
+                finally:
+                    drawn.close()
                 self.begin()
 
             return _execute([], o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout,
-                            more=feed())
+                            more=feed(), more_ready=drawn)
         self.tasks.extend(base.flatten(chunks))
         self.begin()
         todo = []
@@ -735,6 +742,7 @@ class _Run:
         """The plan is drawn: start the reporters with it, then replay the results that came early."""
         o = self.o
         self.drawing = time.perf_counter() - self.t0
+        workers.mark("begin")
         if o.report_dir is not None:
             from conformance.report import open_report_dir
 
@@ -807,6 +815,7 @@ class _Run:
 
         o, results = self.o, self.results
         wall = time.perf_counter() - self.t0
+        workers.mark("run_end", wall=wall)
         summary = summarize(results, wall_seconds=wall, compile_seconds=sum(r.compile_seconds for r in results))
         # An entry no case matched is stale only if every suite ran: a suite-filtered run
         # never draws the other suites' cases, so their entries say nothing there.
@@ -847,7 +856,7 @@ def _check_picklable(xla) -> None:
                          "instance of a module-level class, or processes=None to run it in this process.") from None
 
 
-def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None):
+def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None, more_ready=None):
     """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
     workers that survive a crashing or hanging case (`conformance.engine.workers`), which also take
     the lists of tasks `more` yields while it is drawn."""
@@ -857,4 +866,4 @@ def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, m
         return
     yield from workers.run_in_workers(todo, run_task=run_task, write_repro=write_repro, processes=processes,
                                       platform=platform, devices=devices, xla=xla, opts=opts,
-                                      case_timeout=case_timeout, more=more)
+                                      case_timeout=case_timeout, more=more, more_ready=more_ready)

@@ -257,3 +257,69 @@ def test_a_worker_that_fails_to_start_while_the_plan_is_drawn_fails_the_run(tmp_
     with pytest.raises(RuntimeError, match="a conformance worker process failed to start"):
         runner.run(suite="collectives", progress=False, processes=1, xla=FailsInWorkers(),
                    report_dir=tmp_path / "rep")
+
+
+# -- a thread draws the plan; the parent hands out tasks while it draws ----------------------------
+def test_drawn_gives_the_lists_in_order_and_signals_each_as_it_is_drawn():
+    import threading
+    from multiprocessing import connection
+
+    from conformance.engine import workers
+
+    gate = threading.Event()
+
+    def lists():
+        yield [1, 2]
+        gate.wait()
+        yield []
+        yield [3]
+
+    drawn = workers.Drawn(lists())
+    assert connection.wait([drawn], timeout=None) == [drawn] and drawn.ready()
+    assert next(drawn) == [1, 2]
+    assert connection.wait([drawn], timeout=0) == [] and not drawn.ready()   # held at the gate
+    gate.set()
+    assert list(drawn) == [[], [3]]
+
+
+def test_drawn_raises_the_drawing_error_where_the_next_list_is_taken():
+    from conformance.engine import workers
+
+    def lists():
+        yield ["a"]
+        raise ValueError("planted drawing error")
+
+    drawn = workers.Drawn(lists())
+    assert next(drawn) == ["a"]
+    with pytest.raises(ValueError, match="planted drawing error"):
+        next(drawn)
+
+
+def test_a_worker_gets_its_next_task_while_the_parent_is_still_drawing(tmp_path, monkeypatch):
+    import time
+
+    seen: list = []
+    execute = runner._execute
+
+    def spy(*a, **k):
+        for res in execute(*a, **k):
+            seen.append(res.case_id)
+            yield res
+
+    tasks = _small_tasks()
+
+    def chunks():
+        yield tasks[:2]
+        # the draw of the next family blocks until both tasks of the first have come back: they can
+        # only if the parent takes results (and sends the second task) while this draw is under way
+        give_up = time.monotonic() + 600   # a guard against hanging, not a timing assertion
+        while len(seen) < 2:
+            assert time.monotonic() < give_up, "the parent took no result while the plan was being drawn"
+            time.sleep(0.01)
+        yield tasks[2:]
+
+    monkeypatch.setattr(runner, "_execute", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
+    got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
+    assert [r.case_id for r in got.results] == seen == [t.case_id for t in tasks] and got.ok
+    assert [r["type"] for r in _records(tmp_path / "rep")] == ["plan", "case", "case", "case", "summary"]
