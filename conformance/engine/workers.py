@@ -14,7 +14,10 @@ layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
-JAX while the parent draws), and between chunks the parent only polls the workers. Each worker
+JAX while the parent draws; `start` starts them earlier still, while the caller does other
+work), and between chunks the parent only polls the workers; with `more_ready` (a `Drawn`: a
+thread draws the chunks) it takes results and sends tasks the moment they come, whatever the
+draw is doing. A worker told to stop exits at once, without the interpreter's teardown. Each worker
 holds `QUEUE_DEPTH` tasks (the one it runs and the next, already in its pipe), so a worker that
 finishes starts its next task at once, even while the parent is drawing; a task queued behind one
 that kills or hangs its worker was never started and goes back to the front of the queue.
@@ -43,7 +46,7 @@ from conformance.report.failure import Failure, case_failure
 from conformance.report.results import CaseResult
 from xla_backend import platform as xplat
 
-__all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
+__all__ = ["STDERR_TAIL_LINES", "Drawn", "Started", "run_in_workers", "start"]
 
 STDERR_TAIL_LINES = 20
 # Tasks a worker holds: the one it runs and the next, already in its pipe, so it never waits for
@@ -74,7 +77,7 @@ def mark(event: str, **info) -> None:
 
 def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
                    opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None,
-                   more_ready=None):
+                   more_ready=None, started: "Started | None" = None):
     """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
     workers; a task whose worker dies yields an "error" result naming the signal or exit code,
     one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
@@ -85,7 +88,9 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
     workers and propagates. more_ready: where `more`'s lists are drawn by another thread (a
     `Drawn`), that `Drawn`: `next(more)` is then only called once its next list is there, and
     meanwhile the loop waits on the workers and on it alike, so a result is taken (and the worker's
-    next task sent) the moment it comes, however long a draw takes.
+    next task sent) the moment it comes, however long a draw takes. started: workers started ahead by `start` (with
+    the same platform, devices, xla, fault and run_task), taken over here: the run begins with
+    workers that have imported JAX already.
 
     `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object;
     `run_task` too (a module-level function pickles by name), `write_repro(task, case, repro_dir)`
@@ -93,9 +98,11 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
     """
     ctx = multiprocessing.get_context("spawn")
     pending = collections.deque(todo)  # popleft() takes tasks in plan order
-    logs = tempfile.mkdtemp(prefix="conformance-workers-")
-    workers: list[_Worker] = []
-    started = 0
+    if started is not None:
+        logs, workers = started.take()
+    else:
+        logs, workers = tempfile.mkdtemp(prefix="conformance-workers-"), []
+    started = len(workers)
     mark("workers_start")
     try:
         while pending or more is not None or any(w.job is not None for w in workers):
@@ -151,9 +158,72 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
             w.ask_to_stop()
         for w in workers:
             w.stop()
-        for name in os.listdir(logs):
-            os.unlink(os.path.join(logs, name))
-        os.rmdir(logs)
+        _remove_logs(logs)
+
+
+def _remove_logs(logs: str) -> None:
+    for name in os.listdir(logs):
+        os.unlink(os.path.join(logs, name))
+    os.rmdir(logs)
+
+
+def start(processes: int, *, platform: str, devices: int, run_task, xla=None, fault: str | None = None,
+          env: dict | None = None) -> "Started":
+    """Start `processes` workers now, for a `run_in_workers(started=...)` to come: their start-up
+    (a Python interpreter importing JAX and the suites, seconds on a busy machine) overlaps with
+    what this process does meanwhile (the command line's platform preflight, the run's setup), so
+    the run's workers take their first task the moment it is drawn. Arguments as `run_in_workers`'s;
+    env: environment variables the workers get beside this process's (the compile cache's,
+    `conformance.engine.compile_cache.worker_environment`, which this process sets only later). `Started.close`
+    stops them if no run takes them over."""
+    ctx = multiprocessing.get_context("spawn")
+    logs = tempfile.mkdtemp(prefix="conformance-workers-")
+    mark("spawn_early")
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})   # a spawned worker's environment is this process's at its start
+    try:
+        return Started(logs, [_Worker(ctx, os.path.join(logs, f"worker-{i}.stderr"), platform, devices, xla, fault,
+                                      run_task) for i in range(processes)])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Started:
+    """Workers started ahead of their run (`start`): `run_in_workers(started=...)` takes them over,
+    `close` stops them where no run did (the run was refused before it began)."""
+
+    def __init__(self, logs: str, workers: list):
+        self._logs, self._workers = logs, workers
+
+    def take(self) -> tuple[str, list]:
+        """(log folder, workers), handed over once: the caller stops them and removes the folder."""
+        if self._workers is None:
+            raise RuntimeError("these started workers were taken over by a run already; start others for this one.")
+        out = (self._logs, self._workers)
+        self._workers = None
+        return out
+
+    def close(self) -> None:
+        """Stop the workers if no run took them over (nothing when one did)."""
+        if self._workers is None:
+            return
+        logs, workers = self.take()
+        for w in workers:
+            w.ask_to_stop()
+        for w in workers:
+            w.stop()
+        _remove_logs(logs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 class Drawn:

@@ -323,3 +323,34 @@ def test_a_worker_gets_its_next_task_while_the_parent_is_still_drawing(tmp_path,
     got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
     assert [r.case_id for r in got.results] == seen == [t.case_id for t in tasks] and got.ok
     assert [r["type"] for r in _records(tmp_path / "rep")] == ["plan", "case", "case", "case", "summary"]
+
+
+# -- workers started ahead (the command line starts them while its preflight runs) ----------------
+def test_a_run_takes_over_workers_started_ahead_and_starts_none_of_its_own(monkeypatch):
+    from conformance.engine import workers
+
+    early = workers.start(2, platform="cpu", devices=8, run_task=runner.run_task)
+    made: list = []
+    init = workers._Worker.__init__
+
+    def spy(self, *a, **k):
+        made.append(self)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(workers._Worker, "__init__", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter([_small_tasks()]))
+    got = runner.run(suite="collectives", progress=False, processes=2, shrink_seconds=0, started_workers=early)
+    assert made == [] and got.ok and sorted(r.case_id for r in got.results) == sorted(t.case_id for t in _small_tasks())
+    early.close()   # taken over: nothing left to stop
+    with pytest.raises(RuntimeError, match="taken over by a run already"):
+        early.take()
+
+
+def test_workers_started_ahead_that_no_run_takes_over_are_stopped_by_close(tmp_path):
+    from conformance.engine import workers
+
+    with workers.start(1, platform="cpu", devices=8, run_task=runner.run_task, env={"PLANTED_VAR": "1"}) as early:
+        assert "PLANTED_VAR" not in os.environ   # the workers' environment only
+        procs = [w.proc for w in early._workers]
+        logs = early._logs
+    assert procs and not any(p.is_alive() for p in procs) and not os.path.exists(logs)
