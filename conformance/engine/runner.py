@@ -14,8 +14,9 @@ In worker processes (the CLI's default) drawing overlaps with running: the worke
 first (the command line starts them while its platform preflight runs: `started_workers`), a
 thread of the parent draws family by family while its main thread hands each family's tasks out
 as soon as it is drawn, in plan order, and takes each result the moment it comes; each worker
-holds its next task already (`conformance.engine.workers`), so none waits while the parent draws. With `plan_cache` a rerun reads the drawn plan back
-(`conformance.engine.plan.PlanCache`), and with `compile_cache` each program's executable
+holds its next task already (`conformance.engine.workers`), so none waits while the parent
+draws. With `plan_cache` a rerun reads the drawn plan back (`conformance.engine.plan.PlanCache`),
+and with `compile_cache` each program's executable
 (`conformance.engine.compile_cache.ExecutableStore`, keyed before tracing), so it neither draws,
 traces, lowers nor compiles an unchanged case. `data_per_program` runs each drawn structure with
 more data sets on its one executable (`conformance.engine.plan.with_data`). The reporters start

@@ -88,9 +88,9 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
     workers and propagates. more_ready: where `more`'s lists are drawn by another thread (a
     `Drawn`), that `Drawn`: `next(more)` is then only called once its next list is there, and
     meanwhile the loop waits on the workers and on it alike, so a result is taken (and the worker's
-    next task sent) the moment it comes, however long a draw takes. started: workers started ahead by `start` (with
-    the same platform, devices, xla, fault and run_task), taken over here: the run begins with
-    workers that have imported JAX already.
+    next task sent) the moment it comes, however long a draw takes. started: workers started
+    ahead by `start` (with the same platform, devices, xla, fault and run_task), taken over here:
+    the run begins with workers that have imported JAX already.
 
     `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object;
     `run_task` too (a module-level function pickles by name), `write_repro(task, case, repro_dir)`
@@ -102,15 +102,15 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
         logs, workers = started.take()
     else:
         logs, workers = tempfile.mkdtemp(prefix="conformance-workers-"), []
-    started = len(workers)
+    spawned = len(workers)   # the log file names' numbers
     mark("workers_start")
     try:
         while pending or more is not None or any(w.job is not None for w in workers):
             while (pending or more is not None) and len(workers) < processes:
                 mark("spawn")
-                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
+                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{spawned}.stderr"), platform, devices, xla,
                                        fault, run_task))
-                started += 1
+                spawned += 1
             _top_up(workers, pending, opts)
             busy = [w for w in workers if w.job is not None]
             drawing = more is not None and more_ready is not None and not more_ready.ready()
