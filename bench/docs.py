@@ -69,8 +69,11 @@ interleaved passes: the baseline commit on an empty `--compile-cache` folder ("b
 commit on an empty one ("cold"), the baseline again on the folder its cold pass filled ("baseline
 rerun") and this commit again on its own ("rerun"). CPU is the whole process tree's (the run, its
 preflight child and its workers: `RUSAGE_CHILDREN`) per example; examples/s is the runner's own
-figure; workers busy is the seconds the workers spent in cases over workers × the runner's wall time;
-examples/min is per minute of the process's wall time. An example is one data set run on both sides
+figure; workers busy is the seconds the workers spent in cases over workers × the runner's wall time
+(from the end of its setup to its summary: a command line that starts its workers during the platform
+preflight, as this commit's does, has their start-up outside it, overlapped with the preflight; the
+process wall time holds everything, and `python -m bench.timeline` splits a run's idle worker time by
+cause); examples/min is per minute of the process's wall time. An example is one data set run on both sides
 and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`):
 this commit's per-example figures gain from its default `--data-per-program` as well as from its
 caches, so the CPU seconds of each pass are given beside them.""",

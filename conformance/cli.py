@@ -189,17 +189,37 @@ def run_command(args, console=None) -> int:
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
     # in a child process, so that this parent holds no accelerator its workers need.
     cpu = args.platform == "cpu"
+    started = _start_workers(args) if cpu and args.processes else None   # they start up during the preflight
     try:
-        hardware = preflight.check(args.platform, args.devices or (8 if cpu else None), in_process=False)
-    except preflight.PreflightError as e:
-        raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
-    devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
-    result = runner.run_options(run_options(args, devices=devices, console=console,
-                                            plan_extra=preflight.plan_entries(hardware)))
+        try:
+            hardware = preflight.check(args.platform, args.devices or (8 if cpu else None), in_process=False)
+        except preflight.PreflightError as e:
+            raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
+        devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
+        result = runner.run_options(run_options(args, devices=devices, console=console,
+                                                plan_extra=preflight.plan_entries(hardware), started_workers=started))
+    finally:
+        if started is not None:
+            started.close()   # the run took them over, or never began: stopped here
     return report_result(args, result, console)
 
 
-def run_options(args, *, devices: int, console=None, plan_extra: dict | None = None):
+def _start_workers(args):
+    """The run's CPU worker processes, started now (`conformance.engine.workers.start`), so that
+    their start-up (an interpreter importing JAX: seconds on a busy machine) overlaps with the
+    platform preflight and the run's setup instead of delaying its first cases."""
+    from conformance.engine import compile_cache, workers
+
+    folder = _compile_cache(args.compile_cache)
+    try:
+        env = compile_cache.worker_environment(folder) if folder is not None else {}
+    except ValueError:
+        return None   # an unusable cache folder: the run's setup says so
+    return workers.start(args.processes, platform=args.platform, devices=args.devices or 8,
+                         run_task=runner.run_task, env=env)
+
+
+def run_options(args, *, devices: int, console=None, plan_extra: dict | None = None, started_workers=None):
     """The `conformance.engine.runner.RunOptions` of parsed `run` arguments (`devices`: the count found)."""
     return runner.RunOptions(suite=args.suite, examples=args.examples, seed=args.seed, platform=args.platform,
                              devices=devices, report_dir=args.report, progress=not args.no_progress,
@@ -208,7 +228,7 @@ def run_options(args, *, devices: int, console=None, plan_extra: dict | None = N
                              shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
                              case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
                              shard=args.shard, plan_extra=plan_extra, plan_cache=_plan_cache(args.compile_cache),
-                             data_per_program=args.data_per_program)
+                             data_per_program=args.data_per_program, started_workers=started_workers)
 
 
 def report_result(args, result, console=None) -> int:

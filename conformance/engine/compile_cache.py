@@ -44,6 +44,25 @@ def enable(path: str) -> str:
     Every entry is kept, however fast it compiled: the suite's programs compile in tens of
     milliseconds each, below JAX's default threshold of one second. Returns the absolute path.
     """
+    path, settings, env = _settings(path)
+    os.environ.update(env)   # spawned workers read these when they import jax, and in `install_from_env`
+    import jax  # not at the top: the CLI imports this module before the platform is configured
+
+    for name, value in settings.items():
+        jax.config.update(name, value)
+    install_from_env()
+    return path
+
+
+def worker_environment(path: str) -> dict:
+    """The environment variables `enable(path)` sets for the worker processes it starts (JAX's
+    cache settings, read when they import jax; the executable store, read by `install_from_env`),
+    without changing anything in this process: for workers started before it enables the cache
+    (`conformance.engine.workers.start(env=...)`). Creates the folder."""
+    return _settings(path)[2]
+
+
+def _settings(path: str) -> tuple[str, dict, dict]:
     path = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
         os.makedirs(path, exist_ok=True)
@@ -52,15 +71,9 @@ def enable(path: str) -> str:
                          "--compile-cache off.") from None
     settings = {"jax_compilation_cache_dir": path, "jax_persistent_cache_min_compile_time_secs": 0.0,
                 "jax_persistent_cache_min_entry_size_bytes": -1}
-    for name, value in settings.items():
-        os.environ[name.upper()] = str(value)  # spawned workers read these when they import jax
-    import jax  # not at the top: the CLI imports this module before the platform is configured
-
-    for name, value in settings.items():
-        jax.config.update(name, value)
-    os.environ[STORE_ENV] = os.path.join(path, EXECUTABLES)   # worker processes: `install_from_env`
-    install_from_env()
-    return path
+    env = {name.upper(): str(value) for name, value in settings.items()}
+    env[STORE_ENV] = os.path.join(path, EXECUTABLES)
+    return path, settings, env
 
 
 def install_from_env() -> bool:

@@ -11,10 +11,12 @@ A run's options are one frozen `RunOptions` (`run(**kw)` builds it; the command 
 from its arguments), and `_Run` runs it in named steps: setup, draw, dispatch, collect, finish.
 
 In worker processes (the CLI's default) drawing overlaps with running: the workers start
-first, the parent draws family by family and hands each family's tasks out as soon as it is
-drawn, in plan order; each worker holds its next task already (`conformance.engine.workers`), so
-none waits while the parent draws. With `plan_cache` a rerun reads the drawn plan back
-(`conformance.engine.plan.PlanCache`), and with `compile_cache` each program's executable
+first (the command line starts them while its platform preflight runs: `started_workers`), a
+thread of the parent draws family by family while its main thread hands each family's tasks out
+as soon as it is drawn, in plan order, and takes each result the moment it comes; each worker
+holds its next task already (`conformance.engine.workers`), so none waits while the parent
+draws. With `plan_cache` a rerun reads the drawn plan back (`conformance.engine.plan.PlanCache`),
+and with `compile_cache` each program's executable
 (`conformance.engine.compile_cache.ExecutableStore`, keyed before tracing), so it neither draws,
 traces, lowers nor compiles an unchanged case. `data_per_program` runs each drawn structure with
 more data sets on its one executable (`conformance.engine.plan.with_data`). The reporters start
@@ -387,6 +389,9 @@ class RunOptions:
     `conformance.suites.base.DATA_VARIANTS`). shard: (K, N) or "K/N". plan_extra: entries added
     to the plan record. executor: ``executor(todo, opts)`` yielding CaseResults instead of
     this process or workers. case_timeout: seconds a case may run in a worker (None: no limit).
+    started_workers: workers started ahead (`conformance.engine.workers.start`, with this run's
+    platform and devices), which the run takes over instead of starting its own (the command line
+    starts them while its platform preflight runs); needs `processes`.
     """
 
     suite: str = "all"
@@ -410,6 +415,7 @@ class RunOptions:
     case_timeout: float | None = None
     plan_cache: str | None = None
     data_per_program: int | None = None
+    started_workers: object = None
 
     def validate(self) -> None:
         """ValueError naming the argument, its value and the fix, for any option out of range or
@@ -430,6 +436,9 @@ class RunOptions:
                          what="data sets per compiled program", none_means="for each suite's default")
         if self.processes is not None and self.xla is not None:
             _check_picklable(self.xla)
+        if self.started_workers is not None and (self.processes is None or self.executor is not None):
+            raise ValueError("started_workers needs processes=K and no executor: only a run in worker processes "
+                             "takes workers over.")
         if self.case_timeout is not None and self.processes is None:
             raise ValueError("case_timeout needs processes=K: a hung case can only be stopped by killing the worker "
                              "process it runs in (a deadlocked XLA rendezvous never returns to Python).")
@@ -452,7 +461,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
         strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None,
-        case_timeout: float | None = None, plan_cache=None, data_per_program: int | None = None) -> RunResult:
+        case_timeout: float | None = None, plan_cache=None, data_per_program: int | None = None,
+        started_workers=None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
     The arguments are the fields of `RunOptions` (`run_options(RunOptions(...))` is the same run).
@@ -481,7 +491,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     CaseResults, instead of this process or workers (`conformance.engine.distributed.Job.execute`).
     case_timeout: seconds a case may run (in a worker; needs `processes`) before it is killed
     with its worker and recorded as "timeout" (`python -m conformance run --case-timeout`,
-    default `DEFAULT_CASE_TIMEOUT`); None: no limit.
+    default `DEFAULT_CASE_TIMEOUT`); None: no limit. started_workers: workers started ahead
+    (`conformance.engine.workers.start`) that the run takes over (needs `processes`).
 
     The report folder is this run's alone while it runs (`conformance.report.lock`: another run
     on it raises `FolderLocked`). The summary covers the plan or says it does not
@@ -496,7 +507,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         progress=progress, xla=xla, resume=resume, xfails=xfails, processes=processes,
         shrink_seconds=shrink_seconds, console=console, compile_cache=compile_cache, strict_xfails=strict_xfails,
         shard=shard, plan_extra=plan_extra, executor=executor, case_timeout=case_timeout, plan_cache=plan_cache,
-        data_per_program=data_per_program))
+        data_per_program=data_per_program, started_workers=started_workers))
 
 
 def run_options(options: RunOptions) -> RunResult:
@@ -657,8 +668,10 @@ class _Run:
         self.t0 = 0.0
 
     def execute(self) -> RunResult:
+        workers.mark("setup")
         self.setup()
         self.t0 = time.perf_counter()  # the wall time includes drawing the cases
+        workers.mark("run_start")
         return self.collect(self.dispatch(self.draw()))
 
     # -- steps -----------------------------------------------------------------------------------
@@ -707,14 +720,19 @@ class _Run:
         first (the finished cases of a resumed folder are reported, not run again)."""
         o = self.o
         if o.streams:
+            drawn = workers.Drawn(chunks)   # a thread draws; this one hands out tasks meanwhile
+
             def feed():
-                for chunk in chunks:
-                    self.tasks.extend(chunk)
-                    yield [(task, self.xf.lookup(task.case_id)) for task in chunk]
+                try:
+                    for chunk in drawn:
+                        self.tasks.extend(chunk)
+                        yield [(task, self.xf.lookup(task.case_id)) for task in chunk]
+                finally:
+                    drawn.close()
                 self.begin()
 
             return _execute([], o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout,
-                            more=feed())
+                            more=feed(), more_ready=drawn, started=o.started_workers)
         self.tasks.extend(base.flatten(chunks))
         self.begin()
         todo = []
@@ -729,12 +747,14 @@ class _Run:
                 todo.append((task, self.xf.lookup(task.case_id)))
         if o.executor:
             return o.executor(todo, self.task_opts)
-        return _execute(todo, o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout)
+        return _execute(todo, o.xla, self.task_opts, o.processes, o.platform, o.devices, o.case_timeout,
+                        started=o.started_workers)
 
     def begin(self) -> None:
         """The plan is drawn: start the reporters with it, then replay the results that came early."""
         o = self.o
         self.drawing = time.perf_counter() - self.t0
+        workers.mark("begin")
         if o.report_dir is not None:
             from conformance.report import open_report_dir
 
@@ -807,6 +827,7 @@ class _Run:
 
         o, results = self.o, self.results
         wall = time.perf_counter() - self.t0
+        workers.mark("run_end", wall=wall)
         summary = summarize(results, wall_seconds=wall, compile_seconds=sum(r.compile_seconds for r in results))
         # An entry no case matched is stale only if every suite ran: a suite-filtered run
         # never draws the other suites' cases, so their entries say nothing there.
@@ -847,7 +868,8 @@ def _check_picklable(xla) -> None:
                          "instance of a module-level class, or processes=None to run it in this process.") from None
 
 
-def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None):
+def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, more=None, more_ready=None,
+             started=None):
     """Yield CaseResults as tasks finish: in this process (processes=None), or in `processes`
     workers that survive a crashing or hanging case (`conformance.engine.workers`), which also take
     the lists of tasks `more` yields while it is drawn."""
@@ -857,4 +879,5 @@ def _execute(todo, xla, opts, processes, platform, devices, case_timeout=None, m
         return
     yield from workers.run_in_workers(todo, run_task=run_task, write_repro=write_repro, processes=processes,
                                       platform=platform, devices=devices, xla=xla, opts=opts,
-                                      case_timeout=case_timeout, more=more)
+                                      case_timeout=case_timeout, more=more, more_ready=more_ready,
+                                      started=started)

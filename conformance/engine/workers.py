@@ -14,7 +14,10 @@ layout and a reproducer, and a fresh worker takes the next task. `fault` names a
 `conformance.faults` fault every worker runs its tasks under (the mutation run).
 
 `more` streams a plan that is still being drawn: the workers are started first (they import
-JAX while the parent draws), and between chunks the parent only polls the workers. Each worker
+JAX while the parent draws; `start` starts them earlier still, while the caller does other
+work), and between chunks the parent only polls the workers; with `more_ready` (a `Drawn`: a
+thread draws the chunks) it takes results and sends tasks the moment they come, whatever the
+draw is doing. A worker told to stop exits at once, without the interpreter's teardown. Each worker
 holds `QUEUE_DEPTH` tasks (the one it runs and the next, already in its pipe), so a worker that
 finishes starts its next task at once, even while the parent is drawing; a task queued behind one
 that kills or hangs its worker was never started and goes back to the front of the queue.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import collections
 import contextlib
 import multiprocessing
@@ -42,7 +46,7 @@ from conformance.report.failure import Failure, case_failure
 from conformance.report.results import CaseResult
 from xla_backend import platform as xplat
 
-__all__ = ["STDERR_TAIL_LINES", "run_in_workers"]
+__all__ = ["STDERR_TAIL_LINES", "Drawn", "Started", "run_in_workers", "start"]
 
 STDERR_TAIL_LINES = 20
 # Tasks a worker holds: the one it runs and the next, already in its pipe, so it never waits for
@@ -51,10 +55,29 @@ STDERR_TAIL_LINES = 20
 QUEUE_DEPTH = 2
 _READY = "ready"      # a worker's first message: it imported and configured the platform
 _PENDING = object()   # receive(): nothing finished yet
+# A JSON-lines file each event of a worker run is appended to (debugging where workers wait:
+# `python -m bench.timeline FILE` sums it up); unset: none is written.
+TIMELINE_ENV = "CONFORMANCE_TIMELINE"
+
+
+def mark(event: str, **info) -> None:
+    """Append `event` (wall-clock time, pid, `info`) to ``$CONFORMANCE_TIMELINE`` if it is set."""
+    path = os.environ.get(TIMELINE_ENV)
+    if not path:
+        return
+    import json
+
+    line = json.dumps(dict(t=time.time(), pid=os.getpid(), event=event, **info)) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
-                   opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None):
+                   opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None,
+                   more_ready=None, started: "Started | None" = None):
     """Yield a CaseResult per (task, xfails entry) of `todo` as it finishes in one of `processes`
     workers; a task whose worker dies yields an "error" result naming the signal or exit code,
     one still running after `case_timeout` seconds a "timeout" result (its worker is killed).
@@ -62,7 +85,12 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
     more: an iterator of further lists of (task, entry), run after `todo` in order; the next
     list is taken whenever no worker has a result to hand back, so drawing them (the work of
     `next`) overlaps with running the tasks already taken. An exception from it stops the
-    workers and propagates.
+    workers and propagates. more_ready: where `more`'s lists are drawn by another thread (a
+    `Drawn`), that `Drawn`: `next(more)` is then only called once its next list is there, and
+    meanwhile the loop waits on the workers and on it alike, so a result is taken (and the worker's
+    next task sent) the moment it comes, however long a draw takes. started: workers started
+    ahead by `start` (with the same platform, devices, xla, fault and run_task), taken over here:
+    the run begins with workers that have imported JAX already.
 
     `xla` (None: xla_backend) is pickled to every worker, so it must be a picklable object;
     `run_task` too (a module-level function pickles by name), `write_repro(task, case, repro_dir)`
@@ -70,20 +98,27 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
     """
     ctx = multiprocessing.get_context("spawn")
     pending = collections.deque(todo)  # popleft() takes tasks in plan order
-    logs = tempfile.mkdtemp(prefix="conformance-workers-")
-    workers: list[_Worker] = []
-    started = 0
+    if started is not None:
+        logs, workers = started.take()
+    else:
+        logs, workers = tempfile.mkdtemp(prefix="conformance-workers-"), []
+    spawned = len(workers)   # the log file names' numbers
+    mark("workers_start")
     try:
         while pending or more is not None or any(w.job is not None for w in workers):
             while (pending or more is not None) and len(workers) < processes:
-                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{started}.stderr"), platform, devices, xla,
+                mark("spawn")
+                workers.append(_Worker(ctx, os.path.join(logs, f"worker-{spawned}.stderr"), platform, devices, xla,
                                        fault, run_task))
-                started += 1
+                spawned += 1
             _top_up(workers, pending, opts)
             busy = [w for w in workers if w.job is not None]
-            # while tasks are still to be drawn, only look (timeout 0): drawing is the next thing to do
-            timeout = 0 if more is not None else _next_deadline(busy, case_timeout)
-            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout))
+            drawing = more is not None and more_ready is not None and not more_ready.ready()
+            # while tasks are still to be drawn here, only look (timeout 0): drawing is the next thing to
+            # do; while another thread draws them, wait for a result or for the next list, whichever first
+            timeout = 0 if more is not None and not drawing else _next_deadline(busy, case_timeout)
+            ready = set(connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy]
+                                        + ([more_ready] if drawing else []), timeout=timeout))
             for w in busy:
                 if case_timeout is not None and w.overdue(case_timeout) and w.conn not in ready:
                     result = w.timeout_result(case_timeout, opts, write_repro)
@@ -107,20 +142,160 @@ def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str
                 else:  # the worker's next tasks go out before the reporters see this result
                     _top_up(workers, pending, opts)
                 yield result
-            if more is not None:
+            if more is not None and (more_ready is None or more_ready.ready()):
+                mark("draw")
                 chunk = next(more, None)
+                mark("drawn", tasks=0 if chunk is None else len(chunk))
                 if chunk is None:
                     more = None
                 else:
                     pending.extend(chunk)
     finally:
+        close = getattr(more, "close", None)
+        if close is not None:
+            close()   # a generator stopped early: its own cleanup (a drawing thread told to stop) runs now
         for w in workers:  # all at once: each worker's exit (JAX's teardown) overlaps the others'
             w.ask_to_stop()
         for w in workers:
             w.stop()
-        for name in os.listdir(logs):
-            os.unlink(os.path.join(logs, name))
-        os.rmdir(logs)
+        _remove_logs(logs)
+
+
+def _remove_logs(logs: str) -> None:
+    for name in os.listdir(logs):
+        os.unlink(os.path.join(logs, name))
+    os.rmdir(logs)
+
+
+def start(processes: int, *, platform: str, devices: int, run_task, xla=None, fault: str | None = None,
+          env: dict | None = None) -> "Started":
+    """Start `processes` workers now, for a `run_in_workers(started=...)` to come: their start-up
+    (a Python interpreter importing JAX and the suites, seconds on a busy machine) overlaps with
+    what this process does meanwhile (the command line's platform preflight, the run's setup), so
+    the run's workers take their first task the moment it is drawn. Arguments as `run_in_workers`'s;
+    env: environment variables the workers get beside this process's (the compile cache's,
+    `conformance.engine.compile_cache.worker_environment`, which this process sets only later). `Started.close`
+    stops them if no run takes them over."""
+    ctx = multiprocessing.get_context("spawn")
+    logs = tempfile.mkdtemp(prefix="conformance-workers-")
+    mark("spawn_early")
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})   # a spawned worker's environment is this process's at its start
+    try:
+        return Started(logs, [_Worker(ctx, os.path.join(logs, f"worker-{i}.stderr"), platform, devices, xla, fault,
+                                      run_task) for i in range(processes)])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Started:
+    """Workers started ahead of their run (`start`): `run_in_workers(started=...)` takes them over,
+    `close` stops them where no run did (the run was refused before it began)."""
+
+    def __init__(self, logs: str, workers: list):
+        self._logs, self._workers = logs, workers
+
+    def take(self) -> tuple[str, list]:
+        """(log folder, workers), handed over once: the caller stops them and removes the folder."""
+        if self._workers is None:
+            raise RuntimeError("these started workers were taken over by a run already; start others for this one.")
+        out = (self._logs, self._workers)
+        self._workers = None
+        return out
+
+    def close(self) -> None:
+        """Stop the workers if no run took them over (nothing when one did)."""
+        if self._workers is None:
+            return
+        logs, workers = self.take()
+        for w in workers:
+            w.ask_to_stop()
+        for w in workers:
+            w.stop()
+        _remove_logs(logs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Drawn:
+    """The lists of an iterator (a plan's chunks), drawn ahead by a thread of this process.
+
+    `run_in_workers(more_ready=...)` waits on it (`fileno`) beside its workers and takes the next
+    list only when `ready`, so the parent hands a worker its next task the moment the worker sends
+    a result, even in the middle of a long draw (a family of hypothesis draws, the plan cache's
+    write): no worker waits while the parent draws. Iterating it gives the lists in order
+    (blocking until the next is drawn); an exception of the drawing is raised there. `close` stops
+    the thread after the list it is drawing (a daemon thread: it never holds the process open).
+    """
+
+    _END = object()
+
+    def __init__(self, chunks):
+        import queue
+        import socket
+        import threading
+
+        self._queue = queue.SimpleQueue()
+        self._rsock, self._wsock = socket.socketpair()   # one byte per list drawn: what `fileno` signals
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._draw, args=(chunks,), name="conformance-draw", daemon=True)
+        self._thread.start()
+
+    def _draw(self, chunks) -> None:
+        try:
+            for chunk in chunks:
+                if self._stop.is_set():
+                    return
+                self._put((chunk, None))
+        except BaseException as e:  # noqa: BLE001 - raised in the thread that takes the next list
+            self._put((None, e))
+            return
+        self._put((self._END, None))
+
+    def _put(self, item) -> None:
+        self._queue.put(item)
+        try:
+            self._wsock.send(b"x")
+        except OSError:  # closed: nobody waits any more
+            pass
+
+    def fileno(self) -> int:
+        return self._rsock.fileno()
+
+    def ready(self) -> bool:
+        """Whether the next list (or the end, or an exception) is there: `next` will not wait."""
+        return not self._queue.empty()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item, exc = self._queue.get()
+        try:
+            self._rsock.recv(1)
+        except OSError:
+            pass
+        if exc is not None:
+            self.close()
+            raise exc
+        if item is self._END:
+            self.close()
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._rsock.close()
+        self._wsock.close()
 
 
 def _top_up(workers: list, pending, opts) -> None:
@@ -313,6 +488,7 @@ class _Worker:
 def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: str | None, run_task) -> None:
     """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
     run (task, entry, opts) messages with `run_task` until None, under `fault` if one is named."""
+    mark("worker_up")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
@@ -323,19 +499,31 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
         if fault is not None:
             stack.enter_context(faults.inject(fault))
         _serve(conn, run_task, xla)
+    # Told to stop: every result is sent and every cache entry written (synchronously, by the task
+    # that compiled it). Skip the interpreter's teardown (JAX's backends, XLA's thread pools: seconds
+    # the parent would wait for before its run can end) and exit now.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def _serve(conn, run_task, xla) -> None:
     conn.send(_READY)
+    mark("ready")
     while True:
+        mark("wait")
         msg = conn.recv()
         if msg is None:
+            mark("exit")
             return
         task, entry, opts = msg
+        mark("task", case=task.case_id)
         try:
             result = run_task(task, xla, entry, **opts)
         except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end
             result = CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                                 status="error", examples=0, message=f"runner raised {type(e).__name__}: {e}",
                                 details=Failure(traceback=traceback.format_exc()))
+        mark("done", case=task.case_id, seconds=getattr(result, "seconds", 0.0))
         conn.send(result)

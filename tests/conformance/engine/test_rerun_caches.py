@@ -275,3 +275,17 @@ def _not_a_case(a):
 def test_a_function_outside_the_case_modules_is_not_stored():
     with pytest.raises(compile_cache.Unstable):
         compile_cache.encode(("jit", _not_a_case))
+
+
+def test_worker_environment_names_the_cache_for_workers_without_changing_this_process(tmp_path):
+    import os
+
+    from conformance.engine import compile_cache
+
+    before = dict(os.environ)
+    env = compile_cache.worker_environment(str(tmp_path / "cc"))
+    assert dict(os.environ) == before and (tmp_path / "cc").is_dir()
+    assert env == {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cc"),
+                   "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.0",
+                   "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+                   compile_cache.STORE_ENV: str(tmp_path / "cc" / "executables")}

@@ -33,6 +33,7 @@ def test_options_are_frozen_and_every_run_keyword_is_a_field():
     (dict(data_per_program=0), r"data_per_program=0"),
     (dict(resume=True), r"resume=True needs report_dir"),
     (dict(case_timeout=5.0), r"case_timeout needs processes"),
+    (dict(started_workers=object()), r"started_workers needs processes"),
 ])
 def test_bad_options_are_refused_before_anything_runs(kw, match):
     with pytest.raises(ValueError, match=match):

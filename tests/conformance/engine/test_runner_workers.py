@@ -257,3 +257,100 @@ def test_a_worker_that_fails_to_start_while_the_plan_is_drawn_fails_the_run(tmp_
     with pytest.raises(RuntimeError, match="a conformance worker process failed to start"):
         runner.run(suite="collectives", progress=False, processes=1, xla=FailsInWorkers(),
                    report_dir=tmp_path / "rep")
+
+
+# -- a thread draws the plan; the parent hands out tasks while it draws ----------------------------
+def test_drawn_gives_the_lists_in_order_and_signals_each_as_it_is_drawn():
+    import threading
+    from multiprocessing import connection
+
+    from conformance.engine import workers
+
+    gate = threading.Event()
+
+    def lists():
+        yield [1, 2]
+        gate.wait()
+        yield []
+        yield [3]
+
+    drawn = workers.Drawn(lists())
+    assert connection.wait([drawn], timeout=None) == [drawn] and drawn.ready()
+    assert next(drawn) == [1, 2]
+    assert connection.wait([drawn], timeout=0) == [] and not drawn.ready()   # held at the gate
+    gate.set()
+    assert list(drawn) == [[], [3]]
+
+
+def test_drawn_raises_the_drawing_error_where_the_next_list_is_taken():
+    from conformance.engine import workers
+
+    def lists():
+        yield ["a"]
+        raise ValueError("planted drawing error")
+
+    drawn = workers.Drawn(lists())
+    assert next(drawn) == ["a"]
+    with pytest.raises(ValueError, match="planted drawing error"):
+        next(drawn)
+
+
+def test_a_worker_gets_its_next_task_while_the_parent_is_still_drawing(tmp_path, monkeypatch):
+    import time
+
+    seen: list = []
+    execute = runner._execute
+
+    def spy(*a, **k):
+        for res in execute(*a, **k):
+            seen.append(res.case_id)
+            yield res
+
+    tasks = _small_tasks()
+
+    def chunks():
+        yield tasks[:2]
+        # the draw of the next family blocks until both tasks of the first have come back: they can
+        # only if the parent takes results (and sends the second task) while this draw is under way
+        give_up = time.monotonic() + 600   # a guard against hanging, not a timing assertion
+        while len(seen) < 2:
+            assert time.monotonic() < give_up, "the parent took no result while the plan was being drawn"
+            time.sleep(0.01)
+        yield tasks[2:]
+
+    monkeypatch.setattr(runner, "_execute", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
+    got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
+    assert [r.case_id for r in got.results] == seen == [t.case_id for t in tasks] and got.ok
+    assert [r["type"] for r in _records(tmp_path / "rep")] == ["plan", "case", "case", "case", "summary"]
+
+
+# -- workers started ahead (the command line starts them while its preflight runs) ----------------
+def test_a_run_takes_over_workers_started_ahead_and_starts_none_of_its_own(monkeypatch):
+    from conformance.engine import workers
+
+    early = workers.start(2, platform="cpu", devices=8, run_task=runner.run_task)
+    made: list = []
+    init = workers._Worker.__init__
+
+    def spy(self, *a, **k):
+        made.append(self)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(workers._Worker, "__init__", spy)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: iter([_small_tasks()]))
+    got = runner.run(suite="collectives", progress=False, processes=2, shrink_seconds=0, started_workers=early)
+    assert made == [] and got.ok and sorted(r.case_id for r in got.results) == sorted(t.case_id for t in _small_tasks())
+    early.close()   # taken over: nothing left to stop
+    with pytest.raises(RuntimeError, match="taken over by a run already"):
+        early.take()
+
+
+def test_workers_started_ahead_that_no_run_takes_over_are_stopped_by_close(tmp_path):
+    from conformance.engine import workers
+
+    with workers.start(1, platform="cpu", devices=8, run_task=runner.run_task, env={"PLANTED_VAR": "1"}) as early:
+        assert "PLANTED_VAR" not in os.environ   # the workers' environment only
+        procs = [w.proc for w in early._workers]
+        logs = early._logs
+    assert procs and not any(p.is_alive() for p in procs) and not os.path.exists(logs)
