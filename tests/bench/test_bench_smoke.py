@@ -196,7 +196,7 @@ def test_cli_rejects_unknown_part(capsys):
     with pytest.raises(SystemExit) as e:
         bench_main.main(["--parts", "throughput,speed"])
     assert e.value.code == 2
-    assert ("unknown part(s) ['speed']; choose from throughput,conformance,reruns,overhead,scaling,bandwidth,stablehlo"
+    assert ("unknown part(s) ['speed']; choose from throughput,conformance,reruns,overhead,scaling,bandwidth,stablehlo,oracle_large"
             in capsys.readouterr().err)
 
 
