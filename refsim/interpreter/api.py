@@ -410,9 +410,20 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
     values = core.eval_closed_jaxpr(closed_jaxpr, *inputs, ctx=Context(extra=extra))
     info = _info(extra)
     default = NamedSharding(mesh, PartitionSpec()) if mesh is not None else SingleDeviceSharding(0)
-    held = [x for x in (*inputs, *getattr(closed_jaxpr, "consts", ())) if isinstance(x, np.ndarray)]
+    # memory a result must not be a view of: the inputs (but a global value refsim assembled
+    # from an Array's shards into a buffer of its own), the constants
+    held = [g for a, g in zip(flat_args, inputs) if isinstance(g, np.ndarray) and not _fresh_global(a, g)]
+    held += [c for c in getattr(closed_jaxpr, "consts", ()) if isinstance(c, np.ndarray)]
     return [_place(v, s if s is not None else default, info, _type_spec(var), copy=not _own_result(v, held))
             for v, s, var in zip(values, layouts, jaxpr.outvars)]
+
+
+def _fresh_global(arg, value) -> bool:
+    """True when `value` is the global value of the refsim.Array `arg` assembled into new memory
+    (not a view of its shards: a fully replicated or stacked Array may give one)."""
+    if not isinstance(arg, Array) or not value.flags.owndata:
+        return False
+    return not any(np.may_share_memory(value, s.data) for s in arg.shards)
 
 
 def _own_result(value, held: list) -> bool:

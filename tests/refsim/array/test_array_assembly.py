@@ -93,3 +93,16 @@ def test_evaluate_places_its_own_results_without_copy_and_inputs_with_one():
     x[:] = -1
     np.testing.assert_array_equal(np.asarray(same), np.arange(16, dtype=np.float32).reshape(8, 2))
     assert not doubled.shards[0].data.flags.writeable
+
+
+def test_evaluate_places_a_view_of_an_assembled_input_without_copy():
+    """An input Array held apart is assembled into a buffer of refsim's own: a reshape or
+    transpose of it is placed as views of that buffer (no copy), and equals the naive value."""
+    value = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    arr = _apart(value, P("x"))
+    out = refsim.evaluate(jax.make_jaxpr(lambda a: (a.reshape(8, 4, 4), a.T))(value), [arr],
+                          out_layouts=[NamedSharding(MESH, P("x")), NamedSharding(MESH, P(None, "y"))])
+    np.testing.assert_array_equal(np.asarray(out[0]), value.reshape(8, 4, 4))
+    np.testing.assert_array_equal(np.asarray(out[1]), value.T)
+    assert np.shares_memory(out[0].shards[0].data, out[1].shards[0].data)   # both views of one global
+    assert not any(np.shares_memory(o.shards[0].data, s.data) for o in out for s in arr.shards)
