@@ -35,6 +35,7 @@ python -m bench --quick                                   # tiny sizes: checks t
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
 git worktree add --detach ../base <commit>                # the reruns part's baseline, then:
 python -m bench.reruns --against ../base --passes 3 --json docs/performance-figures.jsonl
+python -m bench.oracle_large --against ../base --json docs/performance-figures.jsonl   # oracle on large arrays
 ```
 
 `bench/` is not installed with the package (a top-level `bench` module would clash with other

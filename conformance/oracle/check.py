@@ -459,12 +459,16 @@ def _await(out) -> None:
 
 
 # -- the one-call check ------------------------------------------------------------------------------
-def prepare(call, args: tuple, kwargs: dict):
+def prepare(call, args: tuple, kwargs: dict, seconds: dict | None = None):
     """Trace the call and take host copies of its inputs (before XLA runs, which may donate
-    them). Raises NotCheckable when refsim cannot replay it."""
+    them). Raises NotCheckable when refsim cannot replay it. `seconds`, when given, gets the
+    time spent on the host copies ("host_inputs")."""
     traced = prog.trace(call, args, kwargs)
     prog.check_replayable(traced)
+    t0 = time.perf_counter()
     prog.take_host_copies(traced)
+    if seconds is not None:
+        seconds["host_inputs"] = time.perf_counter() - t0
     return traced
 
 
@@ -701,9 +705,9 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
     with scope, intercept.unchecked():          # in oracle mode, not checked a second time
         t0 = time.perf_counter()
-        untraceable = None
+        untraceable, host = None, {}
         try:
-            traced = prepare(call, placed, kwargs)
+            traced = prepare(call, placed, kwargs, host)
         except NotCheckable as e:
             if e.reason != "trace failed":
                 raise
@@ -722,7 +726,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
             raise xla_error(e, label) from e
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
-                                seconds={"trace": t1 - t0, "xla": t2 - t1})
+                                seconds={"trace": t1 - t0 - host.get("host_inputs", 0.0), **host, "xla": t2 - t1})
     if res.ok:
         return res
     xla_out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]

@@ -98,3 +98,13 @@ def test_a_wrong_result_still_disagrees():
             ring(x).block_until_ready()
         ring(x).block_until_ready()
     assert [c["outcome"] for c in s.calls if c["via"] == "jit call"] == ["disagree", "agree"]
+
+
+def test_check_result_seconds_split_into_phases():
+    import conformance
+
+    res = conformance.check(jax.jit(lambda a: a * 2, out_shardings=LAY), _x())
+    assert res.ok
+    assert PHASES | {"xla", "xla_wait", "refsim_and_compare"} <= set(res.seconds)
+    own = sum(res.seconds[k] for k in ("xla_wait", "host_outputs", "refsim", "policy", "compare", "summaries"))
+    assert own <= res.seconds["refsim_and_compare"] + 1e-6
