@@ -327,13 +327,17 @@ def _max_diff(e, a) -> float:
     return worst
 
 
-def _summaries(ref, xla, pols, where, paths, indices=None) -> list:
-    """One summary per compared output; `indices`: each one's place among all outputs."""
+def _summaries(ref, xla, pols, where, paths, indices=None, cmp=None) -> list:
+    """One summary per compared output; `indices`: each one's place among all outputs. With the
+    comparison `cmp`, an output held exactly that has no mismatch differs by 0 (every element
+    equal, or NaN on both sides): it is not read again."""
     out = []
+    differing = None if cmp is None else {m.output for m in cmp.mismatches}
     for k, (e, a, p) in enumerate(zip(ref, xla, pols)):
         scaled = isinstance(p, policy_mod.ScaledBound)
         allowed = float(p.allowed(e.dtype)) if scaled else 0.0
-        diff = _max_diff(e, a)
+        exact_ok = differing is not None and -1 not in differing and k not in differing and isinstance(p, compare.Exact)
+        diff = 0.0 if exact_ok else _max_diff(e, a)
         out.append(OutputSummary(k if indices is None else indices[k], tuple(e.shape), str(np.dtype(e.dtype)),
                                  len(e.shards), p.describe(), where[k] if k < len(where) else "xla", diff, allowed,
                                  paths[k] if k < len(paths) else "", p.ulps_of(diff, e.dtype) if scaled else None))
@@ -520,7 +524,7 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     t_sum = time.perf_counter()
     if prog.is_shard_map_program(traced) and entry != "pmap":
         entry = {"function": "shard_map", "jit": "jit(shard_map)"}.get(entry, entry)
-    summaries = sorted(_summaries(ref, xla, pols, where, paths, indices) + extra, key=lambda o: o.index)
+    summaries = sorted(_summaries(ref, xla, pols, where, paths, indices, cmp) + extra, key=lambda o: o.index)
     t_end = time.perf_counter()
     secs = dict(seconds or {})
     secs.update(xla_wait=t_host - t_wait, host_outputs=t_ref - t_host, refsim=t_pol - t_ref, policy=t_cmp - t_pol,
@@ -622,7 +626,8 @@ def finish_device_put(hosts, targets, ys) -> tuple[CheckResult, list]:
     t_cmp = time.perf_counter()
     cmp = compare.compare(ref, xla, tolerances=pols)
     t_sum = time.perf_counter()
-    summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))])
+    summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))],
+                           cmp=cmp)
     secs.update(compare=t_sum - t_cmp, summaries=time.perf_counter() - t_sum)
     return CheckResult(name="device_put", entry="device_put", comparison=cmp, outputs=summaries,
                        provenance=_provenance(ref), seconds=secs), ref

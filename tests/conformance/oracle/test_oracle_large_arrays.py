@@ -108,3 +108,17 @@ def test_check_result_seconds_split_into_phases():
     assert PHASES | {"xla", "xla_wait", "refsim_and_compare"} <= set(res.seconds)
     own = sum(res.seconds[k] for k in ("xla_wait", "host_outputs", "refsim", "policy", "compare", "summaries"))
     assert own <= res.seconds["refsim_and_compare"] + 1e-6
+
+
+def test_exact_outputs_that_agree_are_not_read_again_for_the_summary(monkeypatch):
+    import conformance
+    from conformance.oracle import check as chk
+
+    x = _x()
+    real = chk._max_diff
+    calls = []
+    monkeypatch.setattr(chk, "_max_diff", lambda e, a: calls.append(1) or real(e, a))
+    res = conformance.check(jax.jit(lambda a: jnp.reshape(a, (8, 2, 4)), out_shardings=NamedSharding(MESH, P("x"))), x)
+    assert res.ok and res.outputs[0].policy == "exact" and res.outputs[0].max_abs_diff == 0.0 and not calls
+    res = conformance.check(jax.jit(lambda a: a * 3 + 1, out_shardings=LAY), x)     # a scaled bound: measured
+    assert res.ok and calls
