@@ -222,6 +222,8 @@ class Array:
             value = self._assemble_stacked()
         else:
             value = self._assemble_generic()
+        if copy and (value.base is not None or not value.flags.writeable):
+            value = value.copy()     # np.array(arr): a copy of its own, not a view of the shards
         return value if dtype is None else value.astype(dtype)
 
     def _assemble_stacked(self) -> np.ndarray:

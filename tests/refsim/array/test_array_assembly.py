@@ -106,3 +106,12 @@ def test_evaluate_places_a_view_of_an_assembled_input_without_copy():
     np.testing.assert_array_equal(np.asarray(out[1]), value.T)
     assert np.shares_memory(out[0].shards[0].data, out[1].shards[0].data)   # both views of one global
     assert not any(np.shares_memory(o.shards[0].data, s.data) for o in out for s in arr.shards)
+
+
+def test_np_array_of_a_replicated_array_is_a_writable_copy():
+    value = np.arange(6, dtype=np.int32).reshape(2, 3)
+    arr = _apart(value, P())
+    got = np.array(arr)                                                     # copy=True: its own memory
+    assert got.flags.writeable and not np.shares_memory(got, arr.shards[0].data)
+    got[0, 0] = 99
+    np.testing.assert_array_equal(np.asarray(arr), value)
