@@ -1,10 +1,10 @@
-"""`python -m bench [--quick] [--parts throughput,conformance,overhead,scaling,bandwidth,stablehlo] [--json FILE]
+"""`python -m bench [--quick] [--parts throughput,conformance,overhead,scaling,bandwidth,stablehlo,oracle_large] [--json FILE]
 [--against DIR] [--docs PAGE]`
 
 Runs the chosen parts in one process (scaling, overhead and the conformance side by side start
 child processes), prints a table per part and a final table of the issue's targets, and writes
 one JSON line per figure to stdout (and appended to FILE with --json). `--against DIR` measures
-the conformance run side by side with the checkout in DIR; `--docs PAGE` renders the run into
+the conformance run (and the oracle_large part) side by side with the checkout in DIR; `--docs PAGE` renders the run into
 PAGE (docs/performance.md) with `bench.docs`. See docs/performance.md.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 from bench import _common as C
 
-PARTS = ("throughput", "conformance", "reruns", "overhead", "scaling", "bandwidth", "stablehlo")
+PARTS = ("throughput", "conformance", "reruns", "overhead", "scaling", "bandwidth", "stablehlo", "oracle_large")
 
 
 def _module(part: str):
@@ -121,6 +121,8 @@ def main(argv=None) -> int:
             mod = _module(part)
             if part in ("conformance", "reruns") and against and not args.quick:
                 results[part] = mod.side_by_side(against, examples=args.examples, passes=args.passes)
+            elif part == "oracle_large":
+                results[part] = mod.run(quick=args.quick, against=None if args.quick else against)
             else:
                 results[part] = mod.run(quick=args.quick)
             mod.show(results[part])

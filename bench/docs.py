@@ -35,6 +35,7 @@ python -m bench --quick                                   # tiny sizes: checks t
 python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own options
 git worktree add --detach ../base <commit>                # the reruns part's baseline, then:
 python -m bench.reruns --against ../base --passes 3 --json docs/performance-figures.jsonl
+python -m bench.oracle_large --against ../base --json docs/performance-figures.jsonl   # oracle on large arrays
 ```
 
 `bench/` is not installed with the package (a top-level `bench` module would clash with other
@@ -106,6 +107,18 @@ exceptions are `jax.random` programs: refsim evaluates a `threefry2x32` equation
 vectorised kernel, while the lowered module spells it out as ~700 executed scalar-sized ops;
 matching a function by name to skip it would defeat the purpose (a wrong lowering of threefry
 must show), so that cost stays.""",
+    "oracle_large": """What `pytest --conformance-oracle` costs on large arrays (`bench.oracle_large`): float32 arrays
+laid out `P('x')` over 8 virtual CPU devices, a jit `reshape` ((n, 4096, 32) → (n, 2048, 2, 32)),
+`transpose` (→ (n, 32, 4096)) and `elementwise` (`x * 2 + 1`) with out_shardings `P('x')`, and
+`device_put` of the NumPy value onto the mesh (a reshard the oracle checks). Each is timed in
+interleaved passes: the plain call, then the same call with an oracle session installed, each until
+XLA's result is ready. "oracle's own" is the checked call's record in the oracle report (`seconds`:
+host copies, refsim, comparison; the wait for XLA's asynchronously dispatched result counts as
+XLA's); the phases are this commit's (`CheckResult.seconds`): reading inputs and outputs off the
+devices (`host_inputs`, `host_outputs`), refsim's evaluation, choosing the policies, `compare`,
+and the per-output summaries. The baseline is the commit before the large-array work (its
+oracle copied every device buffer, assembled global values through a stacked copy, copied
+refsim's results again to place them, and compared every element in float64).""",
 }
 
 
@@ -281,6 +294,22 @@ def _stablehlo(recs: list) -> str:
     return text
 
 
+def _oracle_large(recs: list) -> str:
+    phases = ("host_inputs", "host_outputs", "refsim", "policy", "compare", "summaries")
+    rows = []
+    for r in recs:
+        ph = r.get("phases") or {}
+        rows.append((r["op"], f"{r['mib']:g} MiB", f"{r['variant']} `{r['commit']}`", C.fmt_stat(r["plain"]),
+                     C.fmt_stat(r["checked"]), C.fmt_stat(r["overhead"]),
+                     "-" if r.get("ratio") is None else f"{r['ratio']:.1f}×",
+                     ", ".join(f"{k} {C.fmt_seconds(ph[k])}" for k in phases if ph.get(k, 0) >= 5e-4) or "-"))
+    text = _md_table(["op", "size", "commit", "plain call", "checked call", "oracle's own", "checked / plain",
+                      "phases (medians)"], rows)
+    if recs:
+        text += f"\n\n{recs[0]['plain']['passes']} interleaved passes per cell; medians (range of the passes)."
+    return text
+
+
 SECTIONS = (("throughput", "Throughput: many distinct small programs", ("throughput",), _throughput),
             ("conformance", "Conformance run: examples/s against the baseline commit",
              ("conformance_side_by_side", "conformance_speedup", "conformance_rate"), _conformance),
@@ -290,7 +319,9 @@ SECTIONS = (("throughput", "Throughput: many distinct small programs", ("through
              lambda r: _scaling_like(r, tiny=True)),
             ("scaling", "Scaling: the five-collective program", ("scaling",), lambda r: _scaling_like(r, tiny=False)),
             ("bandwidth", "Bandwidth: each collective against `np.copyto`", ("bandwidth",), _bandwidth),
-            ("stablehlo", "StableHLO interpretation beside jaxpr interpretation", ("stablehlo",), _stablehlo))
+            ("stablehlo", "StableHLO interpretation beside jaxpr interpretation", ("stablehlo",), _stablehlo),
+            ("oracle_large", "Oracle mode on large arrays: a plain call beside the checked call", ("oracle_large",),
+             _oracle_large))
 
 
 def _runs(records: list[dict]) -> list[list[dict]]:

@@ -222,9 +222,15 @@ class Array:
             value = self._assemble_stacked()
         else:
             value = self._assemble_generic()
+        if copy and (value.base is not None or not value.flags.writeable):
+            value = value.copy()     # np.array(arr): a copy of its own, not a view of the shards
         return value if dtype is None else value.astype(dtype)
 
     def _assemble_stacked(self) -> np.ndarray:
+        if self._stacked is None:
+            # shards held apart (e.g. read off XLA's devices): one copy into the global buffer,
+            # not a stacked copy and then a transposed one
+            return self._assemble_generic()
         mesh = self._sharding.mesh
         stacked = self.to_stacked(mesh)
         if not self._replicas_agree:
@@ -234,20 +240,38 @@ class Array:
         return stacking.stacked_to_global(stacked, mesh, self._sharding.spec)
 
     def _assemble_generic(self) -> np.ndarray:
+        """Each distinct block written once into one global buffer (replicas checked against the
+        first holder of their block); when one block is the whole array (fully replicated), a
+        read-only view of its data, no copy."""
+        shards = self._shards
+        full = tuple((0, n) for n in self._shape)
+        if shards and all(_normalize_index(s.index, self._shape) == full for s in shards):
+            first = shards[0]
+            for s in shards[1:]:
+                self._check_replica(first, s)
+            view = np.asarray(first.data).view()
+            view.setflags(write=False)
+            return view
         out = np.empty(self._shape, dtype=self._dtype)
         owner: dict[tuple, Shard] = {}
-        for s in self._shards:
+        for s in shards:
             key = _normalize_index(s.index, self._shape)
             first = owner.get(key)
             if first is None:
                 owner[key] = s
                 out[s.index] = s.data
                 continue
-            diff = stacking.differing(first.data, s.data)
-            if diff.any():
-                local = tuple(int(i) for i in np.argwhere(diff)[0])
-                self._raise_replication(first.device_id, s.device_id, local)
+            self._check_replica(first, s)
         return out
+
+    def _check_replica(self, first: Shard, s: Shard) -> None:
+        """ReplicationError unless `s` holds what `first` holds (NaN equal to NaN)."""
+        if np.array_equal(first.data, s.data):
+            return
+        diff = stacking.differing(first.data, s.data)
+        if diff.any():
+            local = tuple(int(i) for i in np.argwhere(diff)[0])
+            self._raise_replication(first.device_id, s.device_id, local)
 
     def _raise_replication(self, dev_a: int, dev_b: int, local: tuple):
         """ReplicationError naming both devices and the first differing global index."""
@@ -373,10 +397,20 @@ def device_put(x, sharding) -> Array:
     ragged inputs are rejected as `refsim.values.as_jax_array` says. The data is copied once
     and made read-only; the shards are views of it.
     """
+    return put(x, sharding, copy=True)
+
+
+def put(x, sharding, *, copy: bool) -> Array:
+    """`device_put`; with ``copy=False`` the shards are read-only views of `x` itself (for a value
+    nobody else writes to: refsim's interpreter places the results it computed this way)."""
     sharding = _as_sharding(sharding)
     if _stackable(sharding) and sharding.spec.unreduced:
         return _put_unreduced(x, sharding)
-    value = np.array(as_jax_array(x, arg="x", api="refsim.device_put"), copy=True)
+    value = as_jax_array(x, arg="x", api="refsim.device_put")
+    if copy and (not isinstance(x, np.ndarray) or np.may_share_memory(value, x)):
+        value = np.array(value, copy=True)       # else as_jax_array's dtype conversion made it new
+    else:
+        value = value.view()                     # read-only flag on a view: `x` stays as it was
     value.setflags(write=False)
     info = None  # the result is refsim's placement, whatever produced x
     if _stackable(sharding):

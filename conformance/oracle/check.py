@@ -35,6 +35,7 @@ from conformance.oracle import factorizations, reproduce, vectors
 from conformance.oracle.program import NotCheckable
 from conformance.verdict import compare
 from conformance.verdict.elements import abs_diff, is_float
+from refsim import array as refsim_array
 from refsim import compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.partition_spec import PartitionSpec
@@ -314,6 +315,8 @@ def _max_diff(e, a) -> float:
         # bfloat16 / float8 arrays are of kind "V"
         if y is None or y.shape != x.shape or not (is_float(x.dtype) or x.dtype.kind in "iub") or x.size == 0:
             continue
+        if compare.bits_equal(x, y):    # every finite difference is 0: nothing above `worst`
+            continue
         x, y = (x.reshape((1,)), y.reshape((1,))) if x.ndim == 0 else (x, y)
         step = max(1, _DIFF_BLOCK // max(1, x.size // x.shape[0]))
         for i in range(0, x.shape[0], step):
@@ -324,13 +327,17 @@ def _max_diff(e, a) -> float:
     return worst
 
 
-def _summaries(ref, xla, pols, where, paths, indices=None) -> list:
-    """One summary per compared output; `indices`: each one's place among all outputs."""
+def _summaries(ref, xla, pols, where, paths, indices=None, cmp=None) -> list:
+    """One summary per compared output; `indices`: each one's place among all outputs. With the
+    comparison `cmp`, an output held exactly that has no mismatch differs by 0 (every element
+    equal, or NaN on both sides): it is not read again."""
     out = []
+    differing = None if cmp is None else {m.output for m in cmp.mismatches}
     for k, (e, a, p) in enumerate(zip(ref, xla, pols)):
         scaled = isinstance(p, policy_mod.ScaledBound)
         allowed = float(p.allowed(e.dtype)) if scaled else 0.0
-        diff = _max_diff(e, a)
+        exact_ok = differing is not None and -1 not in differing and k not in differing and isinstance(p, compare.Exact)
+        diff = 0.0 if exact_ok else _max_diff(e, a)
         out.append(OutputSummary(k if indices is None else indices[k], tuple(e.shape), str(np.dtype(e.dtype)),
                                  len(e.shards), p.describe(), where[k] if k < len(where) else "xla", diff, allowed,
                                  paths[k] if k < len(paths) else "", p.ulps_of(diff, e.dtype) if scaled else None))
@@ -444,13 +451,28 @@ def _provenance(ref) -> dict:
             **({"replication": info["replication"]} if info.get("replication") else {})}
 
 
+def _await(out) -> None:
+    """Wait until XLA has computed every array of `out` (JAX dispatches asynchronously): the
+    time until then is XLA's, and `finish` reports it as "xla_wait", apart from its own phases.
+    An execution failure raises here, as it would where the arrays are read."""
+    import jax
+
+    for x in jax.tree_util.tree_leaves(out):
+        if callable(getattr(x, "block_until_ready", None)):
+            x.block_until_ready()
+
+
 # -- the one-call check ------------------------------------------------------------------------------
-def prepare(call, args: tuple, kwargs: dict):
+def prepare(call, args: tuple, kwargs: dict, seconds: dict | None = None):
     """Trace the call and take host copies of its inputs (before XLA runs, which may donate
-    them). Raises NotCheckable when refsim cannot replay it."""
+    them). Raises NotCheckable when refsim cannot replay it. `seconds`, when given, gets the
+    time spent on the host copies ("host_inputs")."""
     traced = prog.trace(call, args, kwargs)
     prog.check_replayable(traced)
+    t0 = time.perf_counter()
     prog.take_host_copies(traced)
+    if seconds is not None:
+        seconds["host_inputs"] = time.perf_counter() - t0
     return traced
 
 
@@ -473,7 +495,11 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
         stated = None if traced.stated_out is None else [traced.stated_out[k] for k in indices]
         traced = dataclasses.replace(traced, closed=_without_outputs(traced.closed, drop), stated_out=stated)
         out, paths = [flat_out[k] for k in indices], [paths[k] for k in indices if k < len(paths)]
+    t_wait = time.perf_counter()
+    _await(out)
+    t_host = time.perf_counter()
     xla = prog.xla_outputs(out)
+    t_ref = time.perf_counter()
     conditions = factorizations.Conditions()
     try:
         ref, where = prog.refsim_outputs(traced, xla, probe=conditions)
@@ -484,20 +510,25 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
         raise
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
         raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    t_pol = time.perf_counter()
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
     if policy == "auto":
         xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
         pols = factorizations.apply(traced.closed, ref, xla, pols, conditions, ulps)
+    t_cmp = time.perf_counter()
     cmp = compare.compare(ref, xla, tolerances=pols)
     if policy == "auto" and not cmp.ok:
         why = _numerically_unstable(traced.flat_args, ref, pols, cmp)
         if why:
             raise NotCheckable("numerically unstable", why)
-    secs = dict(seconds or {})
-    secs["refsim_and_compare"] = time.perf_counter() - t0
+    t_sum = time.perf_counter()
     if prog.is_shard_map_program(traced) and entry != "pmap":
         entry = {"function": "shard_map", "jit": "jit(shard_map)"}.get(entry, entry)
-    summaries = sorted(_summaries(ref, xla, pols, where, paths, indices) + extra, key=lambda o: o.index)
+    summaries = sorted(_summaries(ref, xla, pols, where, paths, indices, cmp) + extra, key=lambda o: o.index)
+    t_end = time.perf_counter()
+    secs = dict(seconds or {})
+    secs.update(xla_wait=t_host - t_wait, host_outputs=t_ref - t_host, refsim=t_pol - t_ref, policy=t_cmp - t_pol,
+                compare=t_sum - t_cmp, summaries=t_end - t_sum, refsim_and_compare=t_end - t0)
     res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=summaries,
                       provenance=_provenance(ref), seconds=secs)
     res.notes = platform_notes.notes(res.provenance["platform"], traced.closed.jaxpr, res.ok)
@@ -531,6 +562,10 @@ def device_put_hosts(xs) -> list:
                     continue
             if jax.dtypes.issubdtype(x.dtype, jax.dtypes.extended):
                 raise NotCheckable("non-array argument", f"device_put of a {x.dtype} array")
+        if isinstance(x, np.ndarray) and not isinstance(x, np.generic):
+            # a NumPy value is not donated; it is read before the put returns: no copy
+            out.append(x)
+            continue
         out.append(_Host(np.array(x, copy=True), x) if _laid_out_on_mesh(x) else np.array(x, copy=True))
     return out
 
@@ -562,28 +597,40 @@ def finish_device_put(hosts, targets, ys) -> tuple[CheckResult, list]:
     import jax
 
     ref, xla, where = [], [], []
+    t_wait = time.perf_counter()
+    _await(ys)
+    secs = {"xla_wait": time.perf_counter() - t_wait, "host_outputs": 0.0, "refsim": 0.0}
     for h, t, y in zip(hosts, targets, ys):
+        t_a = time.perf_counter()
         t = getattr(t, "sharding", t)                         # a Format: its sharding
         stated = isinstance(t, jax.sharding.NamedSharding) and isinstance(t.mesh, jax.sharding.Mesh)
         prog.check_unreduced_kind(y)
         try:
             sh = convert.from_jax_sharding(t if stated else y.sharding)
-            got = prog.host_array(y)
+            got = prog.host_array(y, copy=False)       # read in place: compared before the caller gets it
         except (TypeError, ValueError, NotImplementedError) as e:
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+        t_b = time.perf_counter()
         try:
             # an unreduced input keeps its partial sums; a _Host keeps the layout it had
-            ref.append(refsim.device_put(h if h.dtype == got.dtype or isinstance(h, refsim.Array)
-                                         else h.astype(got.dtype), sh))
+            # read in place (refsim.array.put without a copy): `h` is read only until this check ends
+            ref.append(refsim_array.put(h if h.dtype == got.dtype or isinstance(h, refsim.Array)
+                                        else h.astype(got.dtype), sh, copy=False))
         except (ValueError, TypeError) as e:                # e.g. a target with unreduced axes
             raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+        secs["host_outputs"] += t_b - t_a
+        secs["refsim"] += time.perf_counter() - t_b
         xla.append(got)
         where.append("program" if stated else "xla")
     pols = [compare.EXACT] * len(ref)
+    t_cmp = time.perf_counter()
     cmp = compare.compare(ref, xla, tolerances=pols)
-    summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))])
+    t_sum = time.perf_counter()
+    summaries = _summaries(ref, xla, pols, where, [""] * len(ref) if len(ref) == 1 else [f"[{k}]" for k in range(len(ref))],
+                           cmp=cmp)
+    secs.update(compare=t_sum - t_cmp, summaries=time.perf_counter() - t_sum)
     return CheckResult(name="device_put", entry="device_put", comparison=cmp, outputs=summaries,
-                       provenance=_provenance(ref), seconds={}), ref
+                       provenance=_provenance(ref), seconds=secs), ref
 
 
 def write_device_put_reproducer(hosts, targets, ref, repro_dir) -> tuple[str | None, str]:
@@ -663,9 +710,9 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     scope = jax.set_mesh(ctx_mesh) if ctx_mesh is not None else contextlib.nullcontext()
     with scope, intercept.unchecked():          # in oracle mode, not checked a second time
         t0 = time.perf_counter()
-        untraceable = None
+        untraceable, host = None, {}
         try:
-            traced = prepare(call, placed, kwargs)
+            traced = prepare(call, placed, kwargs, host)
         except NotCheckable as e:
             if e.reason != "trace failed":
                 raise
@@ -684,7 +731,7 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
             raise xla_error(e, label) from e
         t2 = time.perf_counter()
         res, ref, pols = finish(traced, out, name=label, entry=entry, policy=policy, ulps=ulps,
-                                seconds={"trace": t1 - t0, "xla": t2 - t1})
+                                seconds={"trace": t1 - t0 - host.get("host_inputs", 0.0), **host, "xla": t2 - t1})
     if res.ok:
         return res
     xla_out_shardings = [getattr(x, "sharding", None) for x in jax.tree_util.tree_leaves(out)]

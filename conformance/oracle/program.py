@@ -65,6 +65,9 @@ class Traced:
     #: per flat input, (shape, dtype, jax sharding or None) as placed when the call was made
     #: (`take_host_copies` records it): what a reproducer exports the program for
     in_avals: list | None = None
+    #: per flat input, whether the execution donates it (the jit equation's `donated_invars`);
+    #: None when unknown (`trace`): every input is then copied off its devices
+    donated: tuple | None = None
 
     @property
     def distributed(self) -> bool:
@@ -112,11 +115,14 @@ def primitive_names(jaxpr) -> frozenset:
     return frozenset(seen)
 
 
-def host_array(x):
+def host_array(x, *, copy: bool = True):
     """A fully addressable jax.Array copied off its devices as a refsim.Array, each device's own
     data, without running or caching anything in JAX: indices and replica ids come from refsim's
     equal sharding (not JAX's cached `devices_indices_map`), a key array's words from its base
     array (not `jax.random.key_data`, a jit), so the oracle leaves JAX's caches as it found them.
+    `copy=False` reads each device's buffer where it is (`np.asarray` of a shard: a read-only
+    view on XLA:CPU, a transfer elsewhere): for a value nothing can donate or delete while it is
+    read (XLA's outputs during the comparison, inputs the call does not donate).
     TypeError for a sharding refsim has no equivalent of (a GSPMDSharding, a PmapSharding)."""
     if compat.has_logical_device_ids(x.sharding):
         raise TypeError(f"{x.sharding!r} renumbers its devices (logical device ids); refsim has no equivalent")
@@ -129,7 +135,7 @@ def host_array(x):
     by_dev = {}
     for s in src.addressable_shards:
         d = int(s.device.id)
-        data = np.array(np.asarray(s.data), copy=True)
+        data = np.array(np.asarray(s.data), copy=True) if copy else np.asarray(s.data)
         if impl is not None:
             nd = len(tuple(impl.key_shape))
             data = np.ascontiguousarray(data).view(dtype).reshape(data.shape[:data.ndim - nd])
@@ -148,8 +154,9 @@ def check_unreduced_kind(x) -> None:
                            f"({spec}): refsim models partial sums only")
 
 
-def _host_copy(x):
-    """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data)."""
+def _host_copy(x, copy: bool = True):
+    """An input as refsim sees it: a jax.Array becomes a refsim.Array (each device's own data),
+    copied off its devices unless `copy` is False (an input the call does not donate: read in place)."""
     import jax
 
     if isinstance(x, jax.core.Tracer):
@@ -164,7 +171,7 @@ def _host_copy(x):
             except TypeError:
                 return compat.to_numpy(x)
         try:
-            return host_array(x)
+            return host_array(x, copy=copy)
         except TypeError:                                   # e.g. a PmapSharding or GSPMDSharding
             return np.asarray(x)
     if isinstance(x, (np.ndarray, np.generic, int, float, complex, bool)):
@@ -258,15 +265,21 @@ def from_execution(params: dict, args, fn=None) -> Traced:
     sharded = (any(_multi_device(x) for x in args) or states
                or any(_multi_device_sharding(s) for s in (*params.get("in_shardings", ()), *outs)))
     stated = [_refsim_sharding(s) for s in outs] if len(outs) == len(closed.jaxpr.outvars) else None
-    return Traced(fn, closed, list(args), None, prims, sharded, stated_out=stated)
+    donated = params.get("donated_invars")
+    donated = tuple(bool(d) for d in donated) if donated is not None and len(donated) == n_in else None
+    return Traced(fn, closed, list(args), None, prims, sharded, stated_out=stated, donated=donated)
 
 
 def take_host_copies(traced: Traced) -> None:
     """Replace the traced inputs by host copies (refsim.Array per device-placed input), as
-    refsim reads them; call it before XLA runs the call, which may donate its inputs."""
+    refsim reads them; call it before XLA runs the call, which may donate its inputs. An input
+    the execution does not donate (`Traced.donated`) is read in place, not copied: XLA leaves it
+    as it is, and the oracle has finished with it before the call returns."""
     traced.in_avals = [(tuple(np.shape(x)), getattr(x, "dtype", None), getattr(x, "sharding", None))
                        for x in traced.flat_args]
-    traced.flat_args = [_host_copy(x) for x in traced.flat_args]
+    donated = traced.donated
+    traced.flat_args = [_host_copy(x, copy=donated is None or k >= len(donated) or donated[k])
+                        for k, x in enumerate(traced.flat_args)]
 
 
 def is_shard_map_program(traced: Traced) -> bool:
@@ -463,7 +476,8 @@ def xla_outputs(out) -> list:
         if not x.is_fully_addressable:
             raise NotCheckable("multi-process array", "an output spans devices of other processes")
         try:
-            res.append(host_array(x))
+            # read in place: the caller gets these arrays only after the comparison
+            res.append(host_array(x, copy=False))
         except (TypeError, ValueError, NotImplementedError) as e:   # e.g. an unreduced output sharding
             raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     return res

@@ -51,6 +51,7 @@ class _Pending:
     t0: float
     t1: float
     record: dict | None = None      # set when the execution was recorded as not checkable already
+    host_inputs: float = 0.0        # seconds of t1 - t0 spent reading the inputs off their devices
 
 
 def _label(fun, via: str, params: dict) -> str:
@@ -109,11 +110,13 @@ class Session:
         self.seen[via] += 1
         try:
             prog.check_replayable(traced)
+            t_host = time.perf_counter()
             prog.take_host_copies(traced)
         except Exception as e:  # noqa: BLE001 - see the docstring
             rec = self._not_checkable(name, entry, via, e, time.perf_counter() - t0, None)
             return _Pending(None, name, entry, via, ctx, t0, time.perf_counter(), rec)
-        return _Pending(traced, name, entry, via, ctx, t0, time.perf_counter())
+        t1 = time.perf_counter()
+        return _Pending(traced, name, entry, via, ctx, t0, t1, host_inputs=t1 - t_host)
 
     def after(self, pending: _Pending, out_flat) -> None:
         """After XLA ran it: evaluate the same jaxpr on refsim and compare; record the outcome."""
@@ -129,10 +132,15 @@ class Session:
             out = jax.tree_util.tree_unflatten(tree, out)
         try:
             res, ref, pols = chk.finish(p.traced, out, name=p.name, entry=p.entry, policy=self.policy,
-                                        ulps=self.ulps, seconds={"trace": p.t1 - p.t0, "xla": t2 - p.t1})
-            overhead = (p.t1 - p.t0) + (time.perf_counter() - t2)
+                                        ulps=self.ulps, seconds={"trace": p.t1 - p.t0 - p.host_inputs,
+                                                                 "host_inputs": p.host_inputs, "xla": t2 - p.t1})
+            # the wait for XLA's asynchronously dispatched results is XLA's time, not the oracle's
+            wait = res.seconds.get("xla_wait", 0.0)
+            overhead = (p.t1 - p.t0) + (time.perf_counter() - t2) - wait
             rec = self._record(p.name, res.entry, p.via, "agree" if res.ok else "disagree", policy=res.policies,
-                               overhead=overhead, xla=t2 - p.t1)
+                               overhead=overhead, xla=t2 - p.t1 + wait)
+            rec["phases"] = {k: round(v, 6) for k, v in res.seconds.items()
+                             if k not in ("xla", "xla_wait", "refsim_and_compare")}
             if not res.ok:
                 self._disagreement(p, res, ref, pols, rec, [getattr(x, "sharding", None) for x in out_flat])
         except Exception as e:  # noqa: BLE001 - see `before`
@@ -175,8 +183,12 @@ class Session:
         t2 = time.perf_counter()
         try:
             res, ref = chk.finish_device_put(hosts, targets, ys)
+            wait = res.seconds.get("xla_wait", 0.0)         # XLA's transfer, dispatched asynchronously
             rec = self._record("device_put", "device_put", "device_put", "agree" if res.ok else "disagree",
-                               policy=res.policies, overhead=(t1 - t0) + (time.perf_counter() - t2), xla=t2 - t1)
+                               policy=res.policies, overhead=(t1 - t0) + (time.perf_counter() - t2) - wait,
+                               xla=t2 - t1 + wait)
+            rec["phases"] = {"host_inputs": round(t1 - t0, 6),
+                             **{k: round(v, 6) for k, v in res.seconds.items() if k != "xla_wait"}}
             if not res.ok:
                 path, note = chk.write_device_put_reproducer(hosts, targets, ref, lambda: self.repro_dir)
                 res.repro_path = rec["repro"] = path

@@ -18,7 +18,7 @@ import numpy as np
 from jax.extend.core import Literal
 
 from refsim import compat
-from refsim.array import Array, Shard, device_put
+from refsim.array import Array, Shard, put
 from refsim.values import as_jax_array
 from refsim import device_assignment as DA
 from refsim.interpreter import core, trace_cache
@@ -406,12 +406,37 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
                 arr = _place(from_array(arr) if spec.unreduced else np.asarray(arr), layout, info, spec)
             outs.append(arr)
         return outs
-    values = core.eval_closed_jaxpr(closed_jaxpr, *[_global(a, v.aval) for a, v in zip(flat_args, jaxpr.invars)],
-                                    ctx=Context(extra=extra))
+    inputs = [_global(a, v.aval) for a, v in zip(flat_args, jaxpr.invars)]
+    values = core.eval_closed_jaxpr(closed_jaxpr, *inputs, ctx=Context(extra=extra))
     info = _info(extra)
     default = NamedSharding(mesh, PartitionSpec()) if mesh is not None else SingleDeviceSharding(0)
-    return [_place(v, s if s is not None else default, info, _type_spec(var))
+    # memory a result must not be a view of: the inputs (but a global value refsim assembled
+    # from an Array's shards into a buffer of its own), the constants
+    held = [g for a, g in zip(flat_args, inputs) if isinstance(g, np.ndarray) and not _fresh_global(a, g)]
+    held += [c for c in getattr(closed_jaxpr, "consts", ()) if isinstance(c, np.ndarray)]
+    return [_place(v, s if s is not None else default, info, _type_spec(var), copy=not _own_result(v, held))
             for v, s, var in zip(values, layouts, jaxpr.outvars)]
+
+
+def _fresh_global(arg, value) -> bool:
+    """True when `value` is the global value of the refsim.Array `arg` assembled into new memory
+    (not a view of its shards: a fully replicated or stacked Array may give one)."""
+    if not isinstance(arg, Array) or not value.flags.owndata:
+        return False
+    return not any(np.may_share_memory(value, s.data) for s in arg.shards)
+
+
+def _own_result(value, held: list) -> bool:
+    """True when `value` is memory refsim allocated while evaluating (not a view of an input, a
+    constant or a buffer NumPy does not own, e.g. a device's): placing it needs no copy."""
+    if not isinstance(value, np.ndarray):
+        return False
+    root = value
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.base is not None or not root.flags.owndata:
+        return False
+    return not any(np.may_share_memory(value, h) for h in held)
 
 
 def _type_spec(var):
@@ -425,9 +450,10 @@ def _same_layout(a, b, ndim: int) -> bool:
     return a == b
 
 
-def _place(value, sharding, info, src_spec=None) -> Array:
+def _place(value, sharding, info, src_spec=None, copy: bool = True) -> Array:
     """`value` laid out by `sharding`; into unreduced axes as JAX's reshard puts it there
-    (`to_unreduced`: a plain value laid out by `src_spec` keeps on each device what it holds)."""
+    (`to_unreduced`: a plain value laid out by `src_spec` keeps on each device what it holds).
+    `copy=False`: `value` is refsim's own result, placed as read-only views of it."""
     spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
     if spec.unreduced and isinstance(sharding, NamedSharding):
         value = to_unreduced(value, src_spec, sharding.mesh, spec.unreduced, spec,
@@ -435,7 +461,7 @@ def _place(value, sharding, info, src_spec=None) -> Array:
         return _partials_array(S.split_by_spec(value.parts, value.mesh, spec), sharding.mesh, spec, info)
     if isinstance(value, Partials):
         value = value.total()  # an unreduced value placed without its axes is all-reduced
-    arr = device_put(np.asarray(value), sharding)
+    arr = put(np.asarray(value), sharding, copy=copy)
     arr.info = dict(info)
     return arr
 

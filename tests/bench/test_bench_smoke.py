@@ -196,7 +196,7 @@ def test_cli_rejects_unknown_part(capsys):
     with pytest.raises(SystemExit) as e:
         bench_main.main(["--parts", "throughput,speed"])
     assert e.value.code == 2
-    assert ("unknown part(s) ['speed']; choose from throughput,conformance,reruns,overhead,scaling,bandwidth,stablehlo"
+    assert ("unknown part(s) ['speed']; choose from throughput,conformance,reruns,overhead,scaling,bandwidth,stablehlo,oracle_large"
             in capsys.readouterr().err)
 
 
@@ -431,3 +431,30 @@ def test_throughput_names_the_xfails_entry_behind_a_disagreement(monkeypatch):
     assert throughput.known_difference(p, res, got).startswith("model(jax-0.10-ppermute-mesh-order): ")
     monkeypatch.setattr(xfails, "load", lambda *a, **k: xfails.XfailList([], source="<none>"))
     assert throughput.known_difference(p, res, got) is None
+
+
+def test_oracle_large_quick_checks_every_op_in_a_child():
+    from bench import oracle_large
+
+    recs = oracle_large.run(quick=True)
+    assert [r["op"] for r in recs] == list(oracle_large.OPS)
+    for r in recs:
+        assert r["outcome"] == ["agree"] and r["variant"] == "this commit" and r["devices"] == 8
+        assert r["mib"] == 4 and r["shape"] == [8, 4096, 32]
+        assert r["plain"]["passes"] == r["checked"]["passes"] == r["overhead"]["passes"] == 1
+        assert r["overhead"]["median"] >= 0 and r["ratio"] > 0
+    jit = next(r for r in recs if r["op"] == "reshape")
+    assert {"host_inputs", "host_outputs", "refsim", "compare", "summaries"} <= set(jit["phases"])
+
+
+def test_oracle_large_section_renders_from_records():
+    st = dict(median=0.5, min=0.4, max=0.6, spread=0.4, passes=3)
+    recs = [dict(bench="machine", commit="abc", date="d", host="h", cpu="c", cores=2, memory_gib=1,
+                 load_average=[0, 0, 0], python="3", numpy="2", jax="0"),
+            dict(bench="oracle_large", variant="this commit", commit="abc", op="reshape", mib=512, shape=[1024, 4096, 32],
+                 devices=8, plain=st, checked=dict(st, median=1.0), overhead=dict(st, median=0.25), ratio=2.0,
+                 phases={"refsim": 0.2, "compare": 0.0001}, outcome=["agree"])]
+    page = bench_docs.render(recs)
+    assert ("| reshape | 512 MiB | this commit `abc` | 500.0 ms (400–600 ms) | 1.00 s (400–600 ms) | "
+            "250.0 ms (400–600 ms) | 2.0× | refsim 200.0 ms |") in page
+    assert "3 interleaved passes per cell" in page
