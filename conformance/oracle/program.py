@@ -358,9 +358,10 @@ def _any_auto_axis(jax_mesh) -> bool:
     opens every dimension of the output's sharding to the partitioner and marks the Explicit
     axes its out_specs do not name replicated, and no enclosing jit constrains the result. A
     nested ``jax.smap`` over an Explicit axis inside one over an Auto axis types its output
-    ``f32[8,2@x]`` (out_axes over 'x' inside), yet JAX returns it laid out ``P('y')`` eagerly
-    and under jit alike (jax 0.10.2 and 0.12): its placement over the automatic axes is the
-    partitioner's choice, compared by value (`_compiler_placed`)."""
+    ``f32[8,2@x]`` (out_axes over 'x' inside), yet jax 0.10.2 returns it laid out ``P('y')``,
+    eagerly and under jit alike (jax 0.12: ``P('y', 'x')``): its placement over the axes the
+    shard_map leaves automatic is the partitioner's choice, compared by value where XLA's
+    agrees with out_specs on the manual axes (`_compiler_placed`)."""
     types = getattr(jax_mesh, "axis_types", None) or ()
     if isinstance(types, dict):                              # older JAX: {AxisType: axis names}
         return any(getattr(t, "name", str(t)) == "Auto" and names for t, names in types.items())
