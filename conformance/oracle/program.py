@@ -390,7 +390,8 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     spec = PartitionSpec.from_jax(out_spec) if not isinstance(out_spec, PartitionSpec) else out_spec
     if sh.spec.unreduced or sh.spec.reduced or spec.unreduced or spec.reduced:
         return None
-    ndim = len(xla_out.shape)
+    shape = getattr(xla_out, "shape", None)          # explain's stand-ins carry a layout only
+    ndim = len(shape) if shape is not None else max(len(sh.spec), len(spec))
     if _on_axes(sh.spec, manual, ndim) != _on_axes(spec, manual, ndim):
         return None
     return sh

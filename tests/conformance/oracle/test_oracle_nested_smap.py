@@ -150,3 +150,18 @@ def test_any_auto_axis_reads_the_shard_map_equations_mesh():
     assert _any_auto_axis(MIXED) and _any_auto_axis(MIXED.abstract_mesh)
     assert not _any_auto_axis(EXPLICIT) and not _any_auto_axis(EXPLICIT.abstract_mesh)
     assert _any_auto_axis(jax.make_mesh((8,), ("i",), axis_types=(AxisType.Auto,)))
+
+
+def test_explain_replays_the_nested_smap_with_layout_only_stand_ins_for_xlas_outputs():
+    # explain hands refsim_outputs stand-ins that carry XLA's output sharding and no shape
+    from conformance.debug.explain import program as explain_program
+    from conformance.oracle import program as prog
+
+    with jax.set_mesh(MIXED):
+        x = jax.device_put(np.arange(16, dtype=np.float32).reshape(8, 2), P("y", "x"))
+        h = jax.jit(_outer(nest))
+        staged = explain_program.build_called(h, (x,))
+        out = h(x)
+        (ref,) = staged.refsim([prog.convert.from_jax_sharding(out.sharding)])
+    assert ref.shape == (8, 2)
+    np.testing.assert_allclose(np.asarray(ref), _expected(x), rtol=1e-6)
