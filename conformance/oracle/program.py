@@ -363,6 +363,24 @@ def _explicit_out_layout(var, mesh, manual: set):
     return NamedSharding(mesh, spec)
 
 
+def _any_auto_axis(jax_mesh) -> bool:
+    """True when a shard_map equation's mesh (its axes typed as before the shard_map: the ones
+    it makes manual keep their outer type) has an Auto axis.
+
+    There JAX does not lay a partially manual shard_map's output out by its type: the lowering
+    opens every dimension of the output's sharding to the partitioner and marks the Explicit
+    axes its out_specs do not name replicated, and no enclosing jit constrains the result. A
+    nested ``jax.smap`` over an Explicit axis inside one over an Auto axis types its output
+    ``f32[8,2@x]`` (out_axes over 'x' inside), yet jax 0.10.2 returns it laid out ``P('y')``,
+    eagerly and under jit alike (jax 0.12: ``P('y', 'x')``): its placement over the axes the
+    shard_map leaves automatic is the partitioner's choice, compared by value where XLA's
+    agrees with out_specs on the manual axes (`_compiler_placed`)."""
+    types = getattr(jax_mesh, "axis_types", None) or ()
+    if isinstance(types, dict):                              # older JAX: {AxisType: axis names}
+        return any(getattr(t, "name", str(t)) == "Auto" and names for t, names in types.items())
+    return any(getattr(t, "name", str(t)) == "Auto" for t in types)
+
+
 def _entry_axes(entry) -> tuple:
     if entry is None:
         return ()
@@ -385,7 +403,8 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     spec = PartitionSpec.from_jax(out_spec) if not isinstance(out_spec, PartitionSpec) else out_spec
     if sh.spec.unreduced or sh.spec.reduced or spec.unreduced or spec.reduced:
         return None
-    ndim = len(xla_out.shape)
+    shape = getattr(xla_out, "shape", None)          # explain's stand-ins carry a layout only
+    ndim = len(shape) if shape is not None else max(len(sh.spec), len(spec))
     if _on_axes(sh.spec, manual, ndim) != _on_axes(spec, manual, ndim):
         return None
     return sh
@@ -408,8 +427,9 @@ def refsim_outputs(traced: Traced, xla_outs: list, probe=None) -> tuple[list, li
                 # refsim gets global values (per-device replicas along those axes would read as split).
                 args = [np.asarray(a) for a in args]
             # laid out by out_specs; an enclosing jit's out_shardings (or an output type's
-            # Explicit axes) lay a result out anew
-            layouts = [s if s is not None else _explicit_out_layout(v, mesh, manual)
+            # Explicit axes, where JAX lays results out by their types) lay a result out anew
+            typed = not _any_auto_axis(closed.jaxpr.eqns[-1].params["mesh"])
+            layouts = [s if s is not None else _explicit_out_layout(v, mesh, manual) if typed else None
                        for v, s in zip(closed.jaxpr.outvars, stated)]
             where = ["program"] * n
             if manual != set(mesh.axis_names):
