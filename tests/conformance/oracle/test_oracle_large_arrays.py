@@ -3,30 +3,21 @@ where nothing can donate them, donated inputs still copied (JAX's donation uncha
 phases of a check recorded, verdicts unchanged."""
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conformance.oracle import intercept
+import oracle_sessions
 from conformance.oracle import program as prog
-from conformance.oracle import session as sess
 
 MESH = jax.make_mesh((8,), ("x",), devices=jax.devices()[:8])
 LAY = NamedSharding(MESH, P("x"))
 PHASES = {"trace", "host_inputs", "host_outputs", "refsim", "policy", "compare", "summaries"}
 
 
-@contextlib.contextmanager
 def oracle():
-    session = sess.Session()
-    intercept.install(session)
-    try:
-        yield session
-    finally:
-        intercept.uninstall()
+    return oracle_sessions.installed()
 
 
 def _x(n=16):

@@ -10,17 +10,15 @@ a misplaced block still disagrees. On an all-Explicit mesh JAX lays the result o
 and that placement stays checked."""
 from __future__ import annotations
 
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+import oracle_sessions
 from conformance.oracle import check as check_mod
 from conformance.oracle import intercept
-from conformance.oracle import session as sess
 from refsim import compat
 
 # 8 devices: 'x' (2, Explicit) by 'y' (4, Auto), as JAX's tests' (2, 2) mesh but on every device
@@ -28,15 +26,8 @@ MIXED = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit, AxisTyp
 EXPLICIT = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Explicit, AxisType.Explicit))
 
 
-@contextlib.contextmanager
 def oracle(repro_dir=None):
-    session = sess.Session(repro_dir=repro_dir)
-    session.context = "nested smap"
-    intercept.install(session)
-    try:
-        yield session
-    finally:
-        intercept.uninstall()
+    return oracle_sessions.installed("nested smap", repro_dir)
 
 
 def _g(b):

@@ -15,6 +15,7 @@ import pytest
 from jax._src import util as jax_util
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+import oracle_sessions
 from conformance.oracle import intercept
 from conformance.oracle import session as sess
 from conformance import faults
@@ -27,15 +28,8 @@ def _x():
     return jax.device_put(np.arange(32, dtype=np.float32).reshape(4, 8), NamedSharding(MESH, P("x", "y")))
 
 
-@contextlib.contextmanager
 def oracle(repro_dir=None):
-    session = sess.Session(repro_dir=repro_dir)
-    session.context = "transparent"
-    intercept.install(session)
-    try:
-        yield session
-    finally:
-        intercept.uninstall()
+    return oracle_sessions.installed("transparent", repro_dir)
 
 
 @contextlib.contextmanager
