@@ -26,9 +26,23 @@ from conformance.engine import merge, runner
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SMALL = dict(suite="layouts", examples=1, progress=False, processes=None, shrink_seconds=0)
 CLI_SMALL = ["run", "--suite", "layouts", "--examples", "1", "--no-progress", "--processes", "1"]
-# The CLI with every recorded case taking `sys.argv[1]` seconds more (after it is on disk), so a
-# signal sent once the first case is recorded always finds cases still to run.
-SLOW_CLI = ("import sys, time\n"
+# The CLI with every case taking `sys.argv[1]` seconds more in its worker and again once it is
+# recorded, so a signal sent once the first case is recorded always finds cases still to run: the
+# workers run cases while the plan is still being drawn and the reporters see them only once it
+# is, so a fast worker could have run all of them by the first record (the signal would then
+# come after the last case, where the verdict stands). `slow_task` is `SLOW_TASK` in a folder on
+# the PYTHONPATH (the spawned workers import it by name).
+SLOW_TASK = ("import os, time\n"
+             "from conformance.engine import runner\n"
+             "_run_task = runner.run_task\n"
+             "def run_task(*args, **kwargs):\n"
+             "    time.sleep(float(os.environ['SLOW_TASK_SECONDS']))\n"
+             "    return _run_task(*args, **kwargs)\n")
+SLOW_CLI = ("import os, sys, time\n"
+            "os.environ['SLOW_TASK_SECONDS'] = sys.argv[1]\n"
+            "import slow_task\n"
+            "from conformance.engine import runner\n"
+            "runner.run_task = slow_task.run_task\n"
             "from conformance.report import jsonl\n"
             "orig = jsonl.JsonlReporter.case_finished\n"
             "def slow(self, result):\n"
@@ -88,8 +102,12 @@ def _wait_for_a_case(proc, folder, limit_s=300):
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_signal_makes_the_run_incomplete_in_one_line_and_resume_completes_it(tmp_path, sig):
     folder = str(tmp_path / "rep")
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow_task.py").write_text(SLOW_TASK)
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "slow") + os.pathsep + env["PYTHONPATH"]
     proc = subprocess.Popen([sys.executable, "-c", SLOW_CLI, "2", *CLI_SMALL, "--report", folder],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     _wait_for_a_case(proc, folder)
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=300)
