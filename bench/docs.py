@@ -77,7 +77,12 @@ process wall time holds everything, and `python -m bench.timeline` splits a run'
 cause); examples/min is per minute of the process's wall time. An example is one data set run on both sides
 and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`):
 this commit's per-example figures gain from its default `--data-per-program` as well as from its
-caches, so the CPU seconds of each pass are given beside them.""",
+caches, so the CPU seconds of each pass are given beside them. The extra data sets are not free: on
+this machine at load 1 (2026-11-26, commit `30cf13b`, one cold run each) `--data-per-program 1`
+checked 2,318 examples in 29.6 s of runner wall time and the default 10 checked 7,306 in 34.4 s, about
+1 ms of wall time per extra example (device transfers, dispatch, refsim and the comparison of each
+data set). The data-per-minute target read 3.28× at 0.96× the baseline's wall time at load 5 to 20
+(commit `d2fefda`) and 3.05× at 1.03× at load 8 to 12, but 2.62× at 1.20× at load 1 (the table).""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
