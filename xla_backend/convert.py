@@ -6,6 +6,8 @@ the global value, so replicas that disagree on the device stay visible.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from refsim.layouts.mesh import Mesh
@@ -54,7 +56,25 @@ def to_jax_sharding(sharding):
 
 
 def from_jax_sharding(sharding):
-    """The refsim sharding equal to a JAX NamedSharding, SingleDeviceSharding or GSPMDSharding."""
+    """The refsim sharding equal to a JAX NamedSharding, SingleDeviceSharding or GSPMDSharding.
+
+    Equal JAX shardings give the same refsim object (a bounded cache): reading results back
+    converts the same few layouts over and over, and one object keeps refsim's per-(sharding,
+    shape) index cache warm."""
+    try:
+        return _from_jax_sharding_cached(sharding)
+    except TypeError as e:
+        if "unhashable" not in str(e):
+            raise
+        return _from_jax_sharding(sharding)
+
+
+@functools.lru_cache(maxsize=512)
+def _from_jax_sharding_cached(sharding):
+    return _from_jax_sharding(sharding)
+
+
+def _from_jax_sharding(sharding):
     import jax
 
     if isinstance(sharding, jax.sharding.NamedSharding):

@@ -127,3 +127,11 @@ def test_gspmd_sharding_without_a_named_equivalent_is_a_type_error():
     gs = GSPMDSharding(tuple(jax.devices()[:2]), xc.HloSharding.manual())
     with pytest.raises(TypeError, match="has no refsim equivalent"):
         xla_backend.from_jax_sharding(gs)
+
+
+def test_equal_jax_shardings_convert_to_one_refsim_object():
+    jm = jax.make_mesh((4, 2), ("x", "y"))
+    a = xla_backend.from_jax_sharding(jax.sharding.NamedSharding(jm, jax.P("x")))
+    b = xla_backend.from_jax_sharding(jax.sharding.NamedSharding(jm, jax.P("x")))
+    c = xla_backend.from_jax_sharding(jax.sharding.NamedSharding(jm, jax.P("y")))
+    assert a is b and a != c and c.spec == P("y")
