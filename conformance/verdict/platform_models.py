@@ -97,6 +97,12 @@ def _model_arith(case, actual):
     tolerances = flushed.tolerances()
     if any(isinstance(t, SumBound) for t in tolerances):
         tolerances, expected = _cpu_sum_policy(flushed, tolerances, expected)
+    return _computed_or_folded(case, actual, expected, tolerances)
+
+
+def _computed_or_folded(case, actual, expected, tolerances):
+    """The comparison with the computed half (`expected` under `tolerances`), else, where the case
+    has a ``+ axis_index`` XLA folds away, with the folded half (its own policy)."""
     res = compare(expected, actual, tolerances=tolerances)
     if res.ok:
         return res
@@ -298,13 +304,7 @@ def _model_gloo_arith(case, actual):
     flushed = _flushed_case(case)
     tolerances = [dataclasses.replace(t, signed_zero=False) if isinstance(t, SumBound) else t
                   for t in flushed.tolerances()]
-    res = compare(_flushed_outputs(flushed.run(refsim)), actual, tolerances=tolerances)
-    if res.ok:
-        return res
-    folded = _folded_axis_index(case)
-    if folded is None:
-        return res
-    return compare(folded.run(refsim), actual, tolerances=case.tolerances())
+    return _computed_or_folded(case, actual, _flushed_outputs(flushed.run(refsim)), tolerances)
 
 
 MODELS = {
