@@ -557,6 +557,17 @@ def export_program(traced, out_shardings=None) -> bytes:
         raise NotReproducible(f"jax.export could not serialize the program: {type(e).__name__}: {first}") from e
 
 
+def _imported_nothing(name: str, program_name: str, what: str, pols, expected, layouts, partial) -> list[str]:
+    """The head of a reproducer that imports no program (an exported one, a device_put): its
+    docstring, the program variables unset, the inputs' layouts and unreduced partial values."""
+    return [_HEAD.format(name=name, what=what, policy=", ".join(sorted(set(pols))), ndev=_ndev(expected)),
+            "PROGRAM_FILE = None", "PROGRAM_MODULE = None", "PROGRAM_ROOT = None",
+            f"PROGRAM_NAME = {program_name!r}", "WRAP = None", "CONTEXT_MESH = None",
+            "ARGS = lambda L: (tuple(L), {})",
+            "# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)",
+            "LAYOUTS = [" + ", ".join(layouts) + "]", _partial_inputs_source(partial)]
+
+
 def exported_source(traced, name: str, expected, tolerances, out_shardings=None) -> str:
     """The reproducer of one checked call that has no module-level name (a closure, a local, a
     JAX-internal function, an eager operation): the program exported by `export_program`, its
@@ -573,17 +584,7 @@ def exported_source(traced, name: str, expected, tolerances, out_shardings=None)
     tail, pols = _expected_section(arrays, expected, tolerances)
     what = ("Runs the program as jax.export serialized it (StableHLO with its shardings: the checked callable "
             f"had no module-level name to import). {NOT_BISECTABLE}")
-    out = [_HEAD.format(name=name, what=what, policy=", ".join(sorted(set(pols))), ndev=_ndev(expected))]
-    out.append("PROGRAM_FILE = None")
-    out.append("PROGRAM_MODULE = None")
-    out.append("PROGRAM_ROOT = None")
-    out.append(f"PROGRAM_NAME = {name!r}")
-    out.append("WRAP = None")
-    out.append("CONTEXT_MESH = None")
-    out.append("ARGS = lambda L: (tuple(L), {})")
-    out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
-    out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
-    out.append(_partial_inputs_source(partial))
+    out = _imported_nothing(name, name, what, pols, expected, layouts, partial)
     out.append(f"NOT_BISECTABLE = {NOT_BISECTABLE!r}")
     out.append("DEVICE_PUT = None")
     out += _base64_lines("EXPORTED", blob)
@@ -618,18 +619,8 @@ def device_put_source(hosts, targets, expected) -> str:
         puts.append(f"({ids!r}, {names!r}, {types!r}, {spec_source(PartitionSpec.from_jax(t.spec))})")
     tail, pols = _expected_section(arrays, expected, [compare.EXACT] * len(expected))
     what = f"Calls jax.device_put on the inputs as they were placed ({NOT_A_PROGRAM})"
-    out = [_HEAD.format(name="device_put", what=what, policy=", ".join(sorted(set(pols))), ndev=_ndev(expected))]
-    out.append("PROGRAM_FILE = None")
-    out.append("PROGRAM_MODULE = None")
-    out.append("PROGRAM_ROOT = None")
-    out.append("PROGRAM_NAME = 'jax.device_put'")
+    out = _imported_nothing("device_put", "jax.device_put", what, pols, expected, layouts, partial)
     out.append("EXPORTED = None")
-    out.append("WRAP = None")
-    out.append("CONTEXT_MESH = None")
-    out.append("ARGS = lambda L: (tuple(L), {})")
-    out.append("# per input: None (placed by JAX) or (mesh device ids, axis names, axis types, PartitionSpec)")
-    out.append("LAYOUTS = [" + ", ".join(layouts) + "]")
-    out.append(_partial_inputs_source(partial))
     out.append("# per input: the target (mesh device ids, axis names, axis types, PartitionSpec)")
     out.append("DEVICE_PUT = [" + ", ".join(puts) + "]")
     out.append(f"NOT_BISECTABLE = {NOT_A_PROGRAM!r}")
