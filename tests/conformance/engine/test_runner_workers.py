@@ -187,9 +187,8 @@ def test_a_streamed_shard_keeps_the_plan_positions_of_select_shard(monkeypatch):
     assert got.summary["plan"]["shard"] == "2/2" and got.summary["plan"]["cases"] == 1
 
 
-def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start_in_order(tmp_path, monkeypatch):
-    import time
-
+def _results_seen(monkeypatch) -> list:
+    """The case ids of the results the run's executor yields, in the order it yields them."""
     seen: list = []
     execute = runner._execute
 
@@ -197,6 +196,15 @@ def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start
         for res in execute(*a, **k):
             seen.append(res.case_id)
             yield res
+
+    monkeypatch.setattr(runner, "_execute", spy)
+    return seen
+
+
+def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start_in_order(tmp_path, monkeypatch):
+    import time
+
+    seen = _results_seen(monkeypatch)
 
     def chunks():
         first, *rest = _small_tasks()
@@ -206,7 +214,6 @@ def test_results_that_come_before_the_plan_is_drawn_are_reported_after_its_start
             yield []
         yield rest
 
-    monkeypatch.setattr(runner, "_execute", spy)
     monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
     got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
     ids = [t.case_id for t in _small_tasks()]
@@ -298,13 +305,7 @@ def test_drawn_raises_the_drawing_error_where_the_next_list_is_taken():
 def test_a_worker_gets_its_next_task_while_the_parent_is_still_drawing(tmp_path, monkeypatch):
     import time
 
-    seen: list = []
-    execute = runner._execute
-
-    def spy(*a, **k):
-        for res in execute(*a, **k):
-            seen.append(res.case_id)
-            yield res
+    seen = _results_seen(monkeypatch)
 
     tasks = _small_tasks()
 
@@ -318,7 +319,6 @@ def test_a_worker_gets_its_next_task_while_the_parent_is_still_drawing(tmp_path,
             time.sleep(0.01)
         yield tasks[2:]
 
-    monkeypatch.setattr(runner, "_execute", spy)
     monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: chunks())
     got = runner.run(suite="collectives", progress=False, processes=1, shrink_seconds=0, report_dir=tmp_path / "rep")
     assert [r.case_id for r in got.results] == seen == [t.case_id for t in tasks] and got.ok
