@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
+import numpy as _np
+
 
 @functools.lru_cache(maxsize=None)
 def jax_version() -> tuple[int, ...]:
@@ -226,6 +228,8 @@ def all_primitive_names() -> set:
 
 def prng_impl_of(dtype):
     """The PRNGImpl of a JAX key dtype (`key<fry>`), or None for an ordinary dtype."""
+    if dtype is None or isinstance(dtype, _np.dtype):  # a NumPy dtype is never a JAX key dtype
+        return None
     import jax
 
     try:
@@ -291,6 +295,8 @@ def physical_dtype(dtype):
     """The NumPy dtype of refsim's value for a jaxpr aval dtype (keys -> structured dtype)."""
     import numpy as np
 
+    if isinstance(dtype, np.dtype):  # a NumPy dtype (not a JAX key dtype) is its own
+        return dtype
     impl = prng_impl_of(dtype)
     return key_numpy_dtype(impl) if impl is not None else np.dtype(dtype)
 

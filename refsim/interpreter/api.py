@@ -468,6 +468,9 @@ def _place(value, sharding, info, src_spec=None, copy: bool = True) -> Array:
 
 # --- pmap --------------------------------------------------------------------------------------
 
+_PMAP_BODIES = trace_cache.memo(256)
+
+
 def _axes_spec(axis_name, ax):
     return PartitionSpec() if ax is None else PartitionSpec(*([None] * ax), axis_name)
 
@@ -525,14 +528,21 @@ def pmap(f: Callable, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, 
             _check_pmap_size(n)
         mesh = Mesh((n,), (name,), device_ids=ids)
 
-        def per_device(*flat_args):
-            local = [x if a is None else jax.lax.squeeze(x, (a,)) for x, a in zip(flat_args, axes_flat)]
-            out = f(*jax.tree_util.tree_unflatten(tree, local))
-            return jax.tree_util.tree_map(
-                lambda ax, sub: jax.tree_util.tree_map(
-                    lambda y: y if ax is None else jax.lax.expand_dims(y, (ax,)), sub),
-                out_axes, out, is_leaf=lambda x: x is None)
+        def body():
+            def per_device(*flat_args):
+                local = [x if a is None else jax.lax.squeeze(x, (a,)) for x, a in zip(flat_args, axes_flat)]
+                out = f(*jax.tree_util.tree_unflatten(tree, local))
+                return jax.tree_util.tree_map(
+                    lambda ax, sub: jax.tree_util.tree_map(
+                        lambda y: y if ax is None else jax.lax.expand_dims(y, (ax,)), sub),
+                    out_axes, out, is_leaf=lambda x: x is None)
 
+            return per_device
+
+        # One body function per (f, argument structure, in_axes, out_axes): the trace cache keys
+        # on the function, so a fresh closure per call would trace the program again every call.
+        per_device = _PMAP_BODIES.get(trace_cache.key_or_none(
+            (f, tree, tuple(axes_flat), trace_cache.tree_key(out_axes, lambda x: x is None))), body)
         out_specs = jax.tree_util.tree_map(lambda ax: _axes_spec(name, ax), out_axes,
                                            is_leaf=lambda x: x is None)
         in_specs = tuple(_axes_spec(name, a) for a in axes_flat)

@@ -6,6 +6,7 @@ NumPy calls over all devices at once.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -79,30 +80,145 @@ def apply_eqn(ctx: Context, eqn, invals: list) -> list:
 
 
 def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
-    """Evaluate an (open) jaxpr on stacked values; returns the list of outputs."""
+    """Evaluate an (open) jaxpr on stacked values; returns the list of outputs.
+
+    Runs the jaxpr's `_Plan` (built once per Jaxpr object): the same rules, output checks,
+    probe calls and freeing of dead values as `apply_eqn` per equation, without deriving
+    them from the jaxpr again on every call (a scan body runs once per iteration).
+    """
     nm = ctx.nm
-    env: dict = {}
+    plan = _plan_of(jaxpr)
+    env = [None] * plan.nslots
+    for slot, val in zip(plan.const_slots, consts):
+        env[slot] = val
+    if len(args) != len(plan.in_slots):
+        raise TypeError(f"jaxpr takes {len(plan.in_slots)} arguments, got {len(args)}.")
+    for slot, val in zip(plan.in_slots, args):
+        env[slot] = val
+    extra = ctx.extra
+    for eqn, name, multiple, params, ins, has_literal, checks, dead, unreduced_outs in plan.steps:
+        if has_literal:
+            invals = [env[r] if r.__class__ is int else _read_other(r, nm) for r in ins]
+        else:
+            invals = [env[r] for r in ins]
+        rule = RULES.get(name)
+        out = None
+        if rule is not None and nm == 0 and (unreduced_outs is not False or _any_partials(invals)):
+            out = unreduced.apply(ctx, eqn, invals, rule)
+        if out is not None:
+            pass
+        elif rule is not None:
+            out = rule(ctx, *invals, **params)
+        elif extra.get("fallback"):
+            from refsim.interpreter.fallback import evaluate_with_jax
 
-    def read(v):
-        if isinstance(v, Literal):
-            return literal_value(v, nm)
-        return env[v]
+            out = evaluate_with_jax(ctx, eqn, invals)
+        else:
+            raise UnsupportedPrimitive(name)
+        outs = list(out) if multiple else [out]
+        for i, (o, (slot, shape, ndim, dtype, aval)) in enumerate(zip(outs, checks)):
+            # as _check_out, whose message a mismatch raises; other values take its own path
+            if o.__class__ is not np.ndarray or dtype is None:
+                o = outs[i] = _check_out(eqn, i, o, aval, nm)
+            elif o.ndim != nm + ndim or o.shape[nm:] != shape or o.dtype != dtype:
+                _check_out(eqn, i, o, aval, nm)
+            if slot >= 0:
+                env[slot] = o
+        del outs[len(checks):]  # as apply_eqn: one output per outvar
+        probe: Probe | None = extra.get("probe")
+        if probe is not None:
+            probe(eqn, invals, outs)
+        for slot in dead:
+            env[slot] = None
+    return [env[r] if r.__class__ is int else _read_other(r, nm) for r in plan.out_refs]
 
-    for var, val in zip(jaxpr.constvars, consts):
-        env[var] = val
-    if len(args) != len(jaxpr.invars):
-        raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}.")
-    for var, val in zip(jaxpr.invars, args):
-        env[var] = val
-    dead_after = _dead_after(jaxpr)
-    for i, eqn in enumerate(jaxpr.eqns):
-        outs = apply_eqn(ctx, eqn, [read(v) for v in eqn.invars])
-        for var, val in zip(eqn.outvars, outs):
-            if not isinstance(var, DropVar):
-                env[var] = val
-        for var in dead_after[i]:
-            del env[var]
-    return [read(v) for v in jaxpr.outvars]
+
+def _read_other(ref, nm: int):
+    """A plan ref that is not a slot: a Literal's value, or a variable nothing defines (the
+    KeyError a dict environment raised)."""
+    if isinstance(ref, Literal):
+        return literal_value(ref, nm)
+    raise KeyError(ref)
+
+
+def _any_partials(values) -> bool:
+    for v in values:
+        if isinstance(v, Partials):
+            return True
+    return False
+
+
+class _Plan:
+    """What evaluating a jaxpr derives from the jaxpr alone, once per Jaxpr object.
+
+    Variables become slots of a list environment. Each step holds an equation, its primitive
+    name, multiple_results, params, its input refs (slots; a Literal stays itself and is read
+    per call), whether any input is a Literal, per output (slot or -1 for a DropVar, local
+    shape, rank, physical dtype or None when `_check_out` must decide, aval), the slots it
+    reads for the last time (`_dead_after`), and whether an output type is unreduced (False:
+    none is, True: some are, None: reading the type raised, so `unreduced.apply` decides as
+    it did per call).
+    """
+
+    __slots__ = ("nslots", "const_slots", "in_slots", "steps", "out_refs")
+
+    def __init__(self, jaxpr):
+        slots: dict = {}
+
+        def slot(v) -> int:
+            s = slots.get(v)
+            if s is None:
+                s = slots[v] = len(slots)
+            return s
+
+        def ref(v):  # a read: a Literal, or a variable nothing defined yet (read raises KeyError)
+            if isinstance(v, Literal) or v not in slots:
+                return v
+            return slots[v]
+
+        self.const_slots = [slot(v) for v in jaxpr.constvars]
+        self.in_slots = [slot(v) for v in jaxpr.invars]
+        dead_after = _dead_after(jaxpr)
+        steps = []
+        for i, eqn in enumerate(jaxpr.eqns):
+            ins = [ref(v) for v in eqn.invars]
+            checks = []
+            for v in eqn.outvars:
+                aval = v.aval
+                shape = getattr(aval, "shape", None)
+                dtype = None
+                if shape is not None:
+                    shape = tuple(shape)
+                    try:
+                        dtype = physical_dtype(aval.dtype)
+                    except Exception:  # noqa: BLE001 - _check_out raises it (or not) per call, as before
+                        dtype = None
+                checks.append((-1 if isinstance(v, DropVar) else slot(v), shape,
+                               None if shape is None else len(shape), dtype, aval))
+            try:
+                ur = any(unreduced.out_unreduced(v.aval) for v in eqn.outvars)
+            except Exception:  # noqa: BLE001 - unreduced.apply raises it per call, as before
+                ur = None
+            steps.append((eqn, eqn.primitive.name, eqn.primitive.multiple_results, eqn.params, ins,
+                          any(not isinstance(r, int) for r in ins), checks,
+                          [slots[v] for v in dead_after[i] if v in slots], ur))
+        self.steps = steps
+        self.out_refs = [ref(v) for v in jaxpr.outvars]
+        self.nslots = len(slots)
+
+
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plan_of(jaxpr) -> _Plan:
+    """The jaxpr's plan, built on first use and kept while the Jaxpr object lives."""
+    try:
+        return _PLANS[jaxpr]
+    except KeyError:
+        plan = _PLANS[jaxpr] = _Plan(jaxpr)
+        return plan
+    except TypeError:  # not weakly referenceable: build it for this call
+        return _Plan(jaxpr)
 
 
 def _dead_after(jaxpr) -> list:

@@ -60,6 +60,16 @@ class TraceCache:
 
 CACHE = TraceCache()
 _enabled = [True]
+_MEMOS: list = []  # the bounded per-call memos below, emptied by `clear()` with the traces
+
+
+def memo(maxsize: int = 256) -> TraceCache:
+    """A bounded LRU map for work a call derives only from hashable inputs (specs converted to
+    JAX, a pmap body, a function's signature): `get(key, build)`, key None never cached. Every
+    key must hold all that the built value depends on; `clear()` empties these too."""
+    m = TraceCache(maxsize)
+    _MEMOS.append(m)
+    return m
 
 
 def lookup(key: Hashable | None, build: Callable[[], Any]) -> Any:
@@ -76,6 +86,8 @@ def cache_info() -> dict:
 
 def clear() -> None:
     CACHE.clear()
+    for m in _MEMOS:
+        m.clear()
 
 
 @contextlib.contextmanager
@@ -94,6 +106,11 @@ def _hashable(x) -> bool:
     except TypeError:
         return False
     return True
+
+
+def key_or_none(key):
+    """`key` when it can be hashed, else None (a memo then builds afresh)."""
+    return key if _hashable(key) else None
 
 
 def avals_key(flat_args) -> tuple:
