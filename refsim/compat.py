@@ -92,7 +92,21 @@ def _jax_axis_type(t):
 
 
 def make_abstract_mesh(axis_sizes, axis_names, axis_types=None):
-    """A `jax.sharding.AbstractMesh` for the given sizes, names and refsim/JAX axis types."""
+    """A `jax.sharding.AbstractMesh` for the given sizes, names and refsim/JAX axis types
+    (an immutable value: equal arguments give one object, from a bounded cache)."""
+    try:
+        return _cached_abstract_mesh(tuple(axis_sizes), tuple(axis_names),
+                                     None if axis_types is None else tuple(axis_types))
+    except TypeError:  # an unhashable part: build it (and raise what JAX raises)
+        return _make_abstract_mesh(axis_sizes, axis_names, axis_types)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_abstract_mesh(axis_sizes, axis_names, axis_types):
+    return _make_abstract_mesh(axis_sizes, axis_names, axis_types)
+
+
+def _make_abstract_mesh(axis_sizes, axis_names, axis_types=None):
     from jax.sharding import AbstractMesh
 
     kw = {}
@@ -109,9 +123,25 @@ def context_abstract_mesh(axis_sizes, axis_names, axis_types=None):
     passes shard_map's "context mesh should match the mesh passed" check.
     """
     import jax
+
+    device = jax.devices()[0]
+    try:  # an immutable value: one object per (sizes, names, types, default device), bounded
+        return _cached_context_abstract_mesh(tuple(axis_sizes), tuple(axis_names),
+                                             None if axis_types is None else tuple(axis_types), device)
+    except TypeError:  # an unhashable part: build it (and raise what JAX raises)
+        return _context_abstract_mesh(axis_sizes, axis_names, axis_types, device)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_context_abstract_mesh(axis_sizes, axis_names, axis_types, device):
+    return _context_abstract_mesh(axis_sizes, axis_names, axis_types, device)
+
+
+def _context_abstract_mesh(axis_sizes, axis_names, axis_types, device):
+    import jax
     import numpy as np
 
-    probe = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("_",)).abstract_mesh
+    probe = jax.sharding.Mesh(np.array([device]), ("_",)).abstract_mesh
     types = make_abstract_mesh(axis_sizes, axis_names, axis_types).axis_types
     return jax.sharding.AbstractMesh(tuple(axis_sizes), tuple(axis_names), axis_types=types,
                                      abstract_device=probe.abstract_device)

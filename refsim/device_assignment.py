@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import weakref
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -99,8 +100,34 @@ def assignment(sharding_or_mesh) -> tuple[int, ...] | None:
     raise TypeError(f"{x!r} ({type(x).__name__}) is not a sharding or mesh; cannot tell its devices.")
 
 
-def arg_names(f, args: tuple) -> list[str]:
-    """A name per flattened leaf of `args`, as JAX's debug info writes them (`x`, `x[0]`, `args[2]`)."""
+_NAMES: dict = {}  # (f, treedef of args) -> names; bounded (see arg_names)
+_NAMES_MAX = 512
+
+
+def arg_names(f, args: tuple, treedef=None) -> list[str]:
+    """A name per flattened leaf of `args`, as JAX's debug info writes them (`x`, `x[0]`, `args[2]`).
+
+    The names depend only on `f`'s signature and the pytree structure of `args`: they are
+    remembered per (f, structure) (`treedef`: `jax.tree_util.tree_structure(args)`, if the
+    caller has it), so a call repeated with new data inspects no signature."""
+    import jax
+
+    if treedef is None:
+        treedef = jax.tree_util.tree_structure(args)
+    key = (f, treedef)
+    try:
+        names = _NAMES.get(key)
+    except TypeError:  # an unhashable callable: derive the names for this call
+        return _arg_names(f, args)
+    if names is None:
+        names = _arg_names(f, args)
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        _NAMES[key] = tuple(names)
+    return list(names)
+
+
+def _arg_names(f, args: tuple) -> list[str]:
     import jax
 
     try:
@@ -179,12 +206,27 @@ def _committed_sharding(x):
     return None
 
 
+_INSIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def inside_uses(closed_jaxpr) -> list[Use]:
     """Concrete meshes named inside the program (`shard_map`, `sharding_constraint`, ...),
-    in nested jaxprs too, in equation order."""
-    out: list[Use] = []
-    _walk(getattr(closed_jaxpr, "jaxpr", closed_jaxpr), out, set())
-    return out
+    in nested jaxprs too, in equation order. A traced program is immutable: the walk is done
+    once per Jaxpr object (kept while it lives)."""
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    try:
+        found = _INSIDE.get(jaxpr)
+    except TypeError:  # not weakly referenceable: walk it for this call
+        found = None
+    if found is None:
+        out: list[Use] = []
+        _walk(jaxpr, out, set())
+        found = tuple(out)
+        try:
+            _INSIDE[jaxpr] = found
+        except TypeError:
+            pass
+    return list(found)
 
 
 def _walk(jaxpr, out: list, seen: set) -> None:
@@ -214,10 +256,11 @@ def context_uses() -> list[Use]:
 
 
 def check_call(f, args: tuple, flat_args: Sequence, *, in_shardings: Sequence | None = None,
-               uses: Sequence[Use] = (), api_name: str = "jit") -> tuple[int, ...] | None:
+               uses: Sequence[Use] = (), api_name: str = "jit", treedef=None) -> tuple[int, ...] | None:
     """Check one call of `f`: its committed arguments (or their explicit in_shardings), the
-    context mesh and any further `uses`; raises DeviceAssignmentError naming both sides."""
-    names = arg_names(f, args)
+    context mesh and any further `uses`; raises DeviceAssignmentError naming both sides.
+    `treedef`: the pytree structure of `args`, when the caller has flattened them already."""
+    names = arg_names(f, args, treedef)
     if len(names) != len(flat_args):  # an unusual signature: fall back to positions
         names = [f"args[{i}]" for i in range(len(flat_args))]
     all_uses = context_uses() + argument_uses(flat_args, names, in_shardings) + list(uses)

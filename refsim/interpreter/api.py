@@ -12,6 +12,7 @@ a program itself (conformance's oracle mode) calls `evaluate` the same way.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -110,6 +111,43 @@ def _abstract(x, sharding=None):
     arr = _canonical(x)
     dt = compat.jax_key_dtype(arr.dtype) or arr.dtype
     return jax.ShapeDtypeStruct(arr.shape, dt, sharding=sharding)
+
+
+_JAX_SHARD_MAPS = trace_cache.memo(256)
+_JIT_KW = trace_cache.memo(256)
+_AVALS = trace_cache.memo(1024)
+
+
+def _abstract_key(mesh) -> tuple:
+    """What identifies `mesh.abstract_mesh` (refsim's AbstractMesh compares exactly this)."""
+    return ("AbstractMesh", mesh.axis_sizes, mesh.axis_names, mesh.axis_types)
+
+
+def _abstract_flat(flat, tmesh) -> tuple[list, tuple]:
+    """`_abstract(x, _explicit_sharding(x, tmesh))` per flat argument, and their
+    `trace_cache.avals_key`."""
+    avals, keys = [], []
+    for x in flat:
+        aval, k = _aval_and_key(x, None if type(x) is np.ndarray else _explicit_sharding(x, tmesh))
+        avals.append(aval)
+        keys.append(k)
+    return avals, tuple(keys)
+
+
+def _aval_and_key(x, sharding) -> tuple:
+    """`_abstract(x, sharding)` and its `trace_cache.avals_key` entry. Without a sharding, a
+    plain numeric ndarray's aval depends only on its shape, dtype and x64: it is built once per
+    those (bounded); a bad argument raises as `_abstract` raises it (nothing is remembered)."""
+    if sharding is None and type(x) is np.ndarray and x.dtype.names is None:
+        import jax
+
+        return _AVALS.get((x.shape, x.dtype, bool(jax.config.jax_enable_x64)), lambda: _aval_and_key_of(x, None))
+    return _aval_and_key_of(x, sharding)
+
+
+def _aval_and_key_of(x, sharding) -> tuple:
+    aval = _abstract(x, sharding)
+    return aval, trace_cache.avals_key([aval])[0]
 
 
 def _explicit_sharding(x, tmesh):
@@ -220,22 +258,70 @@ def _run_top_shard_map(closed, flat_args, mesh: Mesh, extra: dict):
             env[var] = val
     eqn = jaxpr.eqns[-1]
     p = eqn.params
-    manual = compat.shard_map_manual_axes(p)
+    top = _top_plan(jaxpr)
+    manual = compat.shard_map_manual_axes(p) if top.manual is None else top.manual
     inner = Context(nm=mesh.ndim, mesh=mesh, extra=extra)
-    stacked = [_stacked_input(read(v, keep_array=True), mesh, s) for v, s in zip(eqn.invars, p["in_specs"])]
+    in_specs = p["in_specs"] if top.in_specs is None else top.in_specs
+    stacked = [_stacked_input(read(v, keep_array=True), mesh, s) for v, s in zip(eqn.invars, in_specs)]
     outs = core.eval_jaxpr(p["jaxpr"], (), *stacked, ctx=inner)
     by_var = {}
-    for var, y, spec in zip(eqn.outvars, outs, p["out_specs"]):
-        spec = S.as_refsim_spec(spec)
-        agree = S.check_replicated(y, mesh, spec, manual - spec.unreduced, f"shard_map out_specs {spec!r}",
+    out_specs = map(_out_spec_facts, p["out_specs"]) if top.out_specs is None else top.out_specs
+    for var, y, (spec, what, used) in zip(eqn.outvars, outs, out_specs):
+        agree = S.check_replicated(y, mesh, spec, manual - spec.unreduced, what,
                                    extra["replication"], extra["strict"])
         # The Array need not check its replicas again on np.asarray when every axis the spec
         # leaves unnamed was checked just now or is invariant (size 1, read as a broadcast).
-        used = spec.used_axes()
         checked = agree and all(a in manual or y.shape[k] == 1
                                 for k, a in enumerate(mesh.axis_names) if a not in used)
         by_var[var] = (y, spec, checked)
     return by_var
+
+
+class _TopPlan:
+    """What `evaluate` reads of a traced program's structure, once per Jaxpr object: whether it
+    ends in a shard_map (`ends_in_shard_map`) and, if so, that equation's manual axes, its
+    in_specs as refsim specs, and per out_spec (refsim spec, the name check_replicated reports,
+    the axes it uses)."""
+
+    __slots__ = ("ends", "manual", "in_specs", "out_specs")
+
+    def __init__(self, jaxpr):
+        self.ends = ends_in_shard_map(jaxpr)
+        self.manual = self.in_specs = self.out_specs = None
+        if not self.ends:
+            return
+        p = jaxpr.eqns[-1].params
+        # Each part left None if reading it raises: the call reads it where it did, raising there.
+        try:
+            self.manual = compat.shard_map_manual_axes(p)
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.in_specs = [S.as_refsim_spec(s) for s in p["in_specs"]]
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            self.out_specs = [_out_spec_facts(spec) for spec in p["out_specs"]]
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _out_spec_facts(spec) -> tuple:
+    spec = S.as_refsim_spec(spec)
+    return spec, f"shard_map out_specs {spec!r}", spec.used_axes()
+
+
+_TOP_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _top_plan(jaxpr) -> _TopPlan:
+    try:
+        return _TOP_PLANS[jaxpr]
+    except KeyError:
+        plan = _TOP_PLANS[jaxpr] = _TopPlan(jaxpr)
+        return plan
+    except TypeError:  # not weakly referenceable: read it for this call
+        return _TopPlan(jaxpr)
 
 
 def ends_in_shard_map(jaxpr) -> bool:
@@ -284,20 +370,28 @@ def shard_map(f: Callable, *, mesh=None, in_specs, out_specs, check_vma: bool = 
         rmesh = fixed if fixed is not None else _as_mesh(None, "refsim.shard_map")
         flat, tree = jax.tree_util.tree_flatten(args)
         tmesh = _tracing_mesh(rmesh)
-        kw = dict(mesh=tmesh, in_specs=_specs_to_jax(in_specs),
-                  out_specs=_specs_to_jax(out_specs), check_vma=check_vma)
-        if axis_names is not None:
-            kw["axis_names"] = set(axis_names)
-        traced = jax.shard_map(f, **kw)
-        avals = [_abstract(x, _explicit_sharding(x, tmesh)) for x in flat]
-        abstract = jax.tree_util.tree_unflatten(tree, avals)
-        DA.check_call(f, args, flat, uses=[DA.Use("inside", DA.assignment(rmesh), eqn="shard_map")])
+        in_key, out_key = trace_cache.tree_key(in_specs, _is_spec), trace_cache.tree_key(out_specs, _is_spec)
+        names_key = None if axis_names is None else frozenset(axis_names)
+
+        def jax_shard_map():
+            kw = dict(mesh=tmesh, in_specs=_specs_to_jax(in_specs),
+                      out_specs=_specs_to_jax(out_specs), check_vma=check_vma)
+            if axis_names is not None:
+                kw["axis_names"] = set(axis_names)
+            return jax.shard_map(f, **kw)
+
+        # jax.shard_map of equal inputs is built once (its errors, if any, raise here every call)
+        traced = _JAX_SHARD_MAPS.get(trace_cache.key_or_none(
+            (f, tmesh, in_key, out_key, check_vma, names_key)), jax_shard_map)
+        avals, avals_key = _abstract_flat(flat, tmesh)
+        DA.check_call(f, args, flat, uses=[DA.Use("inside", DA.assignment(rmesh), eqn="shard_map")],
+                      treedef=tree)
         key = trace_cache.program_key(
-            "shard_map", f, rmesh.abstract_mesh, tmesh, tree, trace_cache.avals_key(avals),
-            trace_cache.tree_key(in_specs, _is_spec), trace_cache.tree_key(out_specs, _is_spec),
-            check_vma, None if axis_names is None else frozenset(axis_names))
+            "shard_map", f, _abstract_key(rmesh), tmesh, tree, avals_key, in_key, out_key,
+            check_vma, names_key)
         try:
-            closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(*abstract))
+            closed, out_shape = trace_cache.lookup(key, lambda: jax.make_jaxpr(traced, return_shape=True)(
+                *jax.tree_util.tree_unflatten(tree, avals)))
         except jax.errors.ConcretizationTypeError as e:  # TracerBoolConversionError included
             if compat.no_trace_active():
                 # As eager jax.shard_map: run the body op by op (refsim's rules), so Python may
@@ -393,7 +487,7 @@ def evaluate(closed_jaxpr, flat_args, *, mesh=None, out_layouts=None, strict: bo
     if mesh is not None:
         mesh = _as_mesh(mesh, "refsim.evaluate")
     extra = _with_intermediates(_new_extra(fallback, strict, probe), intermediates, mesh)
-    if mesh is not None and ends_in_shard_map(jaxpr):
+    if mesh is not None and _top_plan(jaxpr).ends:
         by_var = _run_top_shard_map(closed_jaxpr, flat_args, mesh, extra)
         info = _info(extra)
         outs = []
@@ -674,18 +768,31 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
         else:
             in_flat_sh = _broadcast_prefix(tuple(in_shardings) if isinstance(in_shardings, list)
                                            else in_shardings, tuple(args))
-        abstract = []
+        abstract, avals_key = [], []
         for x, s in zip(flat, in_flat_sh):
             if s is None and isinstance(x, Array) and isinstance(x.sharding, NamedSharding):
                 s = x.sharding
             elif s is None and mesh is not None and isinstance(getattr(x, "sharding", None), jax.sharding.NamedSharding):
                 s = NamedSharding(mesh, S.as_refsim_spec(x.sharding.spec))  # a jax.Array argument
-            abstract.append(_abstract(x, _sharding_to_jax(s, jmesh) if explicit and s is not None else None))
-        kw = {}
-        if in_shardings is not None:
-            kw["in_shardings"] = conv(in_shardings)
-        if out_shardings is not None:
-            kw["out_shardings"] = conv(out_shardings)
+            aval, k = _aval_and_key(x, _sharding_to_jax(s, jmesh) if explicit and s is not None else None)
+            abstract.append(aval)
+            avals_key.append(k)
+        in_desc = trace_cache.tree_key(_trace_desc(in_shardings), _is_desc)
+        out_desc = trace_cache.tree_key(_trace_desc(out_shardings), _is_desc)
+
+        def jit_kw():
+            kw = {}
+            if in_shardings is not None:
+                kw["in_shardings"] = conv(in_shardings)
+            if out_shardings is not None:
+                kw["out_shardings"] = conv(out_shardings)
+            return kw
+
+        # The JAX shardings depend only on the mesh and each NamedSharding's spec (the trace
+        # descriptions): built once per those (a TypeError for a non-refsim sharding raises here
+        # every call, as building them raised it).
+        kw = _JIT_KW.get(trace_cache.key_or_none(
+            (jmesh, in_desc, out_desc, in_shardings is None, out_shardings is None)), jit_kw)
         # As xla_backend.jit runs under `jax.set_mesh` of the one mesh its shardings name, refsim
         # traces under that mesh as the abstract-mesh context, so `with_sharding_constraint(x,
         # P(...))` and `reshard` find it; sharding-in-types needs it for any Explicit mesh too.
@@ -700,12 +807,12 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
                     *jax.tree_util.tree_unflatten(tree, abstract))
 
         key = trace_cache.program_key(
-            "jit", f, None if mesh is None else mesh.abstract_mesh, tree, trace_cache.avals_key(abstract),
-            trace_cache.tree_key(_trace_desc(in_shardings), _is_desc),
-            trace_cache.tree_key(_trace_desc(out_shardings), _is_desc), scoped)
+            "jit", f, None if mesh is None else _abstract_key(mesh), tree, tuple(avals_key),
+            in_desc, out_desc, scoped)
         closed, out_shape = trace_cache.lookup(key, trace)
         out_uses = [DA.Use("out_sharding", DA.assignment(s)) for s in _sharding_leaves(out_shardings)]
-        DA.check_call(f, args, flat, in_shardings=in_flat_sh, uses=out_uses + DA.inside_uses(closed))
+        DA.check_call(f, args, flat, in_shardings=in_flat_sh, uses=out_uses + DA.inside_uses(closed),
+                      treedef=tree)
         res = evaluate(closed, flat, mesh=mesh, out_layouts=_out_placements(closed, out_shardings, out_shape, mesh),
                        fallback=fallback, intermediates=intermediates)
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), res)

@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable, Hashable
 
 _MAXSIZE = 1024
+_MISSING = object()
 
 
 class TraceCache:
@@ -36,10 +37,11 @@ class TraceCache:
             self.uncacheable += 1
             return build()
         with self._lock:
-            if key in self._store:
+            value = self._store.get(key, _MISSING)
+            if value is not _MISSING:
                 self._store.move_to_end(key)
                 self.hits += 1
-                return self._store[key]
+                return value
         value = build()  # outside the lock: tracing may re-enter refsim
         with self._lock:
             self.misses += 1
@@ -140,4 +142,26 @@ def program_key(api: str, f, abstract_mesh, *parts) -> tuple | None:
 
     key = (api, f, abstract_mesh, parts, bool(jax.config.jax_enable_x64),
            jax.sharding.get_abstract_mesh())
-    return key if _hashable(key) else None
+    try:
+        return _Key(key)
+    except TypeError:
+        return None
+
+
+class _Key:
+    """A program key with its hash computed once (a lookup hashes it more than once)."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: tuple):
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other or (type(other) is _Key and self._hash == other._hash and self.key == other.key)
+
+    def __repr__(self):
+        return f"program key {self.key!r}"

@@ -13,6 +13,7 @@ data between devices (`sharding_constraint`, `reshard`, `device_put`,
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -86,7 +87,7 @@ def split_by_spec(x: np.ndarray, mesh: AbstractMesh, spec) -> np.ndarray:
                 )
             axis_slot[k] = len(exp_shape)
             exp_shape.append(s)
-        exp_shape.append(n // int(np.prod(sizes, dtype=np.int64)))
+        exp_shape.append(n // math.prod(sizes))  # mesh axis sizes: Python ints
     y = x.reshape(exp_shape)
     lead = [axis_slot.get(k, k) for k in range(nm)]
     rest = [i for i in range(nm, len(exp_shape)) if i not in axis_slot.values()]
@@ -115,7 +116,7 @@ def tile_by_spec(y: np.ndarray, mesh: AbstractMesh, spec) -> np.ndarray:
         ks = [mesh.axis_index(a) for a in spec.axes_of(d)]
         order.extend(ks)
         order.append(nm + d)
-        out_local.append(n * int(np.prod([mesh.axis_sizes[k] for k in ks], dtype=np.int64)))
+        out_local.append(n * math.prod([mesh.axis_sizes[k] for k in ks]))
     z = y.transpose(order)
     lead = tuple(1 if k in named else y.shape[k] for k in range(nm))
     return z.reshape(lead + tuple(out_local))
