@@ -96,6 +96,10 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
     for slot, val in zip(plan.in_slots, args):
         env[slot] = val
     extra = ctx.extra
+    # Whether any value so far is an unreduced `Partials` (an input, or an output of an earlier
+    # equation): until one is, an equation whose output types are not unreduced has nothing
+    # for `unreduced.apply` to do (it would return None), so it is not called.
+    partials = nm == 0 and (_any_partials(consts) or _any_partials(args))
     for eqn, name, multiple, params, ins, has_literal, checks, dead, unreduced_outs in plan.steps:
         if has_literal:
             invals = [env[r] if r.__class__ is int else _read_other(r, nm) for r in ins]
@@ -103,7 +107,7 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
             invals = [env[r] for r in ins]
         rule = RULES.get(name)
         out = None
-        if rule is not None and nm == 0 and (unreduced_outs is not False or _any_partials(invals)):
+        if rule is not None and nm == 0 and (unreduced_outs is not False or partials):
             out = unreduced.apply(ctx, eqn, invals, rule)
         if out is not None:
             pass
@@ -115,19 +119,32 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
             out = evaluate_with_jax(ctx, eqn, invals)
         else:
             raise UnsupportedPrimitive(name)
-        outs = list(out) if multiple else [out]
-        for i, (o, (slot, shape, ndim, dtype, aval)) in enumerate(zip(outs, checks)):
-            # as _check_out, whose message a mismatch raises; other values take its own path
-            if o.__class__ is not np.ndarray or dtype is None:
-                o = outs[i] = _check_out(eqn, i, o, aval, nm)
-            elif o.ndim != nm + ndim or o.shape[nm:] != shape or o.dtype != dtype:
-                _check_out(eqn, i, o, aval, nm)
+        # the output checks of _check_out (whose message a mismatch raises), made cheap for an
+        # ndarray whose aval states its local shape and dtype; other values take its own path
+        if multiple:
+            outs = list(out)
+            for i, (o, (slot, shape, ndim, dtype, aval)) in enumerate(zip(outs, checks)):
+                if o.__class__ is not np.ndarray or dtype is None:
+                    o = outs[i] = _check_out(eqn, i, o, aval, nm)
+                    partials = partials or isinstance(o, Partials)
+                elif o.ndim != nm + ndim or o.shape[nm:] != shape or o.dtype != dtype:
+                    _check_out(eqn, i, o, aval, nm)
+                if slot >= 0:
+                    env[slot] = o
+            del outs[len(checks):]  # as apply_eqn: one output per outvar
+        else:
+            slot, shape, ndim, dtype, aval = checks[0]
+            if out.__class__ is not np.ndarray or dtype is None:
+                out = _check_out(eqn, 0, out, aval, nm)
+                partials = partials or isinstance(out, Partials)
+            elif out.ndim != nm + ndim or out.shape[nm:] != shape or out.dtype != dtype:
+                _check_out(eqn, 0, out, aval, nm)
             if slot >= 0:
-                env[slot] = o
-        del outs[len(checks):]  # as apply_eqn: one output per outvar
+                env[slot] = out
+            outs = None
         probe: Probe | None = extra.get("probe")
         if probe is not None:
-            probe(eqn, invals, outs)
+            probe(eqn, invals, [out] if outs is None else outs)
         for slot in dead:
             env[slot] = None
     return [env[r] if r.__class__ is int else _read_other(r, nm) for r in plan.out_refs]

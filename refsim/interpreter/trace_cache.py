@@ -132,7 +132,7 @@ def tree_key(tree, is_leaf=None) -> tuple:
     return (tuple(leaves), treedef)
 
 
-def program_key(api: str, f, abstract_mesh, *parts) -> tuple | None:
+def program_key(api: str, f, abstract_mesh, *parts) -> "_Key | None":
     """The cache key of one traced program, or None when some part cannot be hashed.
 
     Includes the JAX context that changes traces: x64, and the context abstract mesh
