@@ -101,7 +101,7 @@ def assignment(sharding_or_mesh) -> tuple[int, ...] | None:
 
 
 _NAMES: dict = {}  # (f, treedef of args) -> names; bounded (see arg_names)
-_NAMES_MAX = 512
+_NAMES_MAX = 1024
 
 
 def arg_names(f, args: tuple, treedef=None) -> list[str]:

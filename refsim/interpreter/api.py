@@ -113,9 +113,9 @@ def _abstract(x, sharding=None):
     return jax.ShapeDtypeStruct(arr.shape, dt, sharding=sharding)
 
 
-_JAX_SHARD_MAPS = trace_cache.memo(256)
-_JIT_KW = trace_cache.memo(256)
-_AVALS = trace_cache.memo(1024)
+_JAX_SHARD_MAPS = trace_cache.memo()
+_JIT_KW = trace_cache.memo()
+_AVALS = trace_cache.memo()
 
 
 def _abstract_key(mesh) -> tuple:
@@ -562,7 +562,7 @@ def _place(value, sharding, info, src_spec=None, copy: bool = True) -> Array:
 
 # --- pmap --------------------------------------------------------------------------------------
 
-_PMAP_BODIES = trace_cache.memo(256)
+_PMAP_BODIES = trace_cache.memo()
 
 
 def _axes_spec(axis_name, ax):

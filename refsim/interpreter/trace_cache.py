@@ -65,7 +65,7 @@ _enabled = [True]
 _MEMOS: list = []  # the bounded per-call memos below, emptied by `clear()` with the traces
 
 
-def memo(maxsize: int = 256) -> TraceCache:
+def memo(maxsize: int = _MAXSIZE) -> TraceCache:
     """A bounded LRU map for work a call derives only from hashable inputs (specs converted to
     JAX, a pmap body, a function's signature): `get(key, build)`, key None never cached. Every
     key must hold all that the built value depends on; `clear()` empties these too."""
