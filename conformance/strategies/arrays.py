@@ -1,6 +1,7 @@
 """`arrays()` and `dtypes()`: input data, exact-friendly by default."""
 from __future__ import annotations
 
+import functools
 import math
 
 import ml_dtypes
@@ -110,6 +111,13 @@ def dtypes(*, include=DEFAULT_DTYPES) -> st.SearchStrategy[np.dtype]:
     return st.sampled_from([_np_dtype(d) for d in include])
 
 
+# The value strategies below are kept per (dtype, size, ...): one strategy object draws what a fresh
+# equal one draws (the same choices, labels and spans), but hypothesis validates a strategy and
+# works out its properties (is_empty, labels) once per object, which was a fifth of drawing a plan.
+# The caches are unbounded on purpose (few distinct keys): hypothesis upweights the number literals
+# of every loaded local module in its integer and float draws, so a new literal here (a maxsize)
+# would change what a plan draws.
+@functools.lru_cache(maxsize=None)
 def _exact_values(dt: np.dtype, size: int) -> st.SearchStrategy[np.ndarray]:
     if dt.kind == "b":
         return st.lists(st.booleans(), min_size=size, max_size=size).map(lambda xs: np.array(xs, dtype=bool))
@@ -125,6 +133,7 @@ def _exact_values(dt: np.dtype, size: int) -> st.SearchStrategy[np.ndarray]:
     return st.lists(scalar, min_size=size, max_size=size).map(lambda xs: np.array(xs, dtype=np.float64).astype(dt))
 
 
+@functools.lru_cache(maxsize=None)
 def _random_values(dt: np.dtype, size: int, allow_nan: bool, allow_infinity: bool) -> st.SearchStrategy[np.ndarray]:
     if dt.kind in "biu":
         return _exact_values(dt, size) if dt.kind == "b" else st.lists(
@@ -142,6 +151,11 @@ def _random_values(dt: np.dtype, size: int, allow_nan: bool, allow_infinity: boo
     return st.lists(scalar, min_size=size, max_size=size).map(lambda xs: np.array(xs, dtype=np.float64).astype(dt))
 
 
+@functools.lru_cache(maxsize=None)
+def _picks(top: int, size: int) -> st.SearchStrategy[list]:
+    return st.lists(st.integers(0, top), min_size=size, max_size=size)
+
+
 # Module level: st.composite reads the function's source each time it decorates one (~3 ms),
 # which a closure redefined per call would pay on every draw that builds this strategy.
 @st.composite
@@ -156,7 +170,7 @@ def _draw_array(draw, allow_infinity, allow_nan, dtype_s, mode, shape_s, kinds=S
         table = special_values(dt, kinds) if mode == "special" else ()
         if len(table) and size:
             # index 0 keeps the exact-friendly value, so shrinking removes specials first
-            picks = draw(st.lists(st.integers(0, 2 * len(table)), min_size=size, max_size=size))
+            picks = draw(_picks(2 * len(table), size))
             idx = np.asarray(picks) - 1 - len(table)
             vals = np.where(idx >= 0, table[np.clip(idx, 0, len(table) - 1)], vals)
     return np.asarray(vals, dtype=dt).reshape(shp)

@@ -206,6 +206,70 @@ def _output_kind(name: str, dt: np.dtype) -> str:
     return "exact"
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every `collective_calls` strategy.
+@st.composite
+def _draw_call(draw, mesh_s, names, ents, dts, mode, max_local_side, max_rank) -> CollectiveCall:
+    m: Mesh = draw(mesh_s)
+    name = draw(st.sampled_from([n for n in names if any(_dtype_ok(n, d) for d in dts)]))
+    dt = draw(st.sampled_from([d for d in dts if _dtype_ok(name, d)]))
+    entry = "shard_map"
+    if m.ndim == 1 and "pmap" in ents and ("shard_map" not in ents or draw(st.booleans())):
+        entry = "pmap"
+    # axes: pmap has one named axis; shard_map any non-empty subset in any order
+    if entry == "pmap":
+        axes_t = (m.axis_names[0],)
+    else:
+        axes_t = tuple(draw(st.permutations(m.axis_names))[:draw(st.integers(1, m.ndim))])
+        if name in _PERMUTING and _compat.ppermute_axes_must_follow_mesh_order():
+            axes_t = tuple(sorted(axes_t, key=m.axis_names.index))
+    axes = axes_t[0] if len(axes_t) == 1 and draw(st.booleans()) else axes_t
+    total = math.prod(m.axis_size(a) for a in axes_t)
+    params: dict = {"axis_name": axes}
+    labels: list = [("axes", _axes_label(axes))]
+    groups = None
+    if name in _GROUPED and (entry == "pmap" or name not in _GROUPS_PMAP_ONLY) and draw(st.booleans()):
+        groups = draw(axis_index_groups(total))
+        params["axis_index_groups"] = groups
+    if name in _GROUPED:
+        labels.append(("groups", "none" if groups is None else groups_kind(groups, total)))
+    n = total if groups is None else len(groups[0])
+    rank = draw(st.integers(2 if name == "psum_scatter" else 1, max_rank))
+    local = [draw(st.integers(1, max_local_side)) for _ in range(rank)]
+    call = _draw_params(draw, name, params, labels, local, n, total)
+    args_local = tuple(local)
+    if entry == "pmap":
+        in_spec = None
+        x = draw(arrays(dt, (total,) + args_local, mode=mode))
+    else:
+        # JAX's vma rules: pbroadcast needs an input varying over every axis it acts on; a
+        # reduction's axes must be all varying or all invariant (mixed is a JAX error).
+        need, avoid = (), ()
+        if name == "pbroadcast":
+            need = axes_t
+        elif name in _REDUCTIONS or name == "psum_scatter":
+            need, avoid = (axes_t, ()) if draw(st.booleans()) else ((), axes_t)
+        in_spec = draw(partition_specs(m, rank, required_axes=need, excluded_axes=avoid))
+        counts = [math.prod(m.axis_size(a) for a in in_spec.axes_of(d)) for d in range(rank)]
+        x = draw(arrays(dt, tuple(l * c for l, c in zip(args_local, counts)), mode=mode))
+    if name == "pmean" and dt.kind in "iu":
+        x = _no_wrap(x, total)
+    out_rank = call["out_rank"]
+    reduced = set(axes_t) if name in _REDUCTIONS and groups is None else set()
+    if entry == "pmap":
+        in_specs, out_spec = (), None
+    else:
+        required = tuple(a for a in m.axis_names if a not in reduced)
+        out_spec = draw(partition_specs(m, out_rank, required_axes=required))
+        in_specs = (in_spec,)
+    if entry == "pmap":
+        labels.append(("entry", "pmap"))
+    return CollectiveCall(
+        family=name, source=call["source"], entry=entry, mesh=m, args=(x,), in_specs=in_specs,
+        out_specs=out_spec, labels=tuple(labels), outputs=(_output_kind(name, dt),),
+        name=name, params=params)
+
+
 def collective_calls(mesh, *, collectives=COLLECTIVES, dtypes=DEFAULT_DTYPES, mode: str = "exact",
                      entries=ENTRIES, max_local_side: int = 3, max_rank: int = 3
                      ) -> st.SearchStrategy[CollectiveCall]:
@@ -235,68 +299,7 @@ def collective_calls(mesh, *, collectives=COLLECTIVES, dtypes=DEFAULT_DTYPES, mo
     if not any(_dtype_ok(n, d) for n in names for d in dts):
         raise InvalidArgument(f"no dtype in dtypes={tuple(dtypes)!r} is accepted by any of collectives={names!r}.")
 
-    @st.composite
-    def draw_call(draw) -> CollectiveCall:
-        m: Mesh = draw(mesh_s)
-        name = draw(st.sampled_from([n for n in names if any(_dtype_ok(n, d) for d in dts)]))
-        dt = draw(st.sampled_from([d for d in dts if _dtype_ok(name, d)]))
-        entry = "shard_map"
-        if m.ndim == 1 and "pmap" in ents and ("shard_map" not in ents or draw(st.booleans())):
-            entry = "pmap"
-        # axes: pmap has one named axis; shard_map any non-empty subset in any order
-        if entry == "pmap":
-            axes_t = (m.axis_names[0],)
-        else:
-            axes_t = tuple(draw(st.permutations(m.axis_names))[:draw(st.integers(1, m.ndim))])
-            if name in _PERMUTING and _compat.ppermute_axes_must_follow_mesh_order():
-                axes_t = tuple(sorted(axes_t, key=m.axis_names.index))
-        axes = axes_t[0] if len(axes_t) == 1 and draw(st.booleans()) else axes_t
-        total = math.prod(m.axis_size(a) for a in axes_t)
-        params: dict = {"axis_name": axes}
-        labels: list = [("axes", _axes_label(axes))]
-        groups = None
-        if name in _GROUPED and (entry == "pmap" or name not in _GROUPS_PMAP_ONLY) and draw(st.booleans()):
-            groups = draw(axis_index_groups(total))
-            params["axis_index_groups"] = groups
-        if name in _GROUPED:
-            labels.append(("groups", "none" if groups is None else groups_kind(groups, total)))
-        n = total if groups is None else len(groups[0])
-        rank = draw(st.integers(2 if name == "psum_scatter" else 1, max_rank))
-        local = [draw(st.integers(1, max_local_side)) for _ in range(rank)]
-        call = _draw_params(draw, name, params, labels, local, n, total)
-        args_local = tuple(local)
-        if entry == "pmap":
-            in_spec = None
-            x = draw(arrays(dt, (total,) + args_local, mode=mode))
-        else:
-            # JAX's vma rules: pbroadcast needs an input varying over every axis it acts on; a
-            # reduction's axes must be all varying or all invariant (mixed is a JAX error).
-            need, avoid = (), ()
-            if name == "pbroadcast":
-                need = axes_t
-            elif name in _REDUCTIONS or name == "psum_scatter":
-                need, avoid = (axes_t, ()) if draw(st.booleans()) else ((), axes_t)
-            in_spec = draw(partition_specs(m, rank, required_axes=need, excluded_axes=avoid))
-            counts = [math.prod(m.axis_size(a) for a in in_spec.axes_of(d)) for d in range(rank)]
-            x = draw(arrays(dt, tuple(l * c for l, c in zip(args_local, counts)), mode=mode))
-        if name == "pmean" and dt.kind in "iu":
-            x = _no_wrap(x, total)
-        out_rank = call["out_rank"]
-        reduced = set(axes_t) if name in _REDUCTIONS and groups is None else set()
-        if entry == "pmap":
-            in_specs, out_spec = (), None
-        else:
-            required = tuple(a for a in m.axis_names if a not in reduced)
-            out_spec = draw(partition_specs(m, out_rank, required_axes=required))
-            in_specs = (in_spec,)
-        if entry == "pmap":
-            labels.append(("entry", "pmap"))
-        return CollectiveCall(
-            family=name, source=call["source"], entry=entry, mesh=m, args=(x,), in_specs=in_specs,
-            out_specs=out_spec, labels=tuple(labels), outputs=(_output_kind(name, dt),),
-            name=name, params=params)
-
-    return draw_call()
+    return _draw_call(mesh_s, names, ents, tuple(dts), mode, max_local_side, max_rank)
 
 
 def _no_wrap(x: np.ndarray, n: int) -> np.ndarray:

@@ -235,6 +235,56 @@ FAMILIES = {
 }
 
 
+def _usable(name: str, m: Mesh, floats: list) -> bool:
+    if name == "pmap_grouped":
+        return m.ndim == 1
+    if name in ("grad_psum", "grad_scan_ppermute"):
+        return bool(floats)
+    return m.ndim >= FAMILIES[name][1]
+
+
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per call would pay on every `programs` strategy.
+@st.composite
+def _draw_program(draw, mesh_s, fams, dts, dtypes) -> Program:
+    m: Mesh = draw(mesh_s)
+    floats = [d for d in dts if d.kind == "f" or d.name == "bfloat16"]
+    choices = [f for f in fams if _usable(f, m, floats)]
+    if not choices:
+        raise InvalidArgument(f"none of families={fams!r} can run on {m!r} with dtypes={tuple(dtypes)!r}.")
+    name = draw(st.sampled_from(choices))
+    b = FAMILIES[name][0](draw, m, None)
+    dt = draw(st.sampled_from(floats if b.get("floats_only") else dts))
+    entry = b.get("entry", "shard_map")
+    kw: dict = {}
+    if entry == "shard_map":
+        in_spec = b["in_specs"][0] if "in_specs" in b else draw(partition_specs(m, len(b["local"]), required_axes=m.axis_names))
+        counts = [_size(m, in_spec.axes_of(d)) for d in range(len(b["local"]))]
+        shape = tuple(l * c for l, c in zip(b["local"], counts))
+        out_rank = b.get("out_rank", len(b["local"]))
+        out_spec = b["out_specs"] if "out_specs" in b else draw(partition_specs(m, out_rank, required_axes=m.axis_names))
+        kw.update(in_specs=(in_spec,), out_specs=out_spec, axis_names=b.get("axis_names"))
+    elif entry == "pmap":
+        shape = (m.size,) + tuple(b["local"])
+    else:
+        s_in = NamedSharding(m, b["spec_in"])
+        tm = b.get("target_mesh", m)
+        s_out = NamedSharding(tm, b["spec_out"])
+        counts = [math.lcm(*(NamedSharding(mm, sp).num_shards(2)[d] for mm, sp in
+                             ((m, b["spec_in"]), (tm, b["spec_out"]), (m, b.get("spec_mid", PartitionSpec())))))
+                  for d in range(2)]
+        if name == "jit_shardings":
+            # the output is transposed, so both dims must divide by every spec's count
+            shape = (math.lcm(*counts) * draw(st.integers(1, 2)),) * 2
+        else:
+            shape = tuple(c * draw(st.integers(1, 2)) for c in counts)
+        kw.update(in_shardings=(s_in,), out_shardings=s_out)
+    x = draw(arrays(dt, shape))
+    labels = list(b["labels"])
+    return Program(family=name, source=b["body"], entry=entry, mesh=m, args=(x,), labels=tuple(labels),
+                   outputs=("exact",), **kw)
+
+
 def programs(mesh, *, families=tuple(FAMILIES), dtypes=PROGRAM_DTYPES) -> st.SearchStrategy[Program]:
     """A whole `Program` over `mesh` from one of `families` (see FAMILIES), with exact-friendly data.
 
@@ -253,51 +303,4 @@ def programs(mesh, *, families=tuple(FAMILIES), dtypes=PROGRAM_DTYPES) -> st.Sea
     if not dtypes:
         raise InvalidArgument("dtypes=() is empty; name at least one dtype.")
     dts = [_np_dtype(d) for d in dtypes]
-
-    def usable(name: str, m: Mesh, floats: list) -> bool:
-        if name == "pmap_grouped":
-            return m.ndim == 1
-        if name in ("grad_psum", "grad_scan_ppermute"):
-            return bool(floats)
-        return m.ndim >= FAMILIES[name][1]
-
-    @st.composite
-    def draw_program(draw) -> Program:
-        m: Mesh = draw(mesh_s)
-        floats = [d for d in dts if d.kind == "f" or d.name == "bfloat16"]
-        choices = [f for f in fams if usable(f, m, floats)]
-        if not choices:
-            raise InvalidArgument(f"none of families={fams!r} can run on {m!r} with dtypes={tuple(dtypes)!r}.")
-        name = draw(st.sampled_from(choices))
-        b = FAMILIES[name][0](draw, m, None)
-        dt = draw(st.sampled_from(floats if b.get("floats_only") else dts))
-        entry = b.get("entry", "shard_map")
-        kw: dict = {}
-        if entry == "shard_map":
-            in_spec = b["in_specs"][0] if "in_specs" in b else draw(partition_specs(m, len(b["local"]), required_axes=m.axis_names))
-            counts = [_size(m, in_spec.axes_of(d)) for d in range(len(b["local"]))]
-            shape = tuple(l * c for l, c in zip(b["local"], counts))
-            out_rank = b.get("out_rank", len(b["local"]))
-            out_spec = b["out_specs"] if "out_specs" in b else draw(partition_specs(m, out_rank, required_axes=m.axis_names))
-            kw.update(in_specs=(in_spec,), out_specs=out_spec, axis_names=b.get("axis_names"))
-        elif entry == "pmap":
-            shape = (m.size,) + tuple(b["local"])
-        else:
-            s_in = NamedSharding(m, b["spec_in"])
-            tm = b.get("target_mesh", m)
-            s_out = NamedSharding(tm, b["spec_out"])
-            counts = [math.lcm(*(NamedSharding(mm, sp).num_shards(2)[d] for mm, sp in
-                                 ((m, b["spec_in"]), (tm, b["spec_out"]), (m, b.get("spec_mid", PartitionSpec())))))
-                      for d in range(2)]
-            if name == "jit_shardings":
-                # the output is transposed, so both dims must divide by every spec's count
-                shape = (math.lcm(*counts) * draw(st.integers(1, 2)),) * 2
-            else:
-                shape = tuple(c * draw(st.integers(1, 2)) for c in counts)
-            kw.update(in_shardings=(s_in,), out_shardings=s_out)
-        x = draw(arrays(dt, shape))
-        labels = list(b["labels"])
-        return Program(family=name, source=b["body"], entry=entry, mesh=m, args=(x,), labels=tuple(labels),
-                       outputs=("exact",), **kw)
-
-    return draw_program()
+    return _draw_program(mesh_s, fams, tuple(dts), dtypes)

@@ -39,46 +39,63 @@ def _base(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _invalid(devices: int, kind: str):
-    min_size = MIN_AXIS_SIZE.get(kind, 1)
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms),
+# which a closure redefined per error kind would pay for each.
+@st.composite
+def _invalid_case(d, devices: int, kind: str, min_size: int):
+    m = d(meshes(max_axes=2, max_devices=devices, sizes=(1, 2, 3, 4)).filter(
+        lambda m: max(m.axis_sizes) >= min_size))
+    name = max(m.axis_names, key=m.axis_size)
+    n = m.axis_size(name)
+    spec, local, body = P(name), 2, None
+    if kind.startswith("perm"):
+        i, j = d(st.integers(0, n - 1)), d(st.integers(0, n - 1))
+        k = (i + 1) % n
+        perm = {"perm_repeated_source": [(i, j), (i, k)], "perm_repeated_destination": [(i, j), (k, j)],
+                "perm_out_of_range": [(i, n + d(st.integers(0, 2)))]}[kind]
+        body = f"jax.lax.ppermute(a, {name!r}, perm={perm!r})"
+    elif kind.startswith("groups"):
+        idx = list(d(st.permutations(range(n))))
+        groups = {"groups_unequal": [idx[:1], idx[1:]], "groups_repeated_index": [idx[:-1] + idx[:1]],
+                  "groups_missing_index": [idx[:-1]]}[kind]
+        # unequal groups are valid for reductions (XLA:CPU runs them); all_gather's output shape needs equal ones
+        op = "all_gather" if kind == "groups_unequal" else d(st.sampled_from(["pmax", "all_gather"]))
+        body = f"jax.lax.{op}(a, {name!r}, axis_index_groups={groups!r})"
+    elif kind == "spec_unknown_axis":
+        spec, body = P("q"), "a * 2"
+    elif kind == "spec_repeated_axis":
+        spec, body = P(name, name), "a * 2"
+    elif kind == "spec_indivisible":
+        local = d(st.integers(1, 3))
+        body = "a * 2"
+        if n == 1:
+            return None
+    else:
+        body = f"jax.lax.psum(a, {d(st.sampled_from(['q', 'batch', 'X']))!r})"
+    rank = 2 if kind == "spec_repeated_axis" else 1
+    shape = (n * local + (1 if kind == "spec_indivisible" else 0),) + (n * 2,) * (rank - 1)
+    x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    return Program(family=kind, source=f"def f(a):\n    return {body}\n", entry="shard_map", mesh=m,
+                   args=(x,), in_specs=(spec,), out_specs=spec, labels=(("kind", kind),))
 
-    @st.composite
-    def case(d):
-        m = d(meshes(max_axes=2, max_devices=devices, sizes=(1, 2, 3, 4)).filter(
-            lambda m: max(m.axis_sizes) >= min_size))
-        name = max(m.axis_names, key=m.axis_size)
-        n = m.axis_size(name)
-        spec, local, body = P(name), 2, None
-        if kind.startswith("perm"):
-            i, j = d(st.integers(0, n - 1)), d(st.integers(0, n - 1))
-            k = (i + 1) % n
-            perm = {"perm_repeated_source": [(i, j), (i, k)], "perm_repeated_destination": [(i, j), (k, j)],
-                    "perm_out_of_range": [(i, n + d(st.integers(0, 2)))]}[kind]
-            body = f"jax.lax.ppermute(a, {name!r}, perm={perm!r})"
-        elif kind.startswith("groups"):
-            idx = list(d(st.permutations(range(n))))
-            groups = {"groups_unequal": [idx[:1], idx[1:]], "groups_repeated_index": [idx[:-1] + idx[:1]],
-                      "groups_missing_index": [idx[:-1]]}[kind]
-            # unequal groups are valid for reductions (XLA:CPU runs them); all_gather's output shape needs equal ones
-            op = "all_gather" if kind == "groups_unequal" else d(st.sampled_from(["pmax", "all_gather"]))
-            body = f"jax.lax.{op}(a, {name!r}, axis_index_groups={groups!r})"
-        elif kind == "spec_unknown_axis":
-            spec, body = P("q"), "a * 2"
-        elif kind == "spec_repeated_axis":
-            spec, body = P(name, name), "a * 2"
-        elif kind == "spec_indivisible":
-            local = d(st.integers(1, 3))
-            body = "a * 2"
-            if n == 1:
-                return None
-        else:
-            body = f"jax.lax.psum(a, {d(st.sampled_from(['q', 'batch', 'X']))!r})"
-        rank = 2 if kind == "spec_repeated_axis" else 1
-        shape = (n * local + (1 if kind == "spec_indivisible" else 0),) + (n * 2,) * (rank - 1)
-        x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
-        return Program(family=kind, source=f"def f(a):\n    return {body}\n", entry="shard_map", mesh=m,
-                       args=(x,), in_specs=(spec,), out_specs=spec, labels=(("kind", kind),))
-    return case().filter(lambda c: c is not None)
+
+def _invalid(devices: int, kind: str):
+    return _invalid_case(devices, kind, MIN_AXIS_SIZE.get(kind, 1)).filter(lambda c: c is not None)
+
+
+def _unfiltered():
+    """JAX's traceback filtering off (a context manager; a no-op where this JAX has no such state):
+    every case here raises on purpose, and filtering walks every frame of every traceback (about a
+    third of this check's CPU). Only the tracebacks change, never the exception class or message
+    the check compares, and it reads no traceback."""
+    import contextlib
+
+    try:
+        from jax._src import config
+    except ImportError:  # pragma: no cover - a JAX without that module
+        return contextlib.nullcontext()
+    state = getattr(config, "traceback_filtering", None)
+    return state("off") if callable(state) else contextlib.nullcontext()
 
 
 def check_invalid(cases: list, xla) -> Outcome:
@@ -88,7 +105,8 @@ def check_invalid(cases: list, xla) -> Outcome:
         raised = {}
         for side, api in (("refsim", refsim), ("xla", xla)):
             try:
-                case.run(api)
+                with _unfiltered():
+                    case.run(api)
             except Exception as e:  # noqa: BLE001 - the exception class is the result
                 raised[side] = e
         where = case.describe()

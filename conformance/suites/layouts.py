@@ -32,27 +32,32 @@ from xla_backend import convert
 NAME = "layouts"
 
 
+# Module level: st.composite reads the function's source each time it decorates one (~3 ms).
+@st.composite
+def _named_case(d, devices: int):
+    m = d(meshes(max_devices=devices))
+    ndim = d(st.integers(0, 3))
+    spec = d(partition_specs(m, ndim))
+    shape = d(sharded_shapes(m, spec, ndim=ndim))
+    return m, spec, shape
+
+
 def _named_cases(devices: int):
-    @st.composite
-    def case(d):
-        m = d(meshes(max_devices=devices))
-        ndim = d(st.integers(0, 3))
-        spec = d(partition_specs(m, ndim))
-        shape = d(sharded_shapes(m, spec, ndim=ndim))
-        return m, spec, shape
-    return case()
+    return _named_case(devices)
+
+
+@st.composite
+def _pmap_case(d, devices: int):
+    n = d(st.integers(1, devices))
+    order = d(st.permutations(range(devices)))[:n]
+    rank = d(st.integers(0, 2))
+    out_axis = d(st.integers(0, rank))
+    local = tuple(d(st.integers(1, 3)) for _ in range(rank))
+    return n, list(order), local, out_axis
 
 
 def _pmap_cases(devices: int):
-    @st.composite
-    def case(d):
-        n = d(st.integers(1, devices))
-        order = d(st.permutations(range(devices)))[:n]
-        rank = d(st.integers(0, 2))
-        out_axis = d(st.integers(0, rank))
-        local = tuple(d(st.integers(1, 3)) for _ in range(rank))
-        return n, list(order), local, out_axis
-    return case()
+    return _pmap_case(devices)
 
 
 def _norm(index_map, shape) -> dict:
