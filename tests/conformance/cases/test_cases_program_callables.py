@@ -52,7 +52,11 @@ def test_a_changed_structure_gets_its_own_callable():
     out = whole.run(xla_backend)
     assert out.shape == (64,) and _blocks(out)[3] == [4 * v for v in range(8)]
     # out_specs: a replicated result (the function gives every device the same value)
-    same = _case(mesh, x, source="def f(a):\n    return jax.lax.psum(a, 'i')\n", out_specs=P())
+    psum = "def f(a):\n    return jax.lax.psum(a, 'i')\n"
+    stacked = _case(mesh, x, source=psum, out_specs=P("i"))
+    out = stacked.run(xla_backend)
+    assert out.shape == (8,) and _blocks(out) == {k: [28] for k in range(8)}
+    same = _case(mesh, x, source=psum, out_specs=P())
     out = same.run(xla_backend)
     assert out.shape == (1,) and _blocks(out) == {k: [28] for k in range(8)}
     # a tuple equals the PartitionSpec P('i'), but it is no spec (a pytree node): JAX's error,
