@@ -187,17 +187,15 @@ def to_refsim(jax_array, *, info=None):
             "of several processes and this process sees only its own shards; call "
             "xla_backend.distributed.gather(result) on every process to collect all of them."
         )
-    from refsim import compat as _compat
-
     shape = tuple(jax_array.shape)
-    dtype = _compat.physical_dtype(jax_array.dtype)
+    dtype, is_key = _dtype_facts(jax_array.dtype)
     try:
         key = (jax_array.sharding, shape)
         plan = _READBACK.get(key)
     except TypeError:   # an unhashable sharding: checked on every read
         key = plan = None
     if plan is not None:
-        shards = _planned_shards(jax_array, plan, dtype)
+        shards = _planned_shards(jax_array, plan, dtype, _host if is_key else np.asarray)
         if shards is not None:
             _READBACK.move_to_end(key)
             return Array.from_trusted_shards(shape, dtype, plan.sharding, shards, info=info)
@@ -225,16 +223,32 @@ READBACK_MAX_ENTRIES = 2048  # a plan is a few small tuples
 _READBACK: "OrderedDict[tuple, _Plan]" = OrderedDict()  # (JAX sharding, shape) -> _Plan
 
 
-def _planned_shards(jax_array, plan: _Plan, dtype):
-    """Every device's shard copied off the device and placed by `plan`; None when the devices,
-    a shard's shape or its dtype differ from the plan (the checking constructor then says how)."""
-    from refsim.array import Shard
+def _dtype_facts(jax_dtype) -> tuple:
+    """(refsim's NumPy dtype, whether it is a PRNG key dtype) of a JAX dtype."""
+    try:
+        return _dtype_facts_cached(jax_dtype)
+    except TypeError:   # an unhashable dtype
+        return _dtype_facts_uncached(jax_dtype)
+
+
+def _dtype_facts_uncached(jax_dtype) -> tuple:
     from refsim import compat as _compat
+
+    return _compat.physical_dtype(jax_dtype), _compat.prng_impl_of(jax_dtype) is not None
+
+
+_dtype_facts_cached = functools.lru_cache(maxsize=256)(_dtype_facts_uncached)
+
+
+def _planned_shards(jax_array, plan: _Plan, dtype, host):
+    """Every device's shard copied off the device (`host`: to NumPy) and placed by `plan`; None
+    when the devices, a shard's shape or its dtype differ from the plan (the checking
+    constructor then says how)."""
+    from refsim.array import Shard
 
     by_id = {s.device.id: s.data for s in jax_array.addressable_shards}
     if len(by_id) != len(plan.devices):
         return None
-    host = np.asarray if _compat.prng_impl_of(jax_array.dtype) is None else _host
     out = []
     for dev, index, replica in plan.devices:
         data = by_id.get(dev)
