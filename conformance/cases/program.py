@@ -73,7 +73,7 @@ def compile_source(source: str) -> Callable:
     return _NAMESPACE_CACHE[source]
 
 
-ENTRY_CALLABLES_MAX = 1024  # as many as xla_backend.cache keeps executables
+ENTRY_CALLABLES_MAX = 4096  # a wrapper and its jit object are small; a whole run has ~1,500 (refsim + XLA)
 _ENTRY_CALLABLES: "OrderedDict[tuple, Callable]" = OrderedDict()
 
 
