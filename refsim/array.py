@@ -155,6 +155,18 @@ class Array:
         obj._init(shape, np.dtype(dtype), sharding, shards, info, stacked, replicas_agree)
         return obj
 
+    @classmethod
+    def from_trusted_shards(cls, shape, dtype, sharding, shards: Sequence[Shard], *,
+                            info: dict | None = None) -> "Array":
+        """An Array from `shards` without the constructor's checks: internal, for a reader that
+        built them itself from a layout it already checked, i.e. one Shard per device of the
+        refsim `sharding` in its device order, each with the index and replica id that
+        ``sharding.devices_indices_map(shape)`` / ``device_replica_id_map(shape)`` give and data
+        of ``sharding.shard_shape(shape)`` and `dtype` (`xla_backend.convert.to_refsim` checks
+        the layout once per (sharding, shape) through the constructor, then each shard's shape
+        and dtype). Replicas are still compared when the global value is read."""
+        return cls._trusted(tuple(shape), dtype, sharding, list(shards), info)
+
     @property
     def _shards(self) -> list[Shard]:
         if self._shard_list is None:

@@ -6,7 +6,9 @@ the global value, so replicas that disagree on the device stay visible.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections import OrderedDict
 
 import numpy as np
 
@@ -43,8 +45,7 @@ def to_jax_sharding(sharding):
                 f"{sharding!r} is over an AbstractMesh; XLA needs devices: build it over "
                 "xla_backend.mesh(shape, names)."
             )
-        kw = {"memory_kind": sharding.memory_kind} if sharding.memory_kind else {}
-        return jax.sharding.NamedSharding(meshes.jax_mesh(sharding.mesh), sharding.spec.to_jax(), **kw)
+        return _named_to_jax(sharding)
     if type(sharding).__name__ == "SingleDeviceSharding":
         (dev,) = meshes.jax_devices([sharding.device_id]).tolist()
         return jax.sharding.SingleDeviceSharding(dev)
@@ -53,6 +54,16 @@ def to_jax_sharding(sharding):
         "(JAX >= 0.10 lays pmap arrays out by NamedSharding); pass a refsim NamedSharding or "
         "SingleDeviceSharding, or the global value np.asarray(array)."
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_to_jax(sharding):
+    # Equal refsim NamedShardings (mesh with ids, spec, memory kind) give one JAX object: every
+    # argument placed and every executable looked up converts the same few layouts again.
+    import jax
+
+    kw = {"memory_kind": sharding.memory_kind} if sharding.memory_kind else {}
+    return jax.sharding.NamedSharding(meshes.jax_mesh(sharding.mesh), sharding.spec.to_jax(), **kw)
 
 
 def from_jax_sharding(sharding):
@@ -162,7 +173,11 @@ def _plain_index(index) -> tuple:
 def to_refsim(jax_array, *, info=None):
     """A refsim.Array with every shard of a (fully addressable) jax.Array, device by device.
 
-    In a multi-process run use `xla_backend.distributed.gather` (collective) instead.
+    The layout JAX gives (each device's index) is checked against refsim's reading of the
+    sharding by refsim.Array's constructor the first time a (sharding, shape) is read back;
+    later reads of that layout reuse the checked plan (`_READBACK`) and check only each
+    device's shard shape and dtype. In a multi-process run use
+    `xla_backend.distributed.gather` (collective) instead.
     """
     from refsim.array import Array
 
@@ -172,11 +187,78 @@ def to_refsim(jax_array, *, info=None):
             "of several processes and this process sees only its own shards; call "
             "xla_backend.distributed.gather(result) on every process to collect all of them."
         )
+    shape = tuple(jax_array.shape)
+    dtype, is_key = _dtype_facts(jax_array.dtype)
+    try:
+        key = (jax_array.sharding, shape)
+        plan = _READBACK.get(key)
+    except TypeError:   # an unhashable sharding: checked on every read
+        key = plan = None
+    if plan is not None:
+        shards = _planned_shards(jax_array, plan, dtype, _host if is_key else np.asarray)
+        if shards is not None:
+            _READBACK.move_to_end(key)
+            return Array.from_trusted_shards(shape, dtype, plan.sharding, shards, info=info)
+    sharding = from_jax_sharding(jax_array.sharding)
+    out = Array(shape, dtype, sharding, local_shards(jax_array), info=info)
+    if key is not None:
+        _READBACK[key] = _Plan(sharding, tuple((s.device_id, s.index, s.replica_id) for s in out.shards),
+                               tuple(sharding.shard_shape(shape)))
+        if len(_READBACK) > READBACK_MAX_ENTRIES:
+            _READBACK.popitem(last=False)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A layout already checked by refsim.Array's constructor: the refsim sharding, each
+    device's (id, index, replica id) in its device order, and the block shape."""
+
+    sharding: object
+    devices: tuple
+    block: tuple
+
+
+READBACK_MAX_ENTRIES = 2048  # a plan is a few small tuples
+_READBACK: "OrderedDict[tuple, _Plan]" = OrderedDict()  # (JAX sharding, shape) -> _Plan
+
+
+def _dtype_facts(jax_dtype) -> tuple:
+    """(refsim's NumPy dtype, whether it is a PRNG key dtype) of a JAX dtype."""
+    try:
+        return _dtype_facts_cached(jax_dtype)
+    except TypeError:   # an unhashable dtype
+        return _dtype_facts_uncached(jax_dtype)
+
+
+def _dtype_facts_uncached(jax_dtype) -> tuple:
     from refsim import compat as _compat
 
-    sharding = from_jax_sharding(jax_array.sharding)
-    return Array(tuple(jax_array.shape), _compat.physical_dtype(jax_array.dtype), sharding,
-                 local_shards(jax_array), info=info)
+    return _compat.physical_dtype(jax_dtype), _compat.prng_impl_of(jax_dtype) is not None
+
+
+_dtype_facts_cached = functools.lru_cache(maxsize=256)(_dtype_facts_uncached)
+
+
+def _planned_shards(jax_array, plan: _Plan, dtype, host):
+    """Every device's shard copied off the device (`host`: to NumPy) and placed by `plan`; None
+    when the devices, a shard's shape or its dtype differ from the plan (the checking
+    constructor then says how)."""
+    from refsim.array import Shard
+
+    by_id = {s.device.id: s.data for s in jax_array.addressable_shards}
+    if len(by_id) != len(plan.devices):
+        return None
+    out = []
+    for dev, index, replica in plan.devices:
+        data = by_id.get(dev)
+        if data is None:
+            return None
+        data = np.array(host(data), copy=True)
+        if data.shape != plan.block or data.dtype != dtype:
+            return None
+        out.append(Shard(dev, index, data, replica))
+    return out
 
 
 def from_refsim(array, sharding=None):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -316,7 +317,7 @@ class Wrapped:
     def _named(self, spec):
         mesh = self.layout.mesh
         if isinstance(mesh, Mesh):
-            return NamedSharding(mesh, spec_to_refsim(spec))
+            return _refsim_named(mesh, spec_to_refsim(spec))
         import jax
 
         return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec() if spec is None else spec_to_jax(spec))
@@ -333,6 +334,13 @@ class Wrapped:
         if self.jax_mesh is not None:
             return np.asarray([d.id for d in self.jax_mesh.devices.flat], dtype=np.int64)
         return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _refsim_named(mesh: Mesh, spec: PartitionSpec) -> NamedSharding:
+    # One object per (mesh, spec): every call places its arguments by the same few shardings,
+    # and their conversion to JAX is cached by equality (xla_backend.convert.to_jax_sharding).
+    return NamedSharding(mesh, spec)
 
 
 def wrap(fn: Callable, layout: Layout) -> Wrapped:

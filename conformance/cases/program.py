@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -70,6 +71,23 @@ def compile_source(source: str) -> Callable:
             raise ValueError(f"case source must define a function named f; got:\n{source}")
         _NAMESPACE_CACHE[source] = ns["f"]
     return _NAMESPACE_CACHE[source]
+
+
+ENTRY_CALLABLES_MAX = 4096  # a wrapper and its jit object are small; a whole run has ~1,500 (refsim + XLA)
+_ENTRY_CALLABLES: "OrderedDict[tuple, Callable]" = OrderedDict()
+
+
+def _frozen(x):
+    """A hashable key of a case field that tells apart values that only compare equal across
+    types (a tuple and the PartitionSpec equal to it, a list and a tuple): each value with its
+    type, containers element by element. TypeError for an unhashable leaf."""
+    t = type(x)
+    if t is list or t is tuple:
+        return (t, tuple(_frozen(e) for e in x))
+    if t is dict:
+        return (t, tuple((k, _frozen(v)) for k, v in x.items()))
+    hash(x)
+    return (t, x)
 
 
 # -- the case types ------------------------------------------------------------------
@@ -150,6 +168,7 @@ class Program:
         # importable name, so a case that already ran could not be sent to a worker process.
         state = dict(self.__dict__)
         state.pop("fn", None)
+        state.pop("_structure_key", None)
         return state
 
     # -- running --------------------------------------------------------------------------
@@ -160,19 +179,46 @@ class Program:
 
     def run(self, api) -> Any:
         """Run on an engine module (`refsim` or `xla_backend`); returns its Array(s)."""
+        if self.entry == "device_put":
+            placed = api.device_put(self.args[0], self.in_shardings[0])
+            return api.device_put(placed, self.out_shardings)
+        return self.entry_callable(api)(*self.args)
+
+    def entry_callable(self, api) -> Callable:
+        """``api.<entry>(fn, ...)`` for this case's structure (not for "device_put"), built once
+        per structure: cases that differ only in `args` share it (a bounded cache, keyed by the
+        entry function itself and every field the wrapper is built from), as a JAX user keeps
+        one jitted function for many inputs."""
+        entry = getattr(api, self.entry)
+        try:
+            key = (entry, self._structure_key)
+            g = _ENTRY_CALLABLES.get(key)
+        except TypeError:   # an unhashable field: built for this call only
+            return self._build_entry(entry)
+        if g is None:
+            g = _ENTRY_CALLABLES[key] = self._build_entry(entry)
+            if len(_ENTRY_CALLABLES) > ENTRY_CALLABLES_MAX:
+                _ENTRY_CALLABLES.popitem(last=False)
+        else:
+            _ENTRY_CALLABLES.move_to_end(key)
+        return g
+
+    @functools.cached_property
+    def _structure_key(self) -> tuple:
+        # every field the entry's wrapper is built from (the case is frozen: computed once)
+        return (self.entry, self.source, _frozen(self.mesh), _frozen(self.in_specs), _frozen(self.out_specs),
+                _frozen(self.axis_names), _frozen(self.in_shardings), _frozen(self.out_shardings))
+
+    def _build_entry(self, entry) -> Callable:
         if self.entry == "shard_map":
             kw = {} if self.axis_names is None else {"axis_names": set(self.axis_names)}
-            g = api.shard_map(self.fn, mesh=self.mesh, in_specs=self.in_specs, out_specs=self.out_specs, **kw)
-            return g(*self.args)
+            return entry(self.fn, mesh=self.mesh, in_specs=self.in_specs, out_specs=self.out_specs, **kw)
         if self.entry == "pmap":
             kw = {}
             if device_order(self.mesh) != "default":
                 kw["devices"] = [int(i) for i in np.asarray(self.mesh.device_ids).ravel()]
-            return api.pmap(self.fn, axis_name=self.mesh.axis_names[0], **kw)(*self.args)
-        if self.entry == "jit":
-            return api.jit(self.fn, in_shardings=self.in_shardings, out_shardings=self.out_shardings)(*self.args)
-        placed = api.device_put(self.args[0], self.in_shardings[0])
-        return api.device_put(placed, self.out_shardings)
+            return entry(self.fn, axis_name=self.mesh.axis_names[0], **kw)
+        return entry(self.fn, in_shardings=self.in_shardings, out_shardings=self.out_shardings)
 
     def tolerances(self) -> list:
         """One comparison policy per output (see `conformance.verdict.compare`); exact by default."""

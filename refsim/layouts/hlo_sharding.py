@@ -397,7 +397,7 @@ class HloSharding:
                 f"HloSharding {self} tiles {len(tiles)} dimensions but the shape {shape} has "
                 f"{len(shape)}; pass a shape of rank {len(tiles)}."
             )
-        return block_shape(f"HloSharding {self}", shape, tiles)
+        return block_shape(lambda: f"HloSharding {self}", shape, tiles)
 
     def devices_indices_map(self, global_shape, device_assignment: Sequence[int] | None = None) -> dict[int, tuple]:
         """{device: tuple of slices}: the block of the global array each device holds.

@@ -345,7 +345,12 @@ class Mesh(AbstractMesh):
         )
 
     def _key(self):
-        return super()._key() + (self._device_ids.tobytes(),)
+        # Kept once built: every dict lookup keyed by a mesh or a sharding over it hashes this,
+        # and the ids are read-only (set in __init__, never replaced).
+        key = self.__dict__.get("_key_cached")
+        if key is None:
+            key = self.__dict__["_key_cached"] = super()._key() + (self._device_ids.tobytes(),)
+        return key
 
     def __repr__(self):
         default = np.array_equal(self._device_ids.ravel(), np.arange(self.size))

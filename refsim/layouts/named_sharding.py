@@ -242,7 +242,7 @@ class NamedSharding:
     def shard_shape(self, global_shape) -> tuple[int, ...]:
         """The shape of each device's block; IndivisibleError if a cut is uneven."""
         shape = self._check_rank(global_shape)
-        return block_shape(f"Sharding {self!r}", shape, self.num_shards(len(shape)))
+        return block_shape(lambda: f"Sharding {self!r}", shape, self.num_shards(len(shape)))
 
     # -- vectorised placement -------------------------------------------------------
     def block_index_grid(self, ndim: int) -> np.ndarray:
