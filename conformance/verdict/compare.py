@@ -635,48 +635,43 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
         return 0, 0, tol.describe()
     se = {int(s.device_id): s for s in e.shards}
     sa = {int(s.device_id): s for s in a.shards}
-    if set(se) != set(sa):
+    if se.keys() != sa.keys():
         missing, extra = sorted(set(se) - set(sa)), sorted(set(sa) - set(se))
         found.append(Mismatch(k, "devices", f"device ids differ: refsim {sorted(se)}, xla {sorted(sa)} "
                                             f"(missing on xla: {missing}, extra on xla: {extra})"))
     mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-    ndev = nel = n_exact = 0
     floating = _is_float(e.dtype)
     rule = element_rule(tol, e.dtype)
-    for dev in sorted(set(se) & set(sa)):
+    # The layout of every device first (index, shard shape and dtype): the common case is that
+    # all of them agree, and then the values are checked with the vectorised / bytes fast paths
+    # below. Any layout mismatch takes the device-by-device loop, which reports in device order.
+    pairs = []
+    for dev in sorted(se.keys() & sa.keys()):
         x, y = se[dev], sa[dev]
-        pos = _position(mesh, dev)
-        ie, ia = _norm_index(x.index, shape_e), _norm_index(y.index, shape_e)
-        if ie != ia:
-            found.append(Mismatch(k, "index", f"index: refsim {_fmt_index(x.index)}, xla {_fmt_index(y.index)}",
-                                  dev, pos))
-            continue
-        dx, dy = np.asarray(x.data), np.asarray(y.data)
-        if dx.shape != dy.shape:
-            found.append(Mismatch(k, "shard shape", f"shard shape: refsim {dx.shape}, xla {dy.shape}", dev, pos, x.index))
-            continue
-        if dx.dtype != dy.dtype:
-            found.append(Mismatch(k, "shard dtype", f"shard dtype: refsim {dx.dtype}, xla {dy.dtype}", dev, pos, x.index))
-            continue
-        ndev += 1
-        nel += dx.size
+        dx, dy = x.data, y.data
+        if type(dx) is not np.ndarray:
+            dx = np.asarray(dx)
+        if type(dy) is not np.ndarray:
+            dy = np.asarray(dy)
+        if not (_same_index(x.index, y.index, shape_e) and dx.shape == dy.shape and dx.dtype == dy.dtype):
+            pairs = None
+            break
+        pairs.append((dev, x.index, dx, dy))
+    if pairs is None:
+        ndev, nel, n_exact = _compare_by_device(k, se, sa, shape_e, mesh, tol, rule, found)
+    else:
+        ndev, nel, n_exact = len(pairs), sum(p[2].size for p in pairs), 0
         if rule == "sum_bound":
-            n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
-        elif bits_equal(dx, dy):       # the same bits everywhere: every element passes its check
-            continue
-        elif rule == "ulp":
-            bad = ~within_ulp(dx, dy, tol.ulps)
-            if bad.any():
-                found.append(_element_mismatch(k, "ulp", dev, pos, x.index, bad, dx, dy, "xla",
-                                               f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
-                                               f"of {bad.size} elements", policy=tol.why()))
+            n = _check_sum_stacked(tol, pairs)
+            if n is None:   # some element outside the bound (or a layout the stack cannot hold)
+                for dev, index, dx, dy in pairs:
+                    n_exact += _check_sum(k, tol, dev, _Pos(mesh, dev), index, dx, dy, found)
+            else:
+                n_exact = n
         else:
-            bad = ~same(dx, dy, rule == "exact")
-            if bad.any():
-                why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
-                found.append(_element_mismatch(k, "values", dev, pos, x.index, bad, dx, dy, "xla",
-                                               f"values differ in {int(bad.sum())} of {bad.size} elements",
-                                               policy=why))
+            for dev, index, dx, dy in pairs:
+                if not _same_bits(dx, dy):
+                    _check_values(k, tol, rule, dev, _Pos(mesh, dev), index, dx, dy, found)
     if isinstance(tol, SumBound) and floating:
         return ndev, nel, (f"{'mean' if tol.mean else 'sum'} of n={tol.n}: exact in {n_exact} of {nel} element(s) "
                            f"(no order of additions rounds), gamma bound in {nel - n_exact}")
@@ -685,8 +680,164 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
     return ndev, nel, tol.describe()
 
 
+def _compare_by_device(k, se, sa, shape_e, mesh, tol, rule, found: list) -> tuple[int, int, int]:
+    """Device by device, layout and values, for an output whose layout differs somewhere:
+    (devices compared, their elements, elements held exactly by a sum policy)."""
+    ndev = nel = n_exact = 0
+    for dev in sorted(se.keys() & sa.keys()):
+        x, y = se[dev], sa[dev]
+        pos = _Pos(mesh, dev)
+        if not _same_index(x.index, y.index, shape_e):
+            found.append(Mismatch(k, "index", f"index: refsim {_fmt_index(x.index)}, xla {_fmt_index(y.index)}",
+                                  dev, pos.get()))
+            continue
+        dx, dy = np.asarray(x.data), np.asarray(y.data)
+        if dx.shape != dy.shape:
+            found.append(Mismatch(k, "shard shape", f"shard shape: refsim {dx.shape}, xla {dy.shape}", dev,
+                                  pos.get(), x.index))
+            continue
+        if dx.dtype != dy.dtype:
+            found.append(Mismatch(k, "shard dtype", f"shard dtype: refsim {dx.dtype}, xla {dy.dtype}", dev,
+                                  pos.get(), x.index))
+            continue
+        ndev += 1
+        nel += dx.size
+        if rule == "sum_bound":
+            n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
+        elif not _same_bits(dx, dy):    # the same bits everywhere: every element passes its check
+            _check_values(k, tol, rule, dev, pos, x.index, dx, dy, found)
+    return ndev, nel, n_exact
+
+
+def _check_values(k, tol, rule, dev, pos, index, dx, dy, found: list) -> None:
+    """The element analysis of one device whose bits differ somewhere (`Ulp` or `Exact`)."""
+    if rule == "ulp":
+        bad = ~within_ulp(dx, dy, tol.ulps)
+        if bad.any():
+            found.append(_element_mismatch(k, "ulp", dev, pos.get(), index, bad, dx, dy, "xla",
+                                           f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
+                                           f"of {bad.size} elements", policy=tol.why()))
+    else:
+        bad = ~same(dx, dy, rule == "exact")
+        if bad.any():
+            why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
+            found.append(_element_mismatch(k, "values", dev, pos.get(), index, bad, dx, dy, "xla",
+                                           f"values differ in {int(bad.sum())} of {bad.size} elements",
+                                           policy=why))
+
+
+class _Pos:
+    """A device's mesh position, looked up only when a mismatch names it (an argwhere per call)."""
+
+    __slots__ = ("mesh", "dev")
+
+    def __init__(self, mesh, dev):
+        self.mesh, self.dev = mesh, dev
+
+    def get(self):
+        return _position(self.mesh, self.dev)
+
+
+def _same_index(ie, ia, shape) -> bool:
+    """``_norm_index(ie, shape) == _norm_index(ia, shape)``; equal tuples (the common case:
+    slices compare by start, stop and step) without normalising."""
+    if ie is ia:
+        return True
+    try:
+        if type(ie) is tuple and type(ia) is tuple and bool(ie == ia):
+            return True
+    except (TypeError, ValueError):
+        pass
+    return _norm_index(ie, shape) == _norm_index(ia, shape)
+
+
+_SMALL_BYTES = 1 << 16   # a shard up to this size is compared as one bytes object
+_BYTES_ARE_BITS: dict = {}
+
+
+def _bytes_are_bits(dtype) -> bool:
+    """Whether `bits_equal` reads `dtype` bit for bit (not long double, structured, object...)."""
+    ok = _BYTES_ARE_BITS.get(dtype)
+    if ok is None:
+        if dtype.kind == "c":
+            ok = dtype.itemsize <= 16
+        else:
+            ok = _bit_view(np.empty(0, dtype)) is not None
+        _BYTES_ARE_BITS[dtype] = ok
+    return ok
+
+
+def _same_bits(dx: np.ndarray, dy: np.ndarray) -> bool:
+    """`bits_equal(dx, dy)` for two arrays of the same shape and dtype; a small pair by one
+    comparison of their bytes (C order), which costs a fraction of bits_equal's NumPy calls."""
+    if dx.nbytes <= _SMALL_BYTES and _bytes_are_bits(dx.dtype):
+        return dx.tobytes() == dy.tobytes()
+    return bits_equal(dx, dy)
+
+
+#: SumBound's methods that build the check arrays; a policy that overrides none of them computes
+#: every array element by element from its per-device mappings, so one call on the devices'
+#: arrays stacked gives each device's arrays as its slice.
+_ELEMENTWISE_METHODS = ("check_arrays", "reference_and_bound", "exact_elements", "allowed_nonfinite",
+                        "_allowed_nonfinite_part")
+
+
+def _check_sum_stacked(tol: SumBound, pairs: list) -> int | None:
+    """The sum policy on every device at once (the devices' shards and policy arrays stacked):
+    the exact-element count when both sides pass everywhere; None when some element fails, or
+    the policy or the arrays do not stack, and the device-by-device `_check_sum` must judge
+    (and report) instead. Equivalent to `_check_sum` on each device: every array `check_arrays`
+    builds is elementwise, and `sum_ok` is too."""
+    cls = type(tol)
+    if any(getattr(cls, m) is not getattr(SumBound, m) for m in _ELEMENTWISE_METHODS):
+        return None
+    dtype = pairs[0][2].dtype
+    shape = pairs[0][2].shape
+    if len(pairs) * pairs[0][2].size > _ROWS_ELEMENTS:
+        return None
+    devs = [p[0] for p in pairs]
+    try:
+        ex = [np.asarray(tol.exact[d]) for d in devs]
+    except (KeyError, TypeError):
+        return None
+    if ex[0].shape != shape or ex[0].dtype.kind not in "fc":
+        return None
+    part_shape = (2,) + shape if ex[0].dtype.kind == "c" else shape
+    for (_, _, dx, dy), r in zip(pairs, ex):
+        if dx.dtype != dtype or dx.shape != shape or r.shape != shape or r.dtype != ex[0].dtype \
+                or dx is r or dy is r:
+            return None
+
+    def stack(m, want_shape, axis=0):
+        if m is None:
+            return None
+        xs = [np.asarray(m[d]) for d in devs]
+        if any(x.shape != want_shape or x.dtype != xs[0].dtype for x in xs):
+            raise ValueError("not stackable")
+        return {0: np.stack(xs, axis=axis)}
+
+    axis = 1 if ex[0].dtype.kind == "c" else 0     # a complex sum's per-part records lead with the part
+    try:
+        one = dataclasses.replace(tol, exact={0: np.stack(ex)}, abs_sum=stack(tol.abs_sum, shape),
+                                  exact_mask=stack(tol.exact_mask, shape),
+                                  pos_sum=stack(tol.pos_sum, part_shape, axis),
+                                  neg_sum=stack(tol.neg_sum, part_shape, axis),
+                                  inf_terms=stack(tol.inf_terms, part_shape, axis))
+    except (KeyError, TypeError, ValueError):
+        return None
+    arrays = one.check_arrays(0, dtype)
+    xs = np.stack([p[2] for p in pairs])
+    ys = np.stack([p[3] for p in pairs])
+    if not sum_ok(ys, **arrays).all():
+        return None
+    if not (_bytes_are_bits(dtype) and xs.tobytes() == ys.tobytes()) and not sum_ok(xs, **arrays).all():
+        return None
+    return _count_true(arrays["exact"])
+
+
 def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
-    """Check both sides of one device against the sum policy; returns the exact-element count."""
+    """Check both sides of one device against the sum policy; returns the exact-element count.
+    `pos` (a `_Pos`) gives the device's mesh position for a mismatch."""
     arrays = tol.check_arrays(dev, dx.dtype)
     ref, exact = arrays["ref"], arrays["exact"]
     if ref.shape != dx.shape:
@@ -715,7 +866,7 @@ def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
             why = tol.why(False)
         else:
             why = f"{n_ex} element(s): {tol.why(True)}; the others: {tol.why(False)}"
-        found.append(_element_mismatch(k, "bound", dev, pos, index, bad, ref, data, side,
+        found.append(_element_mismatch(k, "bound", dev, pos.get(), index, bad, ref, data, side,
                                        f"{side} result outside {tol.describe()} "
                                        f"in {int(bad.sum())} of {bad.size} elements", arrays["bound"], policy=why))
     return _count_true(exact)
