@@ -878,9 +878,12 @@ def _stacked_policy_arrays(tol: SumBound, pairs: list) -> dict | None:
                   "neg_sum": stack("neg_sum", part_shape, axis), "inf_terms": stack("inf_terms", part_shape, axis)}
     except (KeyError, TypeError, ValueError):
         return None
-    one = object.__new__(type(tol))    # `tol` with the stacked mappings (no __init__: nothing to validate)
-    one.__dict__.update(tol.__dict__)
-    one.__dict__.update(fields)
+    if any("__slots__" in vars(c) for c in type(tol).__mro__):
+        one = dataclasses.replace(tol, **fields)
+    else:
+        one = object.__new__(type(tol))    # `tol` with the stacked mappings, without __init__'s cost
+        one.__dict__.update(tol.__dict__)
+        one.__dict__.update(fields)
     return one.check_arrays(0, dtype)
 
 
@@ -895,8 +898,10 @@ def _recorded_stack(tol: SumBound, devs: list, axis: int) -> dict | None:
     if len(devs) != len(rec_devs) or any(d not in where for d in devs):
         return None
     for name, vs in views.items():
-        m = getattr(tol, name)
-        if m is None or len(m) != len(vs) or any(m.get(d) is not vs[where[d]] for d in devs):
+        m, whole = getattr(tol, name), arrays[name]
+        # each entry still the stored view of the stacked array (not replaced, nor a copy's copy)
+        if m is None or len(m) != len(vs) or any(m.get(d) is not vs[where[d]] for d in devs) \
+                or any(v.base is not whole for v in vs):
             return None
     order = [where[d] for d in devs]
     if order == list(range(len(order))):

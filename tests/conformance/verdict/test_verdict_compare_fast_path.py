@@ -3,6 +3,8 @@ at once, SumBound.from_terms on all devices at once) against hand-computed verdi
 reports: a difference in one bit of one replica on one device, a zero's sign, NaN payloads,
 bfloat16, a sum inside and outside its bound, on either side, in any device order."""
 
+import copy
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -148,6 +150,10 @@ def test_sum_exact_elements_per_device_and_a_mutated_mapping():
     assert res.ok and res.applied[0].startswith("sum of n=2: exact in 4 of 4 element(s)")
     res = compare(want, arr([2.0, 4.0, 6.0, 8.000001]), tolerances=tol)
     assert [(m.device_id, m.elements[0][2]) for m in res.mismatches] == [(3, 8.0)]
+    copied = copy.deepcopy(tol)
+    copied.exact[2][0] = 7.0                            # in place, in a deep copy's own arrays
+    res = compare(want, want, tolerances=copied)
+    assert [(m.device_id, m.side, m.elements[0][2]) for m in res.mismatches] == [(2, "xla", 7.0), (2, "refsim", 7.0)]
     tol.exact[1] = np.array([5.0])                      # the mapping changed after from_terms
     res = compare(want, want, tolerances=tol)
     assert [(m.device_id, m.side, m.elements[0][2]) for m in res.mismatches] == [(1, "xla", 5.0), (1, "refsim", 5.0)]
