@@ -33,7 +33,7 @@ its arrays (`SumBound.check_arrays`). `conformance.compare` is this module under
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -218,6 +218,13 @@ class SumBound:
     (`exact` holds that -0), so a psum / pmean / psum_scatter defines it; a reduce's interspersed
     init values do not. Build it with `SumBound.from_terms`.
     """
+
+    #: Not a field. compare checks every device of an output at once (their arrays stacked)
+    #: when a subclass's own class body sets this to True: its overrides of check_arrays,
+    #: reference_and_bound, exact_elements and allowed_nonfinite build each element from the
+    #: same element of `exact`, `abs_sum`, ... (and scalars) only, and reference_and_bound's
+    #: reference is a new array (never an output's own shard). SumBound's own methods do.
+    elementwise_arrays: ClassVar[bool] = True
 
     n: int
     exact: Mapping[int, np.ndarray]
@@ -807,7 +814,9 @@ def _same_bits(dx: np.ndarray, dy: np.ndarray) -> bool:
 
 #: SumBound's methods that build the check arrays; a policy that overrides none of them computes
 #: every array element by element from its per-device mappings, so one call on the devices'
-#: arrays stacked gives each device's arrays as its slice.
+#: arrays stacked gives each device's arrays as its slice. A subclass that overrides some and
+#: still builds every element from the same element of its mappings (and scalars) says so with
+#: ``elementwise_arrays = True`` in its own class body (`SumBound.elementwise_arrays`).
 _ELEMENTWISE_METHODS = ("check_arrays", "reference_and_bound", "exact_elements", "allowed_nonfinite",
                         "_allowed_nonfinite_part")
 _PER_PART_KEYS = ("pinf", "ninf", "nan")   # sum_ok's masks that a complex sum may hold per part
@@ -826,7 +835,8 @@ def _check_sum_stacked(tol: SumBound, pairs: list) -> int | None:
         if dx.dtype != dtype or dx.shape != shape:
             return None
     cls = type(tol)
-    if all(getattr(cls, m) is getattr(SumBound, m) for m in _ELEMENTWISE_METHODS):
+    if vars(cls).get("elementwise_arrays") is True or \
+            all(getattr(cls, m) is getattr(SumBound, m) for m in _ELEMENTWISE_METHODS):
         arrays = _stacked_policy_arrays(tol, pairs)
     else:
         arrays = _stacked_device_arrays(tol, pairs)
@@ -853,8 +863,11 @@ def _stacked_policy_arrays(tol: SumBound, pairs: list) -> dict | None:
         return None
     if not _is_float(ex[0].dtype):
         return None
+    # SumBound's own reference is the mapping's array itself, which `_check_sum` skips when it is
+    # a side's data; an opted-in subclass's reference is a new array (`elementwise_arrays`)
+    own_ref = type(tol).reference_and_bound is SumBound.reference_and_bound
     for (_, _, dx, dy), r in zip(pairs, ex):
-        if r.shape != shape or r.dtype != ex[0].dtype or dx is r or dy is r:
+        if r.shape != shape or r.dtype != ex[0].dtype or own_ref and (dx is r or dy is r):
             return None
     complex_sum = ex[0].dtype.kind == "c"
     part_shape = (2,) + shape if complex_sum else shape
