@@ -64,6 +64,8 @@ class ErrorBound(SumBound):
 
     bound: float = 0.0
     what: str = ""
+    #: its arrays are elementwise in `exact` (compare checks all devices at once)
+    elementwise_arrays = True
 
     @classmethod
     def around(cls, expected, bound: float, what: str = "") -> "ErrorBound":

@@ -33,7 +33,7 @@ its arrays (`SumBound.check_arrays`). `conformance.compare` is this module under
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -153,17 +153,54 @@ def _lowest_bit_exponent(x: np.ndarray) -> np.ndarray:
     return np.where(ok, e - 53 + np.log2(low.astype(np.float64)), np.inf)
 
 
-def _sum_is_exact(terms: np.ndarray, p: int) -> np.ndarray:
+def _sum_is_exact(terms: np.ndarray, p: int, axis: int = 0) -> np.ndarray:
     """Per element of the (n, ...) real `terms`: no partial sum in any order rounds with p bits.
 
     Every term is a multiple of 2**q (q the lowest set bit over all terms), so every partial
     sum is; a multiple of 2**q below 2**(q+p) in magnitude has at most p significant bits.
     """
     t = np.asarray(terms, np.float64)
-    q = _lowest_bit_exponent(t).min(axis=0)
+    q = _lowest_bit_exponent(t).min(axis=axis)
     with np.errstate(over="ignore", invalid="ignore"):
-        total = np.abs(np.where(np.isfinite(t), t, 0.0)).sum(axis=0)
+        total = np.abs(np.where(np.isfinite(t), t, 0.0)).sum(axis=axis)
         return (total == 0) | (np.isfinite(q) & (total < np.exp2(np.minimum(q + p, 1e4))))
+
+
+def _terms_record(t: np.ndarray, axis: int, integer: bool, ref: np.dtype, divisor: int, mean: bool,
+                  dtype) -> tuple:
+    """`SumBound.from_terms`' arrays (exact, abs_sum, exact_mask, pos_sum, neg_sum, inf_terms) of
+    the terms `t`, summed along `axis` (0: one device's (n, ...) terms; 1: all devices' stacked)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        tr = t.astype(ref)
+        total = _with_negative_zeros(tr, tr.sum(axis=axis), axis)
+        exact = _divide_parts(total, divisor)
+        if tr.dtype.kind == "c":
+            # the modulus of the finite parts: a NaN / inf part is judged by the IEEE masks
+            # below and must not make the other part's bound NaN / inf
+            re, im = (np.where(np.isfinite(c), c, 0) for c in (tr.real, tr.imag))
+            abs_sum = np.hypot(re, im).sum(axis=axis)
+        else:
+            abs_sum = np.abs(tr).sum(axis=axis)
+        parts = (tr.real, tr.imag) if tr.dtype.kind == "c" else (tr,)
+        if integer:
+            mask = np.ones(exact.shape, bool)
+        elif ref.itemsize > 8 and ref.kind == "f" or ref.kind == "c" and ref.itemsize > 16:
+            mask = np.zeros(exact.shape, bool)   # 64-bit inputs: no wider exact reference
+        else:
+            p = _significand_bits(dtype)
+            mask = np.logical_and.reduce([_sum_is_exact(c, p, axis) for c in parts])
+        if mean and divisor > 1:
+            # the quotient itself must be exact for the mean to have no rounding at all
+            mask &= ~np.isfinite(total) | (exact * ref.type(divisor) == total)
+        # A complex sum adds its parts separately: each part keeps its own overflow and
+        # non-finite record (a leading axis of 2), so a NaN in one part allows no NaN in the other.
+        fin = [np.where(np.isfinite(c), c, 0) for c in parts]
+        per_part = lambda xs: np.stack(xs) if len(xs) > 1 else xs[0]  # noqa: E731
+        pos = per_part([np.where(c > 0, c, 0).sum(axis=axis) for c in fin])
+        neg = per_part([np.where(c < 0, -c, 0).sum(axis=axis) for c in fin])
+        infs = per_part([(np.isposinf(c).any(axis=axis) * 1 | np.isneginf(c).any(axis=axis) * 2
+                          | np.isnan(c).any(axis=axis) * 4).astype(np.int8) for c in parts])
+    return exact, abs_sum, mask, pos, neg, infs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +218,13 @@ class SumBound:
     (`exact` holds that -0), so a psum / pmean / psum_scatter defines it; a reduce's interspersed
     init values do not. Build it with `SumBound.from_terms`.
     """
+
+    #: Not a field. compare checks every device of an output at once (their arrays stacked)
+    #: when a subclass's own class body sets this to True: its overrides of check_arrays,
+    #: reference_and_bound, exact_elements and allowed_nonfinite build each element from the
+    #: same element of `exact`, `abs_sum`, ... (and scalars) only, and reference_and_bound's
+    #: reference is a new array (never an output's own shard). SumBound's own methods do.
+    elementwise_arrays: ClassVar[bool] = True
 
     n: int
     exact: Mapping[int, np.ndarray]
@@ -222,41 +266,34 @@ class SumBound:
         integer = sample.dtype.kind in "iub"
         ref = _reference_dtype(np.float64 if integer else sample.dtype)
         divisor = sample.shape[0] if mean else 1
-        exact, abs_sum, mask, pos, neg, infs = {}, {}, {}, {}, {}, {}
-        with np.errstate(invalid="ignore", over="ignore"):
+        fields = ("exact", "abs_sum", "exact_mask", "pos_sum", "neg_sum", "inf_terms")
+        rec = {f: {} for f in fields}
+        devs = list(terms)
+        ts = list(terms.values())
+        stacked = None
+        if len(ts) > 1 and all(t.shape == sample.shape and t.dtype == sample.dtype and t.flags.c_contiguous
+                               for t in ts):
+            # Every device at once, the devices stacked on a leading axis: the same operations
+            # along axis 1 on C-contiguous blocks, element for element and in the same order of
+            # additions as one device's along axis 0 (the loop below), so the same bits.
+            stacked = _terms_record(np.stack(ts), 1, integer, ref, divisor, mean, sample.dtype)
+            for f, x in zip(fields, stacked):
+                # a complex sum's per-part records (pos, neg, inf) lead with the part axis
+                per_part = sample.dtype.kind == "c" and f in ("pos_sum", "neg_sum", "inf_terms")
+                for i, d in enumerate(devs):
+                    rec[f][d] = x[:, i] if per_part else x[i]
+        else:
             for d, t in terms.items():
-                tr = t.astype(ref)
-                total = _with_negative_zeros(tr, tr.sum(axis=0))
-                exact[d] = _divide_parts(total, divisor)
-                if tr.dtype.kind == "c":
-                    # the modulus of the finite parts: a NaN / inf part is judged by the IEEE masks
-                    # below and must not make the other part's bound NaN / inf
-                    re, im = (np.where(np.isfinite(c), c, 0) for c in (tr.real, tr.imag))
-                    abs_sum[d] = np.hypot(re, im).sum(axis=0)
-                else:
-                    abs_sum[d] = np.abs(tr).sum(axis=0)
-                parts = (tr.real, tr.imag) if tr.dtype.kind == "c" else (tr,)
-                if integer:
-                    mask[d] = np.ones(exact[d].shape, bool)
-                elif ref.itemsize > 8 and ref.kind == "f" or ref.kind == "c" and ref.itemsize > 16:
-                    mask[d] = np.zeros(exact[d].shape, bool)   # 64-bit inputs: no wider exact reference
-                else:
-                    p = _significand_bits(sample.dtype)
-                    mask[d] = np.logical_and.reduce([_sum_is_exact(c, p) for c in parts])
-                if mean and divisor > 1:
-                    # the quotient itself must be exact for the mean to have no rounding at all
-                    mask[d] &= ~np.isfinite(total) | (exact[d] * ref.type(divisor) == total)
-                # A complex sum adds its parts separately: each part keeps its own overflow and
-                # non-finite record (a leading axis of 2), so a NaN in one part allows no NaN in the other.
-                fin = [np.where(np.isfinite(c), c, 0) for c in parts]
-                per_part = lambda xs: np.stack(xs) if len(xs) > 1 else xs[0]  # noqa: E731
-                pos[d] = per_part([np.where(c > 0, c, 0).sum(axis=0) for c in fin])
-                neg[d] = per_part([np.where(c < 0, -c, 0).sum(axis=0) for c in fin])
-                infs[d] = per_part([(np.isposinf(c).any(axis=0) * 1 | np.isneginf(c).any(axis=0) * 2
-                                     | np.isnan(c).any(axis=0) * 4).astype(np.int8) for c in parts])
-        return cls(n=ns.pop(), exact=exact, abs_sum=abs_sum, divisor=int(divisor), integer_terms=integer,
-                   reference_u=unit_roundoff(ref), mean=mean, exact_mask=mask, pos_sum=pos, neg_sum=neg,
-                   inf_terms=infs, signed_zero=signed_zero)
+                for f, x in zip(fields, _terms_record(t, 0, integer, ref, divisor, mean, sample.dtype)):
+                    rec[f][d] = x
+        out = cls(n=ns.pop(), divisor=int(divisor), integer_terms=integer, reference_u=unit_roundoff(ref), mean=mean,
+                  signed_zero=signed_zero, **rec)
+        if stacked is not None:
+            # compare's stacked check (`_stacked_policy_arrays`) reads these instead of stacking
+            # the mappings again, while every entry is still the view stored here.
+            object.__setattr__(out, "_stacked_record", (tuple(devs), dict(zip(fields, stacked)),
+                                                        {f: [rec[f][d] for d in devs] for f in fields}))
+        return out
 
     def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
         """The elements of device `device_id`'s output that must equal the exact value bit for bit."""
@@ -635,48 +672,43 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
         return 0, 0, tol.describe()
     se = {int(s.device_id): s for s in e.shards}
     sa = {int(s.device_id): s for s in a.shards}
-    if set(se) != set(sa):
+    if se.keys() != sa.keys():
         missing, extra = sorted(set(se) - set(sa)), sorted(set(sa) - set(se))
         found.append(Mismatch(k, "devices", f"device ids differ: refsim {sorted(se)}, xla {sorted(sa)} "
                                             f"(missing on xla: {missing}, extra on xla: {extra})"))
     mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-    ndev = nel = n_exact = 0
     floating = _is_float(e.dtype)
     rule = element_rule(tol, e.dtype)
-    for dev in sorted(set(se) & set(sa)):
+    # The layout of every device first (index, shard shape and dtype): the common case is that
+    # all of them agree, and then the values are checked with the vectorised / bytes fast paths
+    # below. Any layout mismatch takes the device-by-device loop, which reports in device order.
+    pairs = []
+    for dev in sorted(se.keys() & sa.keys()):
         x, y = se[dev], sa[dev]
-        pos = _position(mesh, dev)
-        ie, ia = _norm_index(x.index, shape_e), _norm_index(y.index, shape_e)
-        if ie != ia:
-            found.append(Mismatch(k, "index", f"index: refsim {_fmt_index(x.index)}, xla {_fmt_index(y.index)}",
-                                  dev, pos))
-            continue
-        dx, dy = np.asarray(x.data), np.asarray(y.data)
-        if dx.shape != dy.shape:
-            found.append(Mismatch(k, "shard shape", f"shard shape: refsim {dx.shape}, xla {dy.shape}", dev, pos, x.index))
-            continue
-        if dx.dtype != dy.dtype:
-            found.append(Mismatch(k, "shard dtype", f"shard dtype: refsim {dx.dtype}, xla {dy.dtype}", dev, pos, x.index))
-            continue
-        ndev += 1
-        nel += dx.size
+        dx, dy = x.data, y.data
+        if type(dx) is not np.ndarray:
+            dx = np.asarray(dx)
+        if type(dy) is not np.ndarray:
+            dy = np.asarray(dy)
+        if not (_same_index(x.index, y.index, shape_e) and dx.shape == dy.shape and dx.dtype == dy.dtype):
+            pairs = None
+            break
+        pairs.append((dev, x.index, dx, dy))
+    if pairs is None:
+        ndev, nel, n_exact = _compare_by_device(k, se, sa, shape_e, mesh, tol, rule, found)
+    else:
+        ndev, nel, n_exact = len(pairs), sum(p[2].size for p in pairs), 0
         if rule == "sum_bound":
-            n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
-        elif bits_equal(dx, dy):       # the same bits everywhere: every element passes its check
-            continue
-        elif rule == "ulp":
-            bad = ~within_ulp(dx, dy, tol.ulps)
-            if bad.any():
-                found.append(_element_mismatch(k, "ulp", dev, pos, x.index, bad, dx, dy, "xla",
-                                               f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
-                                               f"of {bad.size} elements", policy=tol.why()))
+            n = _check_sum_stacked(tol, pairs)
+            if n is None:   # some element outside the bound (or a layout the stack cannot hold)
+                for dev, index, dx, dy in pairs:
+                    n_exact += _check_sum(k, tol, dev, _Pos(mesh, dev), index, dx, dy, found)
+            else:
+                n_exact = n
         else:
-            bad = ~same(dx, dy, rule == "exact")
-            if bad.any():
-                why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
-                found.append(_element_mismatch(k, "values", dev, pos, x.index, bad, dx, dy, "xla",
-                                               f"values differ in {int(bad.sum())} of {bad.size} elements",
-                                               policy=why))
+            for dev, index, dx, dy in pairs:
+                if not _same_bits(dx, dy):
+                    _check_values(k, tol, rule, dev, _Pos(mesh, dev), index, dx, dy, found)
     if isinstance(tol, SumBound) and floating:
         return ndev, nel, (f"{'mean' if tol.mean else 'sum'} of n={tol.n}: exact in {n_exact} of {nel} element(s) "
                            f"(no order of additions rounds), gamma bound in {nel - n_exact}")
@@ -685,8 +717,254 @@ def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
     return ndev, nel, tol.describe()
 
 
+def _compare_by_device(k, se, sa, shape_e, mesh, tol, rule, found: list) -> tuple[int, int, int]:
+    """Device by device, layout and values, for an output whose layout differs somewhere:
+    (devices compared, their elements, elements held exactly by a sum policy)."""
+    ndev = nel = n_exact = 0
+    for dev in sorted(se.keys() & sa.keys()):
+        x, y = se[dev], sa[dev]
+        pos = _Pos(mesh, dev)
+        if not _same_index(x.index, y.index, shape_e):
+            found.append(Mismatch(k, "index", f"index: refsim {_fmt_index(x.index)}, xla {_fmt_index(y.index)}",
+                                  dev, pos.get()))
+            continue
+        dx, dy = np.asarray(x.data), np.asarray(y.data)
+        if dx.shape != dy.shape:
+            found.append(Mismatch(k, "shard shape", f"shard shape: refsim {dx.shape}, xla {dy.shape}", dev,
+                                  pos.get(), x.index))
+            continue
+        if dx.dtype != dy.dtype:
+            found.append(Mismatch(k, "shard dtype", f"shard dtype: refsim {dx.dtype}, xla {dy.dtype}", dev,
+                                  pos.get(), x.index))
+            continue
+        ndev += 1
+        nel += dx.size
+        if rule == "sum_bound":
+            n_exact += _check_sum(k, tol, dev, pos, x.index, dx, dy, found)
+        elif not _same_bits(dx, dy):    # the same bits everywhere: every element passes its check
+            _check_values(k, tol, rule, dev, pos, x.index, dx, dy, found)
+    return ndev, nel, n_exact
+
+
+def _check_values(k, tol, rule, dev, pos, index, dx, dy, found: list) -> None:
+    """The element analysis of one device whose bits differ somewhere (`Ulp` or `Exact`)."""
+    if rule == "ulp":
+        bad = ~within_ulp(dx, dy, tol.ulps)
+        if bad.any():
+            found.append(_element_mismatch(k, "ulp", dev, pos.get(), index, bad, dx, dy, "xla",
+                                           f"values differ by more than {tol.ulps} ulp in {int(bad.sum())} "
+                                           f"of {bad.size} elements", policy=tol.why()))
+    else:
+        bad = ~same(dx, dy, rule == "exact")
+        if bad.any():
+            why = tol.why() if isinstance(tol, Exact) else "exact: integer and bool results are exact"
+            found.append(_element_mismatch(k, "values", dev, pos.get(), index, bad, dx, dy, "xla",
+                                           f"values differ in {int(bad.sum())} of {bad.size} elements",
+                                           policy=why))
+
+
+class _Pos:
+    """A device's mesh position, looked up only when a mismatch names it (an argwhere per call)."""
+
+    __slots__ = ("mesh", "dev")
+
+    def __init__(self, mesh, dev):
+        self.mesh, self.dev = mesh, dev
+
+    def get(self):
+        return _position(self.mesh, self.dev)
+
+
+def _same_index(ie, ia, shape) -> bool:
+    """``_norm_index(ie, shape) == _norm_index(ia, shape)``; equal tuples (the common case:
+    slices compare by start, stop and step) without normalising."""
+    if ie is ia:
+        return True
+    try:
+        if type(ie) is tuple and type(ia) is tuple and bool(ie == ia):
+            return True
+    except (TypeError, ValueError):
+        pass
+    return _norm_index(ie, shape) == _norm_index(ia, shape)
+
+
+_SMALL_BYTES = 1 << 16   # a shard up to this size is compared as one bytes object
+_BYTES_ARE_BITS: dict = {}
+
+
+def _bytes_are_bits(dtype) -> bool:
+    """Whether `bits_equal` reads `dtype` bit for bit (not long double, structured, object...)."""
+    ok = _BYTES_ARE_BITS.get(dtype)
+    if ok is None:
+        if dtype.kind == "c":
+            ok = dtype.itemsize <= 16
+        else:
+            ok = _bit_view(np.empty(0, dtype)) is not None
+        _BYTES_ARE_BITS[dtype] = ok
+    return ok
+
+
+def _same_bits(dx: np.ndarray, dy: np.ndarray) -> bool:
+    """`bits_equal(dx, dy)` for two arrays of the same shape and dtype; a small pair by one
+    comparison of their bytes (C order), which costs a fraction of bits_equal's NumPy calls."""
+    if dx.nbytes <= _SMALL_BYTES and _bytes_are_bits(dx.dtype):
+        return dx.tobytes() == dy.tobytes()
+    return bits_equal(dx, dy)
+
+
+#: SumBound's methods that build the check arrays; a policy that overrides none of them computes
+#: every array element by element from its per-device mappings, so one call on the devices'
+#: arrays stacked gives each device's arrays as its slice. A subclass that overrides some and
+#: still builds every element from the same element of its mappings (and scalars) says so with
+#: ``elementwise_arrays = True`` in its own class body (`SumBound.elementwise_arrays`).
+_ELEMENTWISE_METHODS = ("check_arrays", "reference_and_bound", "exact_elements", "allowed_nonfinite",
+                        "_allowed_nonfinite_part")
+_PER_PART_KEYS = ("pinf", "ninf", "nan")   # sum_ok's masks that a complex sum may hold per part
+
+
+def _check_sum_stacked(tol: SumBound, pairs: list) -> int | None:
+    """The sum policy on every device at once (the devices' shards and check arrays stacked):
+    the exact-element count when both sides pass everywhere; None when some element fails, or
+    the arrays do not stack, and the device-by-device `_check_sum` must judge (and report)
+    instead. Equivalent to `_check_sum` on each device, as `sum_ok` is elementwise."""
+    dx0 = pairs[0][2]
+    dtype, shape = dx0.dtype, dx0.shape
+    if len(pairs) * dx0.size > _ROWS_ELEMENTS:
+        return None
+    for _, _, dx, _ in pairs:
+        if dx.dtype != dtype or dx.shape != shape:
+            return None
+    cls = type(tol)
+    if vars(cls).get("elementwise_arrays") is True or \
+            all(getattr(cls, m) is getattr(SumBound, m) for m in _ELEMENTWISE_METHODS):
+        arrays = _stacked_policy_arrays(tol, pairs)
+    else:
+        arrays = _stacked_device_arrays(tol, pairs)
+    if arrays is None:
+        return None
+    xs = np.stack([p[2] for p in pairs])
+    ys = np.stack([p[3] for p in pairs])
+    if not sum_ok(ys, **arrays).all():
+        return None
+    if not (_bytes_are_bits(dtype) and xs.tobytes() == ys.tobytes()) and not sum_ok(xs, **arrays).all():
+        return None
+    return _count_true(arrays["exact"])
+
+
+def _stacked_policy_arrays(tol: SumBound, pairs: list) -> dict | None:
+    """`check_arrays` of every device in one call, on a copy of `tol` whose per-device mappings
+    hold the devices' arrays stacked under one key (`tol` builds every array element by element
+    from them: `_ELEMENTWISE_METHODS`); None where they do not stack as the shards do."""
+    dtype, shape = pairs[0][2].dtype, pairs[0][2].shape
+    devs = [p[0] for p in pairs]
+    try:
+        ex = [np.asarray(tol.exact[d]) for d in devs]
+    except (KeyError, TypeError):
+        return None
+    if not _is_float(ex[0].dtype):
+        return None
+    # SumBound's own reference is the mapping's array itself, which `_check_sum` skips when it is
+    # a side's data; an opted-in subclass's reference is a new array (`elementwise_arrays`)
+    own_ref = type(tol).reference_and_bound is SumBound.reference_and_bound
+    for (_, _, dx, dy), r in zip(pairs, ex):
+        if r.shape != shape or r.dtype != ex[0].dtype or own_ref and (dx is r or dy is r):
+            return None
+    complex_sum = ex[0].dtype.kind == "c"
+    part_shape = (2,) + shape if complex_sum else shape
+    axis = 1 if complex_sum else 0     # a complex sum's per-part records lead with the part
+    stacked = _recorded_stack(tol, devs, axis)
+
+    def stack(name, want_shape, axis=0):
+        m = getattr(tol, name)
+        if m is None:
+            return None
+        if stacked is not None:
+            return {0: stacked[name]}
+        xs = [np.asarray(m[d]) for d in devs]
+        if any(x.shape != want_shape or x.dtype != xs[0].dtype for x in xs):
+            raise ValueError("not stackable")
+        return {0: np.stack(xs, axis=axis)}
+
+    try:
+        fields = {"exact": stack("exact", shape), "abs_sum": stack("abs_sum", shape),
+                  "exact_mask": stack("exact_mask", shape), "pos_sum": stack("pos_sum", part_shape, axis),
+                  "neg_sum": stack("neg_sum", part_shape, axis), "inf_terms": stack("inf_terms", part_shape, axis)}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if any("__slots__" in vars(c) for c in type(tol).__mro__):
+        one = dataclasses.replace(tol, **fields)
+    else:
+        one = object.__new__(type(tol))    # `tol` with the stacked mappings, without __init__'s cost
+        one.__dict__.update(tol.__dict__)
+        one.__dict__.update(fields)
+    return one.check_arrays(0, dtype)
+
+
+def _recorded_stack(tol: SumBound, devs: list, axis: int) -> dict | None:
+    """The stacked arrays `SumBound.from_terms` recorded, in the order of `devs`, while every
+    mapping entry is still the view it stored (else None: the mappings are stacked anew)."""
+    rec = tol.__dict__.get("_stacked_record")
+    if rec is None:
+        return None
+    rec_devs, arrays, views = rec
+    where = {d: i for i, d in enumerate(rec_devs)}
+    if len(devs) != len(rec_devs) or any(d not in where for d in devs):
+        return None
+    for name, vs in views.items():
+        m, whole = getattr(tol, name), arrays[name]
+        # each entry still the stored view of the stacked array (not replaced, nor a copy's copy)
+        if m is None or len(m) != len(vs) or any(m.get(d) is not vs[where[d]] for d in devs) \
+                or any(v.base is not whole for v in vs):
+            return None
+    order = [where[d] for d in devs]
+    if order == list(range(len(order))):
+        return arrays
+    per_part = ("pos_sum", "neg_sum", "inf_terms")
+    return {name: np.take(x, order, axis=axis if name in per_part else 0) for name, x in arrays.items()}
+
+
+def _stacked_device_arrays(tol: SumBound, pairs: list) -> dict | None:
+    """Each device's `check_arrays` (a policy that builds its own), stacked as the shards are;
+    None where they do not stack (the device-by-device path then judges, raising what it raises)."""
+    dtype, shape = pairs[0][2].dtype, pairs[0][2].shape
+    per = []
+    for dev, _, dx, dy in pairs:
+        arrays = tol.check_arrays(dev, dtype)
+        ref = arrays.get("ref")
+        if not isinstance(ref, np.ndarray) or ref.shape != shape or dx is ref or dy is ref:
+            return None
+        per.append(arrays)
+    keys = per[0].keys()
+    if any(p.keys() != keys for p in per) or "nan" not in keys:
+        return None
+    per_part = dtype.kind == "c" and np.ndim(per[0]["nan"]) == len(shape) + 1
+    out = {}
+    for key in keys:
+        vals = [p[key] for p in per]
+        if key == "signed_zero" and vals[0] is None:
+            if any(v is not None for v in vals):
+                return None
+            out[key] = None
+            continue
+        xs = [np.asarray(v) for v in vals]
+        if any(x.dtype != xs[0].dtype for x in xs):
+            return None
+        if per_part and key in _PER_PART_KEYS:
+            if any(x.shape != (2,) + shape for x in xs):
+                return None
+            out[key] = np.stack(xs, axis=1)
+        else:
+            if any(x.shape != shape and np.broadcast_shapes(x.shape, shape) != shape for x in xs):
+                return None
+            out[key] = np.stack([x if x.shape == shape else np.broadcast_to(x, shape) for x in xs])
+    if dtype.kind == "c" and any((np.ndim(p["nan"]) == len(shape) + 1) != per_part for p in per):
+        return None
+    return out
+
+
 def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
-    """Check both sides of one device against the sum policy; returns the exact-element count."""
+    """Check both sides of one device against the sum policy; returns the exact-element count.
+    `pos` (a `_Pos`) gives the device's mesh position for a mismatch."""
     arrays = tol.check_arrays(dev, dx.dtype)
     ref, exact = arrays["ref"], arrays["exact"]
     if ref.shape != dx.shape:
@@ -715,7 +993,7 @@ def _check_sum(k, tol: SumBound, dev, pos, index, dx, dy, found: list) -> int:
             why = tol.why(False)
         else:
             why = f"{n_ex} element(s): {tol.why(True)}; the others: {tol.why(False)}"
-        found.append(_element_mismatch(k, "bound", dev, pos, index, bad, ref, data, side,
+        found.append(_element_mismatch(k, "bound", dev, pos.get(), index, bad, ref, data, side,
                                        f"{side} result outside {tol.describe()} "
                                        f"in {int(bad.sum())} of {bad.size} elements", arrays["bound"], policy=why))
     return _count_true(exact)
@@ -745,17 +1023,17 @@ def _sum_ok_by_rows(data: np.ndarray, arrays: dict) -> np.ndarray:
     return ok
 
 
-def _with_negative_zeros(terms: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """`total` (NumPy's sum of `terms` over axis 0, which starts from +0) with -0 where every
+def _with_negative_zeros(terms: np.ndarray, total: np.ndarray, axis: int = 0) -> np.ndarray:
+    """`total` (NumPy's sum of `terms` over `axis`, which starts from +0) with -0 where every
     term is -0, as IEEE 754 addition gives (a complex sum part by part)."""
-    if terms.dtype.kind not in "fc" or terms.shape[0] == 0:
+    if terms.dtype.kind not in "fc" or terms.shape[axis] == 0:
         return total
     if terms.dtype.kind == "c":
         out = np.array(total, copy=True)
-        out.real = _with_negative_zeros(terms.real, total.real)
-        out.imag = _with_negative_zeros(terms.imag, total.imag)
+        out.real = _with_negative_zeros(terms.real, total.real, axis)
+        out.imag = _with_negative_zeros(terms.imag, total.imag, axis)
         return out
-    all_negative_zero = ((terms == 0) & np.signbit(terms)).all(axis=0)
+    all_negative_zero = ((terms == 0) & np.signbit(terms)).all(axis=axis)
     return np.where(all_negative_zero, -0.0, total).astype(total.dtype)
 
 
