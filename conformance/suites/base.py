@@ -8,7 +8,9 @@ picklable callable ``check(xla) -> Outcome``.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from typing import Callable
 
 import numpy as np
@@ -87,8 +89,47 @@ def draw(strategy, count: int, seed: int) -> list:
     def collect(x):
         out.append(x)
 
-    collect()
+    with source_constants_off():
+        collect()
     return out[:count]
+
+
+_CONSTANTS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def source_constants_off():
+    """Hypothesis without the constants it collects from the source of every loaded local module.
+
+    Hypothesis (6.131 on) sometimes draws a number literal found in a local module's source, so
+    without this a seeded plan changed with any literal edited anywhere in refsim, xla_backend or
+    conformance, with which modules happened to be imported, and between a checkout and an
+    installed copy (whose modules are not "local"). The plan is a function of the seed, the
+    strategies and the versions only (`conformance.engine.plan.PlanCache` keys on exactly those).
+    Hypothesis has no setting for it: this empties its private hook while drawing, and is a no-op
+    on a hypothesis without one."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:   # a hypothesis without source constants
+        yield
+        return
+    get = getattr(providers, "_get_local_constants", None)
+    cache = getattr(getattr(providers, "CONSTANTS_CACHE", None), "cache", None)
+    if get is None or cache is None:
+        yield
+        return
+    empty = Constants()
+    with _CONSTANTS_LOCK:
+        # the permitted-constants cache holds local constants filtered per constraint: dropped on
+        # entry and on exit, so neither this draw nor a later test sees the other's pool
+        cache.clear()
+        providers._get_local_constants = lambda: empty
+        try:
+            yield
+        finally:
+            providers._get_local_constants = get
+            cache.clear()
 
 
 def exact_friendly(rng: np.random.Generator, like: np.ndarray) -> np.ndarray:
