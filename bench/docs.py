@@ -36,6 +36,7 @@ python -m bench.scaling --devices 4096 65536 --mib 64     # one part, own option
 git worktree add --detach ../base <commit>                # the reruns part's baseline, then:
 python -m bench.reruns --against ../base --passes 3 --json docs/performance-figures.jsonl
 python -m bench.oracle_large --against ../base --json docs/performance-figures.jsonl   # oracle on large arrays
+python -m bench.data_sets [--families]                  # what one more data set of a compiled program costs
 ```
 
 `bench/` is not installed with the package (a top-level `bench` module would clash with other
@@ -77,12 +78,19 @@ process wall time holds everything, and `python -m bench.timeline` splits a run'
 cause); examples/min is per minute of the process's wall time. An example is one data set run on both sides
 and compared, so a compiled program run on more data sets checks more examples (`bench.reruns`):
 this commit's per-example figures gain from its default `--data-per-program` as well as from its
-caches, so the CPU seconds of each pass are given beside them. The extra data sets are not free: on
-this machine at load 1 (2026-11-26, commit `30cf13b`, one cold run each) `--data-per-program 1`
-checked 2,318 examples in 29.6 s of runner wall time and the default 10 checked 7,306 in 34.4 s, about
-1 ms of wall time per extra example (device transfers, dispatch, refsim and the comparison of each
-data set). The data-per-minute target read 3.28× at 0.96× the baseline's wall time at load 5 to 20
-(commit `d2fefda`) and 3.05× at 1.03× at load 8 to 12, but 2.62× at 1.20× at load 1 (the table).""",
+caches, so the CPU seconds of each pass are given beside them. The extra data sets are not free:
+per data set after a structure's first, warm, in one process (`python -m bench.data_sets`: refsim,
+the XLA call with placement and read-back, the comparison, over the ~6,250 such data sets of this
+plan, medians of 3 passes, 2026-11-26 at load 1 to 2) they cost 1.94 ms at `f9e88ab` (refsim 0.64,
+XLA side 1.03, compare 0.26) and 0.88 ms at `b72d096` (0.30, 0.48, 0.11): one wrapper per program
+structure instead of one per data set, a checked read-back plan per (sharding, shape), per-jaxpr interpreter
+plans, and a comparison that checks every device's bits at once. The data-per-minute target still
+reads below 3× at equal wall time at load 1 to 3: 2.62× at 1.20× the baseline's wall time at
+`30cf13b`, 2.88× at 1.09× at `17b4c5a` (the table). Where the remaining 10 % of wall time goes, from the phase table
+`python -m conformance run` prints (one cold run each, 2026-11-26 15:00, `17b4c5a` against
+`1528a47`): XLA compile 35.4 s of worker time against 31.8 s for the same 704 compiles (684
+distinct modules on both; why they take longer is not yet known) and XLA run 5.2 s against 2.2 s
+(3.1 times the executions); refsim 5.9 s against 4.9 s, compare 0.7 s against 0.5 s.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
