@@ -40,7 +40,7 @@ def data_sets(suite: str, examples: int, data_per_program: int, seed: int = 0) -
         for task in plan_mod.with_data(chunk, data_per_program, seed):
             entry = xf.lookup(task.case_id) if isinstance(task, base.ProgramTask) else None
             if isinstance(task, base.ProgramTask) and not (entry is not None and entry.crash):
-                out.extend(plan_mod._structures(task.variants))
+                out.extend(plan_mod.structures(task.variants))
     return out
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["IDENTITY_KEYS", "check_resume", "differences", "identity", "parse_shard", "select_shard",
-           "select_shard_chunks", "shard_size", "xfails_digest"]
+           "select_shard_chunks", "shard_size", "structures", "with_data", "xfails_digest"]
 
 IDENTITY_KEYS = ("suite", "seed", "examples", "devices", "platform", "jax", "jaxlib", "numpy", "python",
                  "hypothesis")
@@ -157,7 +157,7 @@ def _data_kinds(suite: str) -> tuple:
     return {"collectives": base.COLLECTIVE_DATA, "programs": base.PROGRAM_DATA}.get(suite, ("drawn", "exact"))
 
 
-def _structures(variants: list) -> list[list]:
+def structures(variants: list) -> list[list]:
     """A ProgramTask's variants as runs of one drawn structure each (the drawn case, then its
     refills: `conformance.suites.base.with_data_variants` copies share the case's objects)."""
     groups: list[list] = []
@@ -188,7 +188,7 @@ def with_data(chunk: list, count: int | None, seed: int) -> list:
             out.append(task)
             continue
         variants = []
-        for i, group in enumerate(_structures(task.variants)):
+        for i, group in enumerate(structures(task.variants)):
             variants += group
             if len(group) < count:
                 s = seed ^ zlib.crc32(f"{task.case_id}/{i}".encode())

@@ -20,6 +20,7 @@ from conformance.strategies import meshes
 from conformance.suites.base import CheckTask, Outcome, draw
 from conformance.verdict.xfails import exception_failure
 import refsim
+from refsim import compat
 from refsim.layouts.partition_spec import PartitionSpec as P
 
 NAME = "errors"
@@ -83,21 +84,6 @@ def _invalid(devices: int, kind: str):
     return _invalid_case(devices, kind, MIN_AXIS_SIZE.get(kind, 1)).filter(lambda c: c is not None)
 
 
-def _unfiltered():
-    """JAX's traceback filtering off (a context manager; a no-op where this JAX has no such state):
-    every case here raises on purpose, and filtering walks every frame of every traceback (about a
-    third of this check's CPU). Only the tracebacks change, never the exception class or message
-    the check compares, and it reads no traceback."""
-    import contextlib
-
-    try:
-        from jax._src import config
-    except ImportError:  # pragma: no cover - a JAX without that module
-        return contextlib.nullcontext()
-    state = getattr(config, "traceback_filtering", None)
-    return state("off") if callable(state) else contextlib.nullcontext()
-
-
 def check_invalid(cases: list, xla) -> Outcome:
     """Both sides raise, with the same exception class, for every case. A failure's signature
     (`conformance.verdict.xfails`) blames XLA when refsim raised and XLA raised otherwise or not at all."""
@@ -105,7 +91,9 @@ def check_invalid(cases: list, xla) -> Outcome:
         raised = {}
         for side, api in (("refsim", refsim), ("xla", xla)):
             try:
-                with _unfiltered():
+                # every case raises on purpose: JAX's traceback filtering (about a third of
+                # this check's CPU) changes only tracebacks, which the check never reads
+                with compat.traceback_filtering_off():
                     case.run(api)
             except Exception as e:  # noqa: BLE001 - the exception class is the result
                 raised[side] = e

@@ -94,8 +94,8 @@ def test_data_per_program_adds_refills_of_the_same_structure():
     tasks = runner.plan_tasks("collectives", examples=2, seed=0, devices=4)
     task = next(t for t in tasks if t.family == "psum")
     (more,) = plan_mod.with_data([task], 5, seed=0)
-    groups = plan_mod._structures(more.variants)
-    assert len(groups) == len(plan_mod._structures(task.variants))
+    groups = plan_mod.structures(more.variants)
+    assert len(groups) == len(plan_mod.structures(task.variants))
     assert all(len(g) == 5 for g in groups)
     for g in groups:
         assert g[:3] == [v for v in task.variants if v.source is g[0].source and v.mesh is g[0].mesh][:3]
