@@ -524,14 +524,11 @@ def stablehlo_verifies(data) -> bool:
         return False
 
 
-@contextlib.contextmanager
 def traceback_filtering_off():
     """A context manager with JAX's traceback filtering off in this thread (jax 0.10-0.12:
     `jax._src.config.traceback_filtering`; a null context on a JAX without it). Filtering walks
     every frame of a raised exception's traceback; it changes only the traceback, never the
     exception's class or message."""
-    import contextlib
-
     try:
         from jax._src import config
     except ImportError:  # pragma: no cover - a JAX without that module
@@ -540,6 +537,7 @@ def traceback_filtering_off():
     return state("off") if callable(state) else contextlib.nullcontext()
 
 
+@contextlib.contextmanager
 def tag_compile_errors():
     """Inside: an exception raised while XLA compiles (`jax._src.compiler.backend_compile_and_load`,
     the one call every jit / pmap compile goes through in jax 0.10 ... 0.12) carries
