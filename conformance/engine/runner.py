@@ -806,13 +806,17 @@ class _Run:
             stopped = e
             raise
         finally:
-            if self.early is None:
-                with signals.deferred(hold=True):
-                    summary = self.finish(stopped)
-            close = getattr(source, "close", None)
-            if close is not None:
-                with signals.deferred(hold=True):
-                    close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
+            try:
+                if self.early is None:
+                    with signals.deferred(hold=True):
+                        summary = self.finish(stopped)
+            finally:
+                # also when finishing raised (a full disk): left to the garbage collector, the generator's
+                # workers would be stopped at exit, in whatever order it finalises them and their pipes
+                close = getattr(source, "close", None)
+                if close is not None:
+                    with signals.deferred(hold=True):
+                        close()  # a generator stopped at a yield (interrupted meanwhile): its workers end now
             if isinstance(stopped, Interrupted):
                 stopped.result = RunResult(self.results, summary) if summary else None
         late = signals.take_pending()  # a signal while the summary was written: the run is over, say so
