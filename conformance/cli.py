@@ -187,12 +187,14 @@ def run_command(args, console=None) -> int:
     if args.distributed:
         return distributed.run_command(args, console, report_result)
     # The platform comes up once before any case (an unknown or broken platform is one line, exit 2);
-    # in a child process, so that this parent holds no accelerator its workers need.
+    # an accelerator in a child process, so that this parent holds no accelerator its workers need. The
+    # CPU has none to hold: it comes up here (milliseconds, where a child interpreter importing JAX
+    # costs ~0.6 CPU-s on the 2 cores the workers are starting on).
     cpu = args.platform == "cpu"
     started = _start_workers(args) if cpu and args.processes else None   # they start up during the preflight
     try:
         try:
-            hardware = preflight.check(args.platform, args.devices or (8 if cpu else None), in_process=False)
+            hardware = preflight.check(args.platform, args.devices or (8 if cpu else None), in_process=cpu)
         except preflight.PreflightError as e:
             raise ValueError(f"--platform {args.platform}: " + " ".join(str(e).split())) from None
         devices = args.devices or (8 if cpu else hardware["device_count"])  # an accelerator: all its devices
