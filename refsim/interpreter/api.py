@@ -315,13 +315,7 @@ _TOP_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _top_plan(jaxpr) -> _TopPlan:
-    try:
-        return _TOP_PLANS[jaxpr]
-    except KeyError:
-        plan = _TOP_PLANS[jaxpr] = _TopPlan(jaxpr)
-        return plan
-    except TypeError:  # not weakly referenceable: read it for this call
-        return _TopPlan(jaxpr)
+    return core.per_jaxpr(_TOP_PLANS, jaxpr, _TopPlan)
 
 
 def ends_in_shard_map(jaxpr) -> bool:

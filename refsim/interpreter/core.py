@@ -227,15 +227,21 @@ class _Plan:
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def per_jaxpr(table: "weakref.WeakKeyDictionary", jaxpr, build):
+    """``table[jaxpr]``, made by ``build(jaxpr)`` on first use and kept while the Jaxpr object lives
+    (made for this call only where the jaxpr cannot be weakly referenced)."""
+    try:
+        return table[jaxpr]
+    except KeyError:
+        value = table[jaxpr] = build(jaxpr)
+        return value
+    except TypeError:  # not weakly referenceable
+        return build(jaxpr)
+
+
 def _plan_of(jaxpr) -> _Plan:
     """The jaxpr's plan, built on first use and kept while the Jaxpr object lives."""
-    try:
-        return _PLANS[jaxpr]
-    except KeyError:
-        plan = _PLANS[jaxpr] = _Plan(jaxpr)
-        return plan
-    except TypeError:  # not weakly referenceable: build it for this call
-        return _Plan(jaxpr)
+    return per_jaxpr(_PLANS, jaxpr, _Plan)
 
 
 def _dead_after(jaxpr) -> list:
