@@ -101,7 +101,7 @@ _CONSTANTS_LOCK = threading.Lock()
 def source_constants_off():
     """Hypothesis without the constants it collects from the source of every loaded local module.
 
-    Hypothesis (6.131 on) sometimes draws a number literal found in a local module's source, so
+    Recent hypothesis (6.170 here) sometimes draws a number literal found in a local module's source, so
     without this a seeded plan changed with any literal edited anywhere in refsim, xla_backend or
     conformance, with which modules happened to be imported, and between a checkout and an
     installed copy (whose modules are not "local"). The plan is a function of the seed, the
