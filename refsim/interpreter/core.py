@@ -54,22 +54,26 @@ def _check_out(eqn, i: int, out: np.ndarray, aval, nm: int) -> np.ndarray:
     return out
 
 
-def apply_eqn(ctx: Context, eqn, invals: list) -> list:
-    """Run one equation's rule (or the opt-in JAX fallback); returns the checked output list."""
-    rule = RULES.get(eqn.primitive.name)
-    out = None
-    if rule is not None and ctx.nm == 0:
+def _rule_output(ctx: Context, eqn, name: str, params: dict, invals: list, try_unreduced: bool):
+    """The equation's raw output: its unreduced form where `try_unreduced` and `unreduced.apply`
+    handles it, else its rule, else the opt-in JAX fallback; UnsupportedPrimitive without any."""
+    rule = RULES.get(name)
+    if rule is not None and try_unreduced:
         out = unreduced.apply(ctx, eqn, invals, rule)
-    if out is not None:
-        pass
-    elif rule is not None:
-        out = rule(ctx, *invals, **eqn.params)
-    elif ctx.extra.get("fallback"):
+        if out is not None:
+            return out
+    if rule is not None:
+        return rule(ctx, *invals, **params)
+    if ctx.extra.get("fallback"):
         from refsim.interpreter.fallback import evaluate_with_jax
 
-        out = evaluate_with_jax(ctx, eqn, invals)
-    else:
-        raise UnsupportedPrimitive(eqn.primitive.name)
+        return evaluate_with_jax(ctx, eqn, invals)
+    raise UnsupportedPrimitive(name)
+
+
+def apply_eqn(ctx: Context, eqn, invals: list) -> list:
+    """Run one equation's rule (or the opt-in JAX fallback); returns the checked output list."""
+    out = _rule_output(ctx, eqn, eqn.primitive.name, eqn.params, invals, ctx.nm == 0)
     nm = ctx.nm
     outs = list(out) if eqn.primitive.multiple_results else [out]
     outs = [_check_out(eqn, i, o, v.aval, nm) for i, (o, v) in enumerate(zip(outs, eqn.outvars))]
@@ -105,20 +109,7 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
             invals = [env[r] if r.__class__ is int else _read_other(r, nm) for r in ins]
         else:
             invals = [env[r] for r in ins]
-        rule = RULES.get(name)
-        out = None
-        if rule is not None and nm == 0 and (unreduced_outs is not False or partials):
-            out = unreduced.apply(ctx, eqn, invals, rule)
-        if out is not None:
-            pass
-        elif rule is not None:
-            out = rule(ctx, *invals, **params)
-        elif extra.get("fallback"):
-            from refsim.interpreter.fallback import evaluate_with_jax
-
-            out = evaluate_with_jax(ctx, eqn, invals)
-        else:
-            raise UnsupportedPrimitive(name)
+        out = _rule_output(ctx, eqn, name, params, invals, nm == 0 and (unreduced_outs is not False or partials))
         # the output checks of _check_out (whose message a mismatch raises), made cheap for an
         # ndarray whose aval states its local shape and dtype; other values take its own path
         if multiple:
