@@ -4,4 +4,7 @@ import sys
 from conformance.cli import main
 
 if __name__ == "__main__":
+    from conformance.engine.workers import tune_gc
+
+    tune_gc()   # this process is the command's own (its drawing thread allocates as a worker does)
     sys.exit(main())

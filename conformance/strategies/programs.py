@@ -20,7 +20,7 @@ from conformance.strategies.specs import _check_mesh, partition_specs
 from refsim import compat as _compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
-from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.partition_spec import PartitionSpec, set_text
 
 PROGRAM_DTYPES = ("float32", "int32", "bfloat16")
 
@@ -153,7 +153,7 @@ def _nested_shard_map(draw, m, dt):
     k = draw(st.integers(1, m.ndim - 1))
     outer, inner = tuple(names[:k]), tuple(names[k:])
     body = (f"def f(a):\n    inner = jax.shard_map(lambda b: jax.lax.psum(b, {inner!r}) + b,\n"
-            f"                          in_specs=P({inner!r}), out_specs=P({inner!r}), axis_names={set(inner)!r})\n"
+            f"                          in_specs=P({inner!r}), out_specs=P({inner!r}), axis_names={set_text(inner)})\n"
             f"    return inner(a) * 2\n")
     return dict(body=body, local=(_size(m, inner) * draw(st.integers(1, 2)),), axis_names=outer,
                 in_specs=(PartitionSpec(outer),), out_specs=PartitionSpec(outer),

@@ -42,6 +42,12 @@ def _as_axis_set(arg, value) -> frozenset:
     return out
 
 
+def set_text(names) -> str:
+    """A set literal of `names` in sorted order, e.g. ``{'x', 'y'}``: the same text in every
+    process (a set's own repr follows string hashing, which ``PYTHONHASHSEED`` changes)."""
+    return "{" + ", ".join(repr(n) for n in sorted(names)) + "}"
+
+
 class PartitionSpec(tuple):
     """A tuple of per-dimension entries, with JAX's `unreduced`/`reduced` axis sets."""
 
@@ -84,9 +90,9 @@ class PartitionSpec(tuple):
             body += ","
         extra = []
         if self.unreduced:
-            extra.append(f"unreduced={set(sorted(self.unreduced))!r}")
+            extra.append(f"unreduced={set_text(self.unreduced)}")
         if self.reduced:
-            extra.append(f"reduced={set(sorted(self.reduced))!r}")
+            extra.append(f"reduced={set_text(self.reduced)}")
         if extra:
             body = ", ".join([body.rstrip(",")] * bool(len(self)) + extra)
         return f"P({body})"

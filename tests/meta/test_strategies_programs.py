@@ -50,3 +50,41 @@ def test_jit_program_reproducer_runs(tmp_path):
     p = find(programs(Mesh((2, 2), ("x", "y")), families=("jit_constraint",)), lambda p: True, settings=settings(max_examples=2000, database=None, phases=(Phase.generate,)))
     r = _run_script(tmp_path, p.repro(run_on_jax(p)))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+_SOURCES_SCRIPT = """
+from hypothesis import Phase, find, settings
+from conformance.strategies.programs import programs
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.partition_spec import PartitionSpec
+seen = []
+
+
+def note(p):
+    seen.append(p.source + p.describe())
+    return len(seen) >= 12
+
+
+find(programs(Mesh((2, 2, 2), ("x", "y", "z")), families=("nested_shard_map",)), note,
+     settings=settings(max_examples=200, database=None, phases=(Phase.generate,), derandomize=True))
+print(repr(PartitionSpec("x", unreduced={"y", "z", "w"}, reduced={"a", "b"})))
+print("\\n".join(seen))
+"""
+
+
+def test_a_drawn_source_is_the_same_text_under_every_hash_seed():
+    # a set's repr follows string hashing: written into a case's source it changed the text (and the
+    # executable store's key) from one process to the next
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for seed in ("1", "2", "3"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        run = subprocess.run([sys.executable, "-c", _SOURCES_SCRIPT], env=env, capture_output=True, text=True,
+                             check=True)
+        outs.append(run.stdout)
+    assert "axis_names={'y', 'z'}" in outs[0] or "axis_names={'x', 'z'}" in outs[0]
+    assert "unreduced={'w', 'y', 'z'}, reduced={'a', 'b'}" in outs[0]
+    assert outs[0] == outs[1] == outs[2]

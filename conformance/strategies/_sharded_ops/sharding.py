@@ -7,6 +7,7 @@ import functools
 
 from conformance.strategies._sharded_graph import F32, I32, Builder, model_of, spec_text, sum_result
 from conformance.strategies._sharded_ops.common import fits, numeric, result_model
+from refsim.layouts.partition_spec import set_text
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,7 +135,7 @@ def _shard_map(coll: str):
         manual = set(axes) if b.boolean() or len(axes) < len(names) else None
         # sorted text, not a set's repr: a set of strings prints in PYTHONHASHSEED's order, and the
         # same seed must give the same source in every process (hunt --seed, the example database)
-        kw = "" if manual is None else ", axis_names={" + ", ".join(map(repr, sorted(manual))) + "}"
+        kw = "" if manual is None else f", axis_names={set_text(manual)}"
         expr = (f"jax.shard_map(lambda x: {body}, in_specs={spec_text(in_spec)}, out_specs={spec_text(out_spec)}"
                 f"{kw})({a.name})")
         v = b.emit(f"shard_map_{coll}", expr, shape, a.dtype, main=main, spec=None if b.explicit else (), **m)

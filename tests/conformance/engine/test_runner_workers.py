@@ -354,3 +354,42 @@ def test_workers_started_ahead_that_no_run_takes_over_are_stopped_by_close(tmp_p
         procs = [w.proc for w in early._workers]
         logs = early._logs
     assert procs and not any(p.is_alive() for p in procs) and not os.path.exists(logs)
+
+
+class GcProbeXla:
+    """xla_backend, except that each call writes the calling process's garbage-collector settings
+    to a file of its own in `folder`."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def _note(self) -> None:
+        import gc
+
+        with open(os.path.join(self.folder, f"gc-{os.getpid()}"), "w") as fh:
+            fh.write(repr((gc.get_threshold(), gc.get_freeze_count())))
+
+    def __getattr__(self, name):
+        real = getattr(xla_backend, name)
+        if name not in ("shard_map", "pmap", "jit", "device_put"):
+            return real
+
+        def call(*a, **kw):
+            self._note()
+            return real(*a, **kw)
+        return call
+
+
+def test_a_worker_freezes_what_it_imported_and_collects_young_objects_less_often(tmp_path):
+    import gc
+    from conformance.engine import workers
+
+    before = gc.get_threshold()
+    got = runner.run(suite="errors", examples=1, progress=False, processes=1, xla=GcProbeXla(str(tmp_path)))
+    assert got.ok
+    notes = [eval(p.read_text()) for p in tmp_path.glob("gc-*")]
+    assert notes, "no call reached the XLA engine in a worker"
+    for threshold, frozen in notes:
+        assert threshold == workers.GC_THRESHOLD
+        assert frozen > 10_000   # JAX, NumPy and this package's modules, at least
+    assert gc.get_threshold() == before   # the parent's collector is left alone

@@ -92,3 +92,11 @@ def test_jax_round_trip_including_unreduced():
         j = spec.to_jax()
         assert isinstance(j, JP)
         assert P.from_jax(j) == spec
+
+
+def test_set_text_is_a_sorted_set_literal():
+    from refsim.layouts.partition_spec import set_text
+
+    assert set_text({"y", "x", "z"}) == "{'x', 'y', 'z'}"
+    assert set_text(("b",)) == "{'b'}"
+    assert eval(set_text({"q", "p"})) == {"p", "q"}
