@@ -86,11 +86,22 @@ XLA side 1.03, compare 0.26) and 0.88 ms at `b72d096` (0.30, 0.48, 0.11): one wr
 structure instead of one per data set, a checked read-back plan per (sharding, shape), per-jaxpr interpreter
 plans, and a comparison that checks every device's bits at once. The data-per-minute target still
 reads below 3× at equal wall time at load 1 to 3: 2.62× at 1.20× the baseline's wall time at
-`30cf13b`, 2.88× at 1.09× at `17b4c5a` (the table). Where the remaining 10 % of wall time goes, from the phase table
-`python -m conformance run` prints (one cold run each, 2026-11-26 15:00, `17b4c5a` against
-`1528a47`): XLA compile 35.4 s of worker time against 31.8 s for the same 704 compiles (684
-distinct modules on both; why they take longer is not yet known) and XLA run 5.2 s against 2.2 s
-(3.1 times the executions); refsim 5.9 s against 4.9 s, compare 0.7 s against 0.5 s.""",
+`30cf13b`, 2.88× at 1.09× at `17b4c5a`, 2.97× at 1.06× at `9469c60` (the table; workers and the
+command line freeze what they imported and collect young objects every 10,000 allocations instead of
+700, and a process keeps 64 program wrappers instead of 4,096: 1.0 GB instead of 1.5 GB in one
+process). Why it stays short, measured 2026-11-26 16:55 to 17:00 on `bd29bd7` with the 64-wrapper
+bound (3 interleaved cold runs each, the CPU seconds of the workers alone, medians): at `--data-per-program 1` (the data sets each suite
+draws, 2,320 examples) this commit's workers spend 53.9 CPU-s against the baseline's 52.4 (wall
+31.1 s against 31.5 s), and at the default 10 (7,316 examples) 58.7 CPU-s (33.8 s). The fixed cost of a
+cold run (XLA compiles ~55 %, JAX tracing and lowering ~15 %, both outside this project) is the
+baseline's, and each extra data set adds ~1 ms of CPU, so 3× the examples at the baseline's wall time
+needs a cold run ~10 % cheaper than the baseline's before any data set is added. Part of the
+difference is the plan itself: the seed-0 plan changed when drawing stopped using source literals
+(`conformance.suites.base.source_constants_off`), and in one process the 99 XLA modules only this
+commit's plan compiles take 10.5 s against 7.5 s for the baseline's 100 (the 583 modules both plans
+compile took 18.2 s in one baseline run and 19.0 to 21.4 s in four runs of this code, where two
+baseline runs differ by 10 %). One cold pass each with seed 1 read 3.08× at 1.01× wall, with seed 2
+2.84× at 1.10×.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the

@@ -182,6 +182,7 @@ def _apply_xfail(out: base.Outcome, entry) -> tuple[str, str]:
     if failure is None and out.status == "unsupported":
         failure = {"kind": "unsupported", "side": "xla"}   # a check that found no way to run it
     ok, why = entry.expects(failure)
+    entry = entry.expecting(failure)   # of several entries, the one this failure is
     if ok and entry.unsupported:
         # The entry's reason usually quotes the platform's own words: say them once.
         said = "" if out.message in entry.reason else f"\n{out.message}"
@@ -235,8 +236,8 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
             res = compare(want, got, case=case)
         if not res.ok:
             models = {}
-            if entry is not None and entry.kind == "model":
-                models[entry.model] = platform_models.check(entry.model, case, got)
+            for name in (entry.models if entry is not None else ()):
+                models[name] = platform_models.check(name, case, got)
             # the failure record is built here, where the case is compared
             details = case_failure(case, res, expected=want, signature=xfails_mod.comparison_failure(res, models))
             out = base.Outcome("fail", res.report(), examples, details)

@@ -102,6 +102,15 @@ class Entry:
         return ""
 
     @property
+    def models(self) -> tuple:
+        """The platform models (`conformance.verdict.platform_models`) a failure is checked against."""
+        return (self.model,) if self.kind == "model" else ()
+
+    def expecting(self, failure: dict | None) -> "Entry":
+        """The entry that speaks for `failure`: this one (`Entries` picks among several)."""
+        return self
+
+    @property
     def regex(self) -> re.Pattern:
         if self.pattern.startswith("re:"):
             return re.compile(self.pattern[3:])
@@ -232,6 +241,55 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
     return out
 
 
+class Entries:
+    """Every entry matching one case, in file order, when more than one does: a failure is
+    expected when any of them expects it (a multi-axis ``axis_index_ppermute`` is listed both for
+    XLA:CPU's arithmetic and for jax 0.10's device numbering; the first line alone made the second
+    failure an error). A case is not run when any of them says it crashes, and its agreeing is an
+    unexpected pass unless every one of them says "sometimes"."""
+
+    def __init__(self, entries):
+        self.entries = tuple(entries)
+
+    def _first(self, pred=None) -> Entry:
+        return next((e for e in self.entries if pred is None or pred(e)), self.entries[0])
+
+    @property
+    def crash(self) -> bool:
+        return any(e.crash for e in self.entries)
+
+    @property
+    def sometimes(self) -> bool:
+        return all(e.sometimes for e in self.entries)
+
+    @property
+    def models(self) -> tuple:
+        return tuple(dict.fromkeys(m for e in self.entries for m in e.models))
+
+    def expecting(self, failure: dict | None) -> Entry:
+        """The first entry that expects `failure`, else the first entry."""
+        return self._first(lambda e: e.expects(failure)[0])
+
+    def expects(self, failure: dict | None) -> tuple[bool, str]:
+        whys = []
+        for e in self.entries:
+            ok, why = e.expects(failure)
+            if ok:
+                return True, ""
+            whys.append(f"{e.signature}: {why}")
+        return False, "; ".join(whys)
+
+    def __getattr__(self, name):
+        # reason, pattern, signature, kind, unsupported, line: of the entry that decides a case that
+        # agreed or was not run (the crash entry, else one that does not say "sometimes")
+        if name.startswith("__") or name == "entries":
+            raise AttributeError(name)
+        return getattr(self._first(lambda e: e.crash) if self.crash else self._first(lambda e: not e.sometimes), name)
+
+    def __repr__(self):
+        return f"Entries({list(self.entries)!r})"
+
+
 class XfailList:
     """The entries that apply to the installed JAX, with bookkeeping of what each one matched."""
 
@@ -244,13 +302,13 @@ class XfailList:
         self.entries = [e for e in entries if e.applies_to(jax_version)]
         self.used: set[int] = set()
 
-    def lookup(self, case_id: str) -> Entry | None:
-        """The first entry matching `case_id` (marked used), or None."""
-        for i, e in enumerate(self.entries):
-            if e.matches(case_id):
-                self.used.add(i)
-                return e
-        return None
+    def lookup(self, case_id: str) -> "Entry | Entries | None":
+        """The entry matching `case_id`, `Entries` when several do (each marked used), or None."""
+        hits = [(i, e) for i, e in enumerate(self.entries) if e.matches(case_id)]
+        self.used.update(i for i, _ in hits)
+        if not hits:
+            return None
+        return hits[0][1] if len(hits) == 1 else Entries(e for _, e in hits)
 
     def unused(self) -> list[Entry]:
         """Entries no case of this run matched (perhaps stale; perhaps just not drawn this run)."""

@@ -357,3 +357,32 @@ def test_ppermute_axes_follow_mesh_order_where_jax_requires_it():
             find(calls, out_of_order, settings=settings(max_examples=100, database=None, phases=(Phase.generate,)))
     else:
         assert out_of_order(find(calls, out_of_order, settings=settings(max_examples=2000, database=None, phases=(Phase.generate,))))
+
+
+def test_a_complex_pmean_leaves_the_zero_signs_open_and_a_psum_does_not():
+    """pmean of (-4-0j) and (-0-0j) over 'x': JAX divides the sum (-4-0j) by 2+0j as a complex
+    number, whose cross term (-4)*0 = -0 turns the imaginary part -0 - -0 into +0: -2+0j on
+    refsim and XLA, where the parts divided one by one give -2-0j. Either sign is right there;
+    a psum's -0 (every term -0) is still checked."""
+    from conformance.verdict.compare import compare
+    from refsim.layouts.partition_spec import PartitionSpec as P
+
+    m = Mesh((2,), ("x",))
+    x = np.array([complex(-4, -0.0), complex(-0.0, -0.0)], np.complex64)
+    kw = dict(source="def f(a):\n    return a\n", entry="shard_map", mesh=m, args=(x,), in_specs=(P("x"),),
+              out_specs=P("x"))
+    mean = CollectiveCall(family="pmean", outputs=("mean",), name="pmean", params={"axis_name": "x"}, **kw)
+    total = CollectiveCall(family="psum", outputs=("sum",), name="psum", params={"axis_name": "x"}, **kw)
+    (b,) = mean.tolerances()
+    assert not b.signed_zero and np.signbit(b.exact[0].imag).all()   # the model's own value: -2-0j
+    (s,) = total.tolerances()
+    assert s.signed_zero
+
+    def shards(values):
+        import refsim
+
+        return refsim.Array.from_stacked(np.array(values, np.complex64).reshape(2, 1), m, P("x"))
+
+    assert compare(shards([complex(-2, 0.0)] * 2), shards([complex(-2, 0.0)] * 2), tolerances=[b]).ok
+    assert compare(shards([complex(-2, -0.0)] * 2), shards([complex(-2, 0.0)] * 2), tolerances=[b]).ok
+    assert not compare(shards([complex(-4, -0.0)] * 2), shards([complex(-4, 0.0)] * 2), tolerances=[s]).ok

@@ -391,3 +391,17 @@ def test_xla_cpu_psum_of_negative_zeros_is_found_by_its_sign_and_expected_by_the
     assert entry.signature == "model(xla-cpu-arith)"
     listed = runner.run_task(task, None, entry, shrink_seconds=0)
     assert listed.status == "xfail", listed.message
+
+
+def test_a_failure_the_second_of_two_matching_entries_expects_is_an_xfail_named_by_it():
+    listed = xfails.XfailList(xfails.parse("psum[* model(xla-cpu-arith): arithmetic\n"
+                                           "psum[* mismatch(nan-dropped): drops NaN"), jax_version="0.12.0")
+    entry = listed.lookup("psum[axes='x']")
+    got, message = runner._apply_xfail(base.Outcome("fail", "msg", details={"failure": _VALUES}), entry)
+    assert got == "xfail"
+    assert "mismatch(nan-dropped)" in message and "drops NaN" in message and "arithmetic" not in message
+    other = dict(_VALUES, classes=["value"])
+    got, message = runner._apply_xfail(base.Outcome("fail", "msg", details={"failure": other}), entry)
+    assert got == "error"
+    assert "model(xla-cpu-arith): model 'xla-cpu-arith' does not apply to this case" in message
+    assert "mismatch(nan-dropped): values differ by class value, not only nan-dropped" in message

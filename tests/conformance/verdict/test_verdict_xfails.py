@@ -199,3 +199,44 @@ def test_load(tmp_path):
     assert len(xfails.load(None, platform="no-such-platform", jax_version="0.12.0")) == 0   # no file: nothing expected
     with pytest.raises(ValueError, match=r"xfails file '.*absent.txt' does not exist; pass a file"):
         xfails.load(str(tmp_path / "absent.txt"))
+
+
+# -- a case several entries match -------------------------------------------------------------------
+SEVERAL = """\
+re:^axis_index_ppermute\\[ sometimes model(xla-cpu-arith): XLA:CPU's arithmetic
+re:^axis_index_ppermute\\[axes=\\('y','x' jax<0.11 sometimes model(jax-0.10-ppermute-mesh-order): device numbering
+axis_index_ppermute[*dtype=int8* sometimes mismatch(value): a third reason
+"""
+
+
+def test_a_failure_any_matching_entry_expects_is_expected():
+    xl = xfails.XfailList(xfails.parse(SEVERAL, source="hand.txt"), jax_version="0.10.2", source="hand.txt")
+    case = "axis_index_ppermute[axes=('y','x','z'),perm=cycles,dtype=int32,mesh=2x2x2:default]"
+    entry = xl.lookup(case)
+    assert isinstance(entry, xfails.Entries) and [e.line for e in entry.entries] == [1, 2]
+    assert xl.unused() == [xl.entries[2]]
+    assert entry.models == ("xla-cpu-arith", "jax-0.10-ppermute-mesh-order")
+    second = dict(VALUES, classes=["value"], models={"xla-cpu-arith": False, "jax-0.10-ppermute-mesh-order": True})
+    assert entry.expects(second) == (True, "")
+    assert entry.expecting(second).line == 2
+    neither = dict(second, models={"xla-cpu-arith": False, "jax-0.10-ppermute-mesh-order": False})
+    ok, why = entry.expects(neither)
+    assert not ok and why == ("model(xla-cpu-arith): XLA's values differ from model 'xla-cpu-arith' too; "
+                              "model(jax-0.10-ppermute-mesh-order): XLA's values differ from model "
+                              "'jax-0.10-ppermute-mesh-order' too")
+    assert entry.expecting(neither).line == 1
+    # on jax 0.12 only the first line applies: the single entry itself
+    new = xfails.XfailList(xfails.parse(SEVERAL, source="hand.txt"), jax_version="0.12.0", source="hand.txt")
+    assert isinstance(new.lookup(case), xfails.Entry)
+
+
+def test_several_entries_crash_if_any_does_and_agree_sometimes_only_if_all_do():
+    import pickle
+
+    es = xfails.parse("psum[* sometimes mismatch(signed-zero): a\npsum[*int8* crash: b\npsum[* mismatch(value): c")
+    both = xfails.Entries(es[:2])
+    assert both.crash and both.reason == "b" and both.line == 2
+    assert xfails.Entries([es[0], es[2]]).sometimes is False and xfails.Entries([es[0], es[0]]).sometimes
+    assert xfails.Entries([es[0], es[2]]).signature == "mismatch(value)"   # what an agreeing case passed
+    again = pickle.loads(pickle.dumps(both))                                  # sent to a worker
+    assert [e.line for e in again.entries] == [1, 2] and again.crash
