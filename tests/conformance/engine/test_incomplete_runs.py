@@ -106,8 +106,12 @@ def test_a_signal_makes_the_run_incomplete_in_one_line_and_resume_completes_it(t
     (tmp_path / "slow" / "slow_task.py").write_text(SLOW_TASK)
     env = _env()
     env["PYTHONPATH"] = str(tmp_path / "slow") + os.pathsep + env["PYTHONPATH"]
+    # The signal's default disposition in the child: a shell without job control starts a background
+    # job (`pytest ... &`) with SIGINT ignored, every process below inherits that, and the run keeps a
+    # handler it did not install (an ignored SIGINT stays ignored, as `nohup` leaves SIGHUP) and finishes.
     proc = subprocess.Popen([sys.executable, "-c", SLOW_CLI, "2", *CLI_SMALL, "--report", folder],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(getattr(signal, sig), signal.SIG_DFL))
     _wait_for_a_case(proc, folder)
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=300)
