@@ -200,7 +200,9 @@ def _signed_like(x: np.ndarray, cpu: np.ndarray) -> np.ndarray:
     c = np.asarray(cpu).astype(np.float64)
     tiny = _F64_TINY if _compute_dtype(cpu.dtype) == np.float64 else _F32_TINY
     with np.errstate(invalid="ignore"):
-        zero = (c == 0) & (np.abs(x) < tiny)
+        # in float64: compared in float16 or bfloat16 (NumPy 2 keeps a Python float's "weak" type)
+        # float32's smallest normal is 0, and no -0 of those types was ever re-signed
+        zero = (c == 0) & (np.abs(np.asarray(x, np.float64)) < tiny)
         return np.where(zero, np.where(np.signbit(c), -0.0, 0.0).astype(x.dtype), x).astype(x.dtype)
 
 

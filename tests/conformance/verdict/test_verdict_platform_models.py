@@ -218,3 +218,21 @@ def test_the_cross_process_model_leaves_a_zero_sums_sign_open_and_still_checks_v
     ok = plain.run(xla_backend)
     assert platform_models.check("xla-cpu-gloo-arith", plain, ok) is True
     assert platform_models.check("xla-cpu-gloo-arith", plain, _planted(ok, 0, 0, 4.0)) is False
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_a_narrow_float_psum_of_negative_zeros_is_xla_cpus_positive_zero(dtype):
+    """float16 / bfloat16 psum over 3 devices of (-0, -0, -0) and of (-1.25, -0, 2): XLA:CPU adds
+    in float32 from +0, so +0.0 and 0.75; refsim and StableHLO: -0.0 and 0.75 (seed 5 of the
+    default run, a float16 psum: the model kept refsim's -0 and called XLA's +0 a failure)."""
+    x = np.array([[NZ, -1.25], [NZ, NZ], [NZ, 2.0]], dtype)
+    call = _reduce("psum", x, 3)
+    xla = call.run(xla_backend)
+    for s in xla.shards:
+        got = np.asarray(s.data, np.float32).ravel()
+        assert got.tolist() == [0.0, 0.75] and not np.signbit(got).any()    # hand computed
+    assert not compare(call.run(refsim), xla, case=call).ok                  # the spec's -0 differs
+    assert platform_models.check("xla-cpu-arith", call, xla) is True
+    assert platform_models.check("xla-cpu-arith", call, _planted(xla, 1, 0, dtype(NZ))) is False
+    z = platform_models._signed_like(np.array([NZ, 3.0], dtype), np.array([0.0, 3.0], dtype))
+    assert not np.signbit(np.asarray(z, np.float32)).any()
