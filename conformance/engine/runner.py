@@ -214,7 +214,17 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
             with timing.timed(phases, "refsim"):
                 want = case.run(refsim)
         except Exception as e:  # noqa: BLE001
-            return _crash("refsim", case, e, examples), None
+            jax_error = _raised_on_the_xla_side_too(case, xla, e, phases)
+            if jax_error is None:
+                return _crash("refsim", case, e, examples), None
+            # JAX itself rejected the program (refsim traces it with JAX as well): the system under
+            # test's failure, which an xfails entry can list, not refsim's
+            out = _crash("xla", case, jax_error, examples, both=True)
+            if entry is not None and entry.expects(out.details.signature)[0]:
+                examples += 1
+                expected.append(out)
+                continue
+            return out, None
         try:
             with timing.timed(phases, "xla"):
                 # an engine may run whole cases itself (the distributed run replays assembled results)
@@ -252,11 +262,25 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
     return base.Outcome("pass", "", examples), None
 
 
-def _crash(side: str, case, exc: BaseException, examples: int) -> base.Outcome:
+def _crash(side: str, case, exc: BaseException, examples: int, *, both: bool = False) -> base.Outcome:
     details = case_failure(case, traceback=traceback.format_exc(), exception_type=type(exc).__name__,
                            signature=xfails_mod.exception_failure(side, exc))
-    return base.Outcome("error", f"{side} raised {type(exc).__name__} on a valid case: {exc}\n{case.describe()}",
-                        max(examples, 1), details)
+    said = (f"JAX raised {type(exc).__name__} on both sides (refsim traces the program with JAX too) on a valid case"
+            if both else f"{side} raised {type(exc).__name__} on a valid case")
+    return base.Outcome("error", f"{said}: {exc}\n{case.describe()}", max(examples, 1), details)
+
+
+def _raised_on_the_xla_side_too(case, xla, refsim_error: BaseException, phases: dict):
+    """The XLA side's exception when running `case` there raises the one refsim raised (same
+    class, same message): JAX's tracer, which both engines run the program through, rejected it.
+    None when the XLA side runs it, or raises anything else (then refsim's failure is its own)."""
+    try:
+        with timing.timed(phases, "xla"):
+            xla.run_case(case) if hasattr(xla, "run_case") else case.run(xla)
+    except Exception as e:  # noqa: BLE001
+        if type(e) is type(refsim_error) and str(e) == str(refsim_error):
+            return e
+    return None
 
 
 def _size(case) -> tuple:

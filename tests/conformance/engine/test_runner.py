@@ -405,3 +405,33 @@ def test_a_failure_the_second_of_two_matching_entries_expects_is_an_xfail_named_
     assert got == "error"
     assert "model(xla-cpu-arith): model 'xla-cpu-arith' does not apply to this case" in message
     assert "mismatch(nan-dropped): values differ by class value, not only nan-dropped" in message
+
+
+class _OtherError:
+    """xla_backend, except that every shard_map raises its own AssertionError."""
+
+    def shard_map(self, f, **kw):
+        raise AssertionError("the XLA side's own")
+
+
+def _traced_assert_task():
+    from conformance.cases import Program
+
+    prog = Program(family="planted", source="def f(a):\n    assert a.ndim == 0, 'planted: JAX traced it'\n    return a\n",
+                   entry="shard_map", mesh=Mesh((2,), ("x",)), args=(np.arange(4, dtype=np.float32),),
+                   in_specs=(P("x"),), out_specs=P("x"), labels=(("op", "planted"),))
+    return base.group_tasks("programs", [prog], seed=0, variants=1)[0]
+
+
+def test_an_error_jax_raises_on_both_sides_is_the_xla_sides_and_can_be_listed():
+    task = _traced_assert_task()
+    got = runner.run_task(task, None, None, shrink_seconds=0)
+    assert got.status == "error" and got.message.startswith(
+        "JAX raised AssertionError on both sides (refsim traces the program with JAX too) on a valid case: planted")
+    assert got.details["failure"]["side"] == "xla" and got.details["failure"]["kind"] == "raises"
+    (entry,) = xfails.parse("planted[* raises(AssertionError, /planted: JAX traced it/): a JAX bug")
+    listed = runner.run_task(task, None, entry, shrink_seconds=0)
+    assert listed.status == "xfail", listed.message
+    # the XLA side raising something else: refsim's failure is its own, and never expected
+    own = runner.run_task(task, _OtherError(), entry, shrink_seconds=0)
+    assert own.status == "error" and own.message.startswith("refsim raised AssertionError on a valid case: planted")
