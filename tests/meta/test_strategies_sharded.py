@@ -1,6 +1,7 @@
 """Meta-tests of sharded_programs(): every draw traces with the shapes the value model states,
 every op is reachable and runs on both sides, bad arguments raise InvalidArgument, the
 reproducer runs, and a failing program shrinks to a smaller op graph."""
+import ast
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from hypothesis.errors import InvalidArgument
 
 import refsim
 import xla_backend
+from conformance.verdict import xfails
 from conformance.verdict.compare import compare
 from conformance.hunt import check_in_subprocess
 from conformance.strategies import OPS, ShardedProgram, meshes, sharded_programs
@@ -98,6 +100,32 @@ def test_every_op_is_reachable_and_agrees(op):
     assert case.case_id.startswith("sharded[ops=") and any(n in case.case_id for n in names)
     assert_traces_as_modelled(case)
     run_judged(case)
+
+
+def test_a_pad_with_a_negative_low_edge_and_interior_padding_is_named_apart():
+    # found-bugs 23: such a pad of a split dimension aborts the SPMD partitioner, so the case id names it
+    # `pad_neg_interior` (the xfails entry lists just these); the padding config is read back from the source
+    seen = set()
+
+    @settings(max_examples=120, deadline=None, database=None, phases=(Phase.generate,),
+              suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(sharded_programs(Mesh((2, 2), ("x", "y")), ops=("pad",), max_ops=3, transforms=("none",)))
+    def check(case):
+        for line, (op, _) in zip(case.graph.lines, case.graph.line_ops):
+            if "jax.lax.pad(" not in line:
+                continue
+            cfg = ast.literal_eval(re.search(r"(\[\(.*\)\])\)$", line).group(1))
+            named = any(lo < 0 and interior > 0 for lo, _, interior in cfg)
+            assert op == ("pad_neg_interior" if named else "pad"), (line, op)
+            seen.add(op)
+
+    check()
+    assert seen == {"pad", "pad_neg_interior"}
+    assert xfails.load(None, platform="cpu").lookup(
+        "sharded[ops=pad_neg_interior+sin,transform=none,types=auto,partitioner=shardy,dtype=float32,mesh=2:default]").crash
+    plain = xfails.load(None, platform="cpu").lookup(
+        "sharded[ops=pad+sin,transform=none,types=auto,partitioner=shardy,dtype=float32,mesh=2:default]")
+    assert plain is None or not plain.crash
 
 
 def test_at_least_sixty_ops_and_every_pattern_is_drawn():

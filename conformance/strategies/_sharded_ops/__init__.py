@@ -42,4 +42,4 @@ KINKED = frozenset({"max", "min", "abs", "relu", "clamp", "select", "floor", "ce
 #: bitcast_convert_type, pmax).
 NOT_DIFFERENTIABLE = ("while_loop", "bitcast", "shard_map_pmax")
 #: Ops whose name in the coverage table differs from the drawer's (one drawer, two jnp functions).
-ALIASES = {"tile_repeat": ("tile", "repeat")}
+ALIASES = {"tile_repeat": ("tile", "repeat"), "pad": ("pad", "pad_neg_interior")}
