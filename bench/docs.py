@@ -101,7 +101,23 @@ difference is the plan itself: the seed-0 plan changed when drawing stopped usin
 commit's plan compiles take 10.5 s against 7.5 s for the baseline's 100 (the 583 modules both plans
 compile took 18.2 s in one baseline run and 19.0 to 21.4 s in four runs of this code, where two
 baseline runs differ by 10 %). One cold pass each with seed 1 read 3.08× at 1.01× wall, with seed 2
-2.84× at 1.10×.""",
+2.84× at 1.10×.
+
+Where a cold run's CPU goes, and why the last target is left open (2026-11-26 19:10 to 19:50 at
+`885632d`, this machine): in one process (`--processes 1`, 7,316 examples, 52.7 CPU-s) XLA compiles
+take 31.1 CPU-s (59 %), the XLA side's JAX tracing and lowering 5.0, refsim's JAX traces 2.25 (713),
+XLA execution 3.3; refsim's own evaluation, drawing (2.3), comparing (0.8), the other suites' checks
+(2.4) and placement, read-back and the executable store (~2.8, of it 0.85 serializing executables)
+are the project's, no one of them above 5 %. Interleaved cold runs of seed 0 the same hour (parent
+and workers, `RUSAGE_SELF` + `RUSAGE_CHILDREN`): the baseline 52.8 and 54.2 CPU-s (27.6 s and 28.4 s
+runner wall), this commit 58.7 and 60.7 (29.7 s and 30.8 s): 1.05× to 1.08× the wall for 3.15× the
+examples. Closing that gap needs ~6 CPU-s. The levers measured and not taken: one JAX trace shared by
+refsim and the XLA side would save at most refsim's 2.25 CPU-s (4 %), and refsim would then evaluate
+the very jaxpr XLA compiles instead of tracing the program itself (on an abstract mesh): a JAX tracing
+difference between the two could no longer show; a third worker costs ~4 CPU-s more than it fills
+(user CPU 62.4 and 61.5 s, wall 33.7 and 33.2 s, against 57.8 and 57.5 s, 32.2 and 32.4 s with two); a
+fork server that imports JAX once cannot be used (importing jax starts threads: 1 to 3 in this
+process); XLA's compile pipeline is what the suite tests and stays XLA's default.""",
     "overhead": """A ring ppermute and a psum over one float32 element per device through `refsim.shard_map`, the
 result read back with `np.asarray`: what a cached call costs apart from moving data (refsim builds
 `Shard` objects only when they are read, and caches each (sharding, shape)'s indices). XLA: the
