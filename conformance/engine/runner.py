@@ -274,6 +274,9 @@ def _raised_on_the_xla_side_too(case, xla, refsim_error: BaseException, phases: 
     """The XLA side's exception when running `case` there raises the one refsim raised (same
     class, same message): JAX's tracer, which both engines run the program through, rejected it.
     None when the XLA side runs it, or raises anything else (then refsim's failure is its own)."""
+    # should the XLA side abort the worker, the record of its death says refsim had raised first
+    workers.note(f"refsim raised {type(refsim_error).__name__} on this case: {refsim_error}; "
+                 "the XLA side was then run to tell a JAX tracing error from refsim's own")
     try:
         with timing.timed(phases, "xla"):
             xla.run_case(case) if hasattr(xla, "run_case") else case.run(xla)

@@ -75,6 +75,22 @@ def mark(event: str, **info) -> None:
         os.close(fd)
 
 
+# A line a task writes to its worker's stderr log before work that may abort the process (an XLA CHECK
+# kills the worker with no Python exception); the parent's record of that death quotes it.
+NOTE_PREFIX = "conformance-note: "
+_IN_WORKER = [False]
+
+
+def note(text: str) -> None:
+    """Leave `text` in this worker's stderr log, for the record of its death should the next step abort
+    the process (`Worker.death_result` quotes every note of the task); nothing outside a worker."""
+    if not _IN_WORKER[0]:
+        return
+    line = NOTE_PREFIX + " ".join(str(text).split()) + "\n"
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode("utf-8", "replace"))
+
+
 def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
                    opts: dict, case_timeout: float | None = None, fault: str | None = None, more=None,
                    more_ready=None, started: "Started | None" = None):
@@ -407,7 +423,10 @@ class _Worker:
         else:
             how = f"exit code {code}"
         tail = self._stderr_tail(self.log_offset)
+        notes = [ln[len(NOTE_PREFIX):].strip() for ln in self._log_since(self.log_offset).splitlines()
+                 if ln.startswith(NOTE_PREFIX)]
         message = (f"the worker process running this case died ({how}); the run went on with a fresh worker.\n"
+                   + "".join(f"before it died: {n}\n" for n in notes)
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
                      "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
@@ -489,6 +508,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     """A worker's loop: stderr to `log_path` (fd 2, so XLA's C++ logging goes there too), then
     run (task, entry, opts) messages with `run_task` until None, under `fault` if one is named."""
     mark("worker_up")
+    _IN_WORKER[0] = True
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)

@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 
+import numpy as np
 import pytest
 
 import xla_backend
@@ -105,8 +106,6 @@ class HangingXla:
 
 
 def _small_tasks():
-    import numpy as np
-
     from conformance.cases import CollectiveCall
     from conformance.suites import base
     from refsim import Mesh, PartitionSpec as P
@@ -393,3 +392,38 @@ def test_a_worker_freezes_what_it_imported_and_collects_young_objects_less_often
         assert threshold == workers.GC_THRESHOLD
         assert frozen > 10_000   # JAX, NumPy and this package's modules, at least
     assert gc.get_threshold() == before   # the parent's collector is left alone
+
+
+class AbortingXla:
+    """xla_backend, except that every shard_map aborts its process (as a fatal XLA CHECK does)."""
+
+    def shard_map(self, f, **kw):
+        sys.stderr.write("F0000 planted.cc:1] Check failed: planted abort\n")
+        sys.stderr.flush()
+        os.abort()
+
+
+def test_a_worker_that_dies_on_the_xla_side_after_refsim_raised_says_refsim_raised_first(monkeypatch):
+    # refsim raises on the program (JAX's tracer rejects it); the runner then runs the XLA side to tell
+    # a JAX error from refsim's own, and there XLA aborts: the record of the death says refsim raised
+    from conformance.cases import Program
+    from conformance.suites import base
+    from refsim import Mesh, PartitionSpec as P
+
+    prog = Program(family="planted", source="def f(a):\n    assert a.ndim == 0, 'planted: JAX traced it'\n    return a\n",
+                   entry="shard_map", mesh=Mesh((2,), ("x",)), args=(np.arange(4, dtype=np.float32),),
+                   in_specs=(P("x"),), out_specs=P("x"), labels=(("op", "planted"),))
+    tasks = base.group_tasks("programs", [prog], seed=0, variants=1)
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [tasks])
+    (got,) = runner.run(suite="programs", progress=False, processes=1, xla=AbortingXla(), shrink_seconds=0).results
+    assert got.status == "error" and got.details["worker_exit"] == "killed by SIGABRT"
+    assert ("before it died: refsim raised AssertionError on this case: planted: JAX traced it; the XLA side was "
+            "then run to tell a JAX tracing error from refsim's own\n") in got.message
+    assert got.details["fatal_line"] == "F0000 planted.cc:1] Check failed: planted abort"
+
+
+def test_a_note_outside_a_worker_writes_nothing(capfd):
+    from conformance.engine import workers
+
+    workers.note("nothing to see")
+    assert capfd.readouterr().err == ""
