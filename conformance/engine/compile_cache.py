@@ -134,13 +134,32 @@ _FILE_DIGESTS: dict = {}
 
 
 def _mesh_text(axis_names, device_ids, axis_types=None) -> str:
-    return f"mesh({tuple(axis_names)!r},{list(map(int, device_ids))!r},{tuple(str(t) for t in axis_types or ())!r})"
+    import numpy as np
+
+    # the ids as the mesh holds them: their shape is the axis sizes (a 1x3 and a 3x1 mesh of the same
+    # devices and names are different programs)
+    ids = np.asarray(device_ids)
+    return (f"mesh({tuple(axis_names)!r},{tuple(int(n) for n in ids.shape)!r},{[int(i) for i in ids.ravel()]!r},"
+            f"{tuple(str(t) for t in axis_types or ())!r})")
+
+
+def _spec_text(spec) -> str:
+    """A PartitionSpec (refsim's or JAX's) by its entries and its unreduced / reduced axes."""
+    # JAX's refuses `tuple()` when it has unreduced / reduced axes; `.partitions` are its entries
+    parts = spec.partitions if isinstance(getattr(type(spec), "partitions", None), property) else tuple(spec)
+    text = f"P{encode(tuple(parts))}"
+    for field in ("unreduced", "reduced"):
+        axes = getattr(spec, field, None)
+        if axes:
+            text += f"{field}{encode(frozenset(axes))}"
+    return text
 
 
 def encode(part) -> str:
     """Stable text of one part of an `xla_backend.cache` key, the same in every process: a case
-    function as the hash of its source, a mesh by its axis names, device ids in order and axis
-    types, a sharding by its mesh, spec and memory kind, arrays by dtype, shape and bytes.
+    function as the hash of its source, a mesh by its axis names, axis sizes, device ids in order and
+    axis types, a spec by its entries and unreduced / reduced axes, a sharding by its mesh, spec and
+    memory kind, arrays by dtype, shape and bytes.
     `Unstable` for what has no such text (any other function, an object whose text is its
     address): that key is not stored."""
     import hashlib
@@ -150,6 +169,8 @@ def encode(part) -> str:
 
     if part is None or isinstance(part, (bool, int, float, str, bytes)):
         return repr(part)
+    if type(part).__qualname__ in ("PartitionSpec", "P"):   # before tuples: refsim's is a tuple subclass
+        return _spec_text(part)
     if isinstance(part, (tuple, list)):
         return ("(" if isinstance(part, tuple) else "[") + ",".join(encode(p) for p in part) + ")"
     if isinstance(part, (set, frozenset)):
@@ -167,15 +188,14 @@ def encode(part) -> str:
         return f"{type(part).__name__}({part!r})"
     name = f"{type(part).__module__}.{type(part).__qualname__}"
     if name == "refsim.layouts.mesh.Mesh":
-        return _mesh_text(part.axis_names, np.asarray(part.device_ids).ravel(), part.axis_types)
+        return _mesh_text(part.axis_names, part.device_ids, part.axis_types)
     if name.startswith("jax") and name.endswith(".Mesh"):
-        return _mesh_text(part.axis_names, [d.id for d in np.asarray(part.devices).ravel()],
+        devices = np.asarray(part.devices)
+        return _mesh_text(part.axis_names, np.vectorize(lambda d: d.id, otypes=[np.int64])(devices),
                           getattr(part, "axis_types", None))
     if type(part).__qualname__ == "NamedSharding":
         kind = getattr(part, "memory_kind", None)
-        return f"sharding({encode(part.mesh)},{encode(tuple(part.spec))},{kind!r})"
-    if type(part).__qualname__ in ("PartitionSpec", "P"):   # jax.P is jax.sharding.PartitionSpec
-        return f"P{encode(tuple(part))}"
+        return f"sharding({encode(part.mesh)},{_spec_text(part.spec)},{kind!r})"
     if type(part).__qualname__ == "PyTreeDef":
         return f"tree({part})"
     if type(part).__qualname__ in ("_Unconstrained", "UnconstrainedSingleton", "AxisType") or \
@@ -210,6 +230,12 @@ def environment() -> str:
                      os.environ.get("XLA_FLAGS", ""), *config])
 
 
+# What the store's names are made of; a new format names every entry anew, so no entry a store wrote under
+# an older, ambiguous text is read again (format 1 wrote a mesh without its axis sizes, and a spec without
+# its unreduced / reduced axes: a 3x1 mesh loaded a 1x3 mesh's executable).
+KEY_FORMAT = "executable-key-2"
+
+
 def stable_key(key) -> str | None:
     """The store's name for an `xla_backend.cache` key (a sha256 of its parts and `environment`),
     None when a part is `Unstable`."""
@@ -219,7 +245,7 @@ def stable_key(key) -> str | None:
         text = encode(key)
     except Unstable:
         return None
-    return hashlib.sha256((environment() + "\n" + text).encode("utf-8")).hexdigest()
+    return hashlib.sha256((f"{KEY_FORMAT}\n" + environment() + "\n" + text).encode("utf-8")).hexdigest()
 
 
 class ExecutableStore:

@@ -12,6 +12,7 @@ import pytest
 import refsim
 import xla_backend
 from conformance import faults
+from conformance.cases import program
 from conformance.cases.program import Program
 from conformance.engine import compile_cache, plan as plan_mod, runner
 from refsim.layouts.mesh import Mesh
@@ -112,10 +113,11 @@ def test_data_per_program_adds_refills_of_the_same_structure():
 _SRC = "def f(a):\n    return jax.lax.psum(a, 'x')\n"
 
 
-def _case(source=_SRC, ids=(0, 1, 2, 3), names=("x",), spec=P("x"), arg=np.arange(4, dtype=np.float32)):
-    shape = (len(ids),) + (1,) * (len(names) - 1)
+def _case(source=_SRC, ids=(0, 1, 2, 3), names=("x",), spec=P("x"), arg=np.arange(4, dtype=np.float32),
+          shape=None, out_spec=P()):
+    shape = shape or (len(ids),) + (1,) * (len(names) - 1)
     mesh = Mesh(shape, names, device_ids=np.asarray(ids).reshape(shape))
-    return Program("t", source, "shard_map", mesh, (arg,), in_specs=(spec,), out_specs=P())
+    return Program("t", source, "shard_map", mesh, (arg,), in_specs=(spec,), out_specs=out_spec)
 
 
 class _Recording:
@@ -160,6 +162,44 @@ def test_the_same_case_gives_the_same_key():
 ])
 def test_each_case_part_changes_the_executable_key(change):
     assert _key_of(_case(**change)) != _key_of(_case())
+
+
+def test_the_mesh_shape_changes_the_executable_key():
+    # the same devices, in the same order, under the same names: a 1x2 and a 2x1 mesh (format 1 of the
+    # key wrote the ids flat, and a 3x1 mesh loaded a 1x3 mesh's executable: seed 10 of the default run)
+    src = "def f(a):\n    return jax.lax.pmin(a, ('x', 'y'))\n"
+    one = dict(source=src, ids=(0, 1), names=("x", "y"), spec=P(), arg=np.arange(1, dtype=np.int8), out_spec=P("y"))
+    assert _key_of(_case(shape=(1, 2), **one)) != _key_of(_case(shape=(2, 1), **one))
+
+
+def test_a_specs_unreduced_and_reduced_axes_change_the_key_text():
+    import jax
+
+    for spec in (P, jax.sharding.PartitionSpec):
+        plain = compile_cache.encode(spec("x"))
+        assert compile_cache.encode(spec("x", unreduced={"y"})) not in (plain, compile_cache.encode(spec("x", reduced={"y"})))
+        assert compile_cache.encode(spec("x", reduced={"y"})) != plain
+        assert compile_cache.encode(spec("x", unreduced={"y", "z"})) == compile_cache.encode(spec("x", unreduced={"z", "y"}))
+
+
+def test_a_mesh_of_another_shape_never_loads_an_executable_from_the_store(tmp_path):
+    # end to end through the store, each case in a fresh executable cache (as a fresh worker reads it):
+    # the 2x1 mesh computes its own global shape (1,), not the 1x2 mesh's (2,)
+    src = "def f(a):\n    return jax.lax.pmin(a, ('x', 'y'))\n"
+    one = dict(source=src, ids=(0, 1), names=("x", "y"), spec=P(), arg=np.arange(1, dtype=np.int8), out_spec=P("y"))
+    cache.set_store(compile_cache.ExecutableStore(str(tmp_path)))
+    hits = cache.stats()["store_hits"]
+    try:
+        shapes = []
+        for shape in ((1, 2), (2, 1), (1, 2)):
+            cache.clear_cache()
+            program._ENTRY_CALLABLES.clear()
+            shapes.append(np.asarray(_case(shape=shape, **one).run(xla_backend)).shape)
+    finally:
+        cache.set_store(None)
+        cache.clear_cache()
+    assert shapes == [(2,), (1,), (2,)]
+    assert cache.stats()["store_hits"] == hits + 1   # the third run loaded the first one's executable
 
 
 def test_other_devices_change_the_executable_key():
