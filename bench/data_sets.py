@@ -39,7 +39,7 @@ def data_sets(suite: str, examples: int, data_per_program: int, seed: int = 0) -
     for chunk in runner.plan_chunks(suite, examples=examples, seed=seed):
         for task in plan_mod.with_data(chunk, data_per_program, seed):
             entry = xf.lookup(task.case_id) if isinstance(task, base.ProgramTask) else None
-            if isinstance(task, base.ProgramTask) and not (entry is not None and entry.crash):
+            if isinstance(task, base.ProgramTask) and not (entry is not None and (entry.crash or entry.aborts)):
                 out.extend(plan_mod.structures(task.variants))
     return out
 

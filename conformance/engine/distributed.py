@@ -196,7 +196,7 @@ class Job:
                         yield _single_process_check(task)
                     self._finished(n)
                     continue
-                if entry is not None and entry.crash:  # not run anywhere
+                if entry is not None and (entry.crash or entry.aborts):  # not run anywhere
                     if self.is_coordinator:
                         yield runner.run_task(task, None, entry, **opts)
                     self._finished(n)

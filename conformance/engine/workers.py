@@ -44,6 +44,7 @@ from conformance import faults
 from conformance.engine import compile_cache
 from conformance.report.failure import Failure, case_failure
 from conformance.report.results import CaseResult
+from conformance.verdict import xfails
 from xla_backend import platform as xplat
 
 __all__ = ["STDERR_TAIL_LINES", "Drawn", "Started", "run_in_workers", "start"]
@@ -79,6 +80,11 @@ def mark(event: str, **info) -> None:
 # kills the worker with no Python exception); the parent's record of that death quotes it.
 NOTE_PREFIX = "conformance-note: "
 _IN_WORKER = [False]
+
+
+def in_worker() -> bool:
+    """True in a worker process of `run_in_workers` (where a case may abort the process)."""
+    return _IN_WORKER[0]
 
 
 def note(text: str) -> None:
@@ -413,7 +419,7 @@ class _Worker:
                 "spawned and import the main module).")
 
     def death_result(self) -> CaseResult:
-        task, _entry = self.job
+        task, entry = self.job
         code = self.proc.exitcode
         if code is not None and code < 0:
             try:
@@ -430,11 +436,21 @@ class _Worker:
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
                      "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
-        details = Failure(worker_exit=how, exitcode=code, stderr_tail=tail,
-                          # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
-                          fatal_line=self._fatal_line(self.log_offset) or None)
+        fatal = self._fatal_line(self.log_offset)   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
+        failure = xfails.abort_failure(fatal, tail)
+        details = Failure(worker_exit=how, exitcode=code, stderr_tail=tail, fatal_line=fatal or None,
+                          signature=failure)
+        status = "error"
+        if entry is not None:
+            ok, why = entry.expects(failure)
+            said = entry.expecting(failure)
+            if ok:
+                status, message = "xfail", f"expected abort {said.signature}: {said.reason}\n{message}"
+            else:
+                message += (f"\nlisted in the xfails file as {said.signature} ({said.pattern!r}: {said.reason}), "
+                            f"but this failure is not that one: {why}")
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
-                          status="error", examples=0, seconds=time.perf_counter() - self.t0, message=message,
+                          status=status, examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details=details)
 
     def _log_since(self, offset: int) -> str:

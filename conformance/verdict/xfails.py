@@ -19,7 +19,11 @@ or parameters under the id: such a case passes when it agrees (otherwise an agre
   raises that class (by name, or a subclass) with a message REGEX searches (no REGEX: too broad);
 * ``unsupported`` -- the platform cannot run it at all (no lowering, no thunk); the case is
   reported "unsupported", never a pass;
-* ``crash`` -- the case aborts the XLA process (a fatal CHECK): it is not run, and is "xfail".
+* ``crash`` -- the case aborts the XLA process (a fatal CHECK): it is not run, and is "xfail";
+* ``aborts(/REGEX/)`` -- the case may abort the XLA process with a fatal line (or last stderr lines)
+  REGEX searches: a worker process runs it (`--processes`), and its death so is "xfail" (with
+  ``sometimes``, the data or parameters that do not abort it pass). Where no worker runs it (in this
+  process, a distributed run) it is not run, as a ``crash``.
 
 Anything else about a listed case -- refsim raising, refsim outside the sum bound, a layout
 difference, another exception, another class of value difference -- is an "error" naming the
@@ -37,7 +41,7 @@ from conformance.verdict import platform_models
 # JAX is imported inside functions: importing conformance never loads it, so the platform
 # (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
-__all__ = ["CLASSES", "Entry", "XfailList", "default_path", "exception_failure", "comparison_failure", "load",
+__all__ = ["CLASSES", "Entry", "XfailList", "abort_failure", "default_path", "exception_failure", "comparison_failure", "load",
            "parse"]
 
 _VERSION_TOKEN = re.compile(r"^jax(<|<=|>=|>|==)(\d+(?:\.\d+)*)$")
@@ -45,10 +49,11 @@ CLASSES = ("nan-dropped", "nan-introduced", "inf", "subnormal-flushed", "signed-
 _SIGNATURE = re.compile(
     r"^(?:(?P<sometimes>sometimes)\s+)?"
     r"(?P<sig>mismatch\((?P<classes>[^)]*)\)|model\((?P<model>[\w.-]+)\)"
-    r"|raises\((?P<exc>[\w.]+)(?:\s*,\s*/(?P<msg>.*?)/)?\)|unsupported|crash)\s*:\s*(?P<reason>.*)$")
+    r"|raises\((?P<exc>[\w.]+)(?:\s*,\s*/(?P<msg>.*?)/)?\)|aborts\((?:/(?P<abort>.*?)/)?\)|unsupported|crash)"
+    r"\s*:\s*(?P<reason>.*)$")
 _VALUE_KINDS = ("values", "bound", "ulp")
 _FORMAT = ("write 'PATTERN [jax<V] [sometimes] SIGNATURE: REASON' with SIGNATURE one of mismatch(CLASS,...), "
-           "model(NAME), raises(ExceptionClass, /message regex/), unsupported, crash")
+           "model(NAME), raises(ExceptionClass, /message regex/), aborts(/fatal line regex/), unsupported, crash")
 
 
 def _version_tuple(text: str) -> tuple:
@@ -59,8 +64,8 @@ def _version_tuple(text: str) -> tuple:
 class Entry:
     """One line: the pattern, the expected failure (`kind` and its details), why, and where it came from.
 
-    kind: "mismatch" (`classes`), "model" (`model`), "raises" (`exception`, `message`),
-    "unsupported" or "crash".
+    kind: "mismatch" (`classes`), "model" (`model`), "raises" (`exception`, `message`), "aborts"
+    (`message`: the fatal line's regex), "unsupported" or "crash".
     """
 
     pattern: str
@@ -83,6 +88,11 @@ class Entry:
         return self.kind == "crash"
 
     @property
+    def aborts(self) -> bool:
+        """The case may abort the process running it: only a worker process may run it."""
+        return self.kind == "aborts"
+
+    @property
     def signature(self) -> str:
         """The signature as written in the file (normalised)."""
         if self.kind == "mismatch":
@@ -91,6 +101,8 @@ class Entry:
             return f"model({self.model})"
         if self.kind == "raises":
             return f"raises({self.exception}" + (f", /{self.message}/)" if self.message else ")")
+        if self.kind == "aborts":
+            return f"aborts(/{self.message}/)" if self.message else "aborts()"
         return self.kind
 
     def too_broad(self) -> str:
@@ -99,6 +111,8 @@ class Entry:
             return "mismatch(any) accepts every value difference; name the classes that occur"
         if self.kind == "raises" and not self.message:
             return f"raises({self.exception}) accepts any message; add a /message regex/"
+        if self.kind == "aborts" and not self.message:
+            return "aborts() accepts any abort; add the /fatal line regex/ (e.g. /Check failed: .../)"
         return ""
 
     @property
@@ -137,6 +151,14 @@ class Entry:
             return False, f"the failure is on the {side} side (only XLA-side failures can be expected)"
         if kind == "accepted":
             return False, "XLA accepted a program that refsim (following JAX's rules) rejects"
+        if kind == "aborts":
+            said = _first_line(failure.get("fatal_line") or failure.get("stderr_tail") or "") or "nothing on stderr"
+            if self.kind != "aborts":
+                return False, f"the process running it died ({said})"
+            text = (failure.get("fatal_line") or "") + "\n" + (failure.get("stderr_tail") or "")
+            if self.message and not re.search(self.message, text):
+                return False, f"the process died, but not with /{self.message}/: {said}"
+            return True, ""
         if kind == "unsupported":
             return (True, "") if self.kind == "unsupported" else (False, "the platform cannot run it (unsupported)")
         if kind == "raises":
@@ -179,6 +201,12 @@ def comparison_failure(result, models: dict | None = None) -> dict:
     layout = sorted({m.kind for m in result.mismatches if m.kind not in _VALUE_KINDS})
     return {"kind": "mismatch", "side": "refsim" if "refsim" in sides else "xla",
             "classes": list(result.classes), "layout": layout, "models": dict(models or {})}
+
+
+def abort_failure(fatal_line: str | None, stderr_tail: str | None) -> dict:
+    """The failure signature of a worker process that died running a case: its last fatal-log line
+    (XLA's "F... file.cc:N] Check failed: ...") and its last stderr lines."""
+    return {"kind": "aborts", "side": "xla", "fatal_line": fatal_line or "", "stderr_tail": stderr_tail or ""}
 
 
 def exception_failure(side: str, exc: BaseException, *, unsupported: bool = False) -> dict:
@@ -234,6 +262,13 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
             except re.error as e:
                 raise ValueError(f"{source}:{n}: message pattern /{msg}/ is not a valid regular expression ({e}).") from None
             kw = dict(kind="raises", exception=m.group("exc"), message=msg)
+        elif sig.startswith("aborts"):
+            msg = m.group("abort") or ""
+            try:
+                re.compile(msg)
+            except re.error as e:
+                raise ValueError(f"{source}:{n}: fatal line pattern /{msg}/ is not a valid regular expression ({e}).") from None
+            kw = dict(kind="aborts", message=msg)
         else:
             kw = dict(kind=sig)
         out.append(Entry(pattern, m.group("reason").strip(), sometimes=bool(m.group("sometimes")), version=version,
@@ -257,6 +292,10 @@ class Entries:
     @property
     def crash(self) -> bool:
         return any(e.crash for e in self.entries)
+
+    @property
+    def aborts(self) -> bool:
+        return any(e.aborts for e in self.entries)
 
     @property
     def sometimes(self) -> bool:

@@ -427,3 +427,45 @@ def test_a_note_outside_a_worker_writes_nothing(capfd):
 
     workers.note("nothing to see")
     assert capfd.readouterr().err == ""
+
+
+def _planted_program_tasks():
+    from conformance.cases import Program
+    from conformance.suites import base
+    from refsim import Mesh, PartitionSpec as P
+
+    prog = Program(family="planted", source="def f(a):\n    return a * 2\n", entry="shard_map", mesh=Mesh((2,), ("x",)),
+                   args=(np.arange(4, dtype=np.float32),), in_specs=(P("x"),), out_specs=P("x"),
+                   labels=(("op", "planted"),))
+    return base.group_tasks("programs", [prog], seed=0, variants=1)
+
+
+@pytest.mark.parametrize("regex, status", [("Check failed: planted abort", "xfail"), ("Check failed: another", "error")])
+def test_an_aborts_entry_makes_a_worker_death_with_its_fatal_line_an_xfail(monkeypatch, tmp_path, regex, status):
+    from conformance.verdict import xfails
+
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [_planted_program_tasks()])
+    listed = xfails.XfailList(xfails.parse(f"planted[* aborts(/{regex}/): a planted CHECK"))
+    (got,) = runner.run(suite="programs", progress=False, processes=1, xla=AbortingXla(), shrink_seconds=0,
+                        xfails=listed).results
+    assert got.status == status and got.details["worker_exit"] == "killed by SIGABRT"
+    assert got.details["failure"]["kind"] == "aborts"
+    if status == "xfail":
+        assert got.message.startswith(f"expected abort aborts(/{regex}/): a planted CHECK\nthe worker process")
+    else:
+        assert (f"listed in the xfails file as aborts(/{regex}/) ('planted[*': a planted CHECK), but this failure "
+                "is not that one: the process died, but not with") in got.message
+    # in this process the case is not run at all: its abort would end the run
+    here = runner.run(suite="programs", progress=False, xla=AbortingXla(), shrink_seconds=0, xfails=listed).results
+    assert [(r.status, r.examples) for r in here] == [("xfail", 0)]
+    assert here[0].message == f"not run in this process: aborts(/{regex}/): a planted CHECK (worker processes run it)"
+
+
+def test_a_case_an_aborts_entry_lists_that_agrees_in_a_worker_passes_when_sometimes(monkeypatch):
+    from conformance.verdict import xfails
+
+    monkeypatch.setattr(runner, "plan_chunks", lambda *a, **k: [_planted_program_tasks()])
+    for line, want in (("sometimes aborts(/x/)", "pass"), ("aborts(/x/)", "xpass")):
+        listed = xfails.XfailList(xfails.parse(f"planted[* {line}: r"))
+        (got,) = runner.run(suite="programs", progress=False, processes=1, shrink_seconds=0, xfails=listed).results
+        assert got.status == want, got.message

@@ -240,3 +240,26 @@ def test_several_entries_crash_if_any_does_and_agree_sometimes_only_if_all_do():
     assert xfails.Entries([es[0], es[2]]).signature == "mismatch(value)"   # what an agreeing case passed
     again = pickle.loads(pickle.dumps(both))                                  # sent to a worker
     assert [e.line for e in again.entries] == [1, 2] and again.crash
+
+
+def test_an_aborts_entry_expects_a_death_whose_fatal_line_it_names():
+    (entry,) = xfails.parse("sharded[* jax>=0.11 sometimes aborts(/Check failed: sliced.has_value/): 0.12 reshards")
+    assert (entry.kind, entry.signature, entry.sometimes, entry.aborts, entry.crash) == (
+        "aborts", "aborts(/Check failed: sliced.has_value/)", True, True, False)
+    fatal = "F1126 19:46:39.59 9667 hlo_sharding_util.cc:3007] Check failed: sliced.has_value() Could not slice"
+    assert entry.expects(xfails.abort_failure(fatal, "...\n" + fatal)) == (True, "")
+    other = "F1126 spmd_partitioner.cc:1115] Check failed: get_first_valid_element_offset_on_dilated_shard(0)"
+    assert entry.expects(xfails.abort_failure(other, other)) == (
+        False, f"the process died, but not with /Check failed: sliced.has_value/: {other}")
+    assert entry.expects(xfails.abort_failure(None, "")) == (
+        False, "the process died, but not with /Check failed: sliced.has_value/: nothing on stderr")
+    # other signatures never expect a death, and an abort entry expects nothing else
+    (raises,) = xfails.parse("a raises(ValueError, /x/): r")
+    assert raises.expects(xfails.abort_failure(fatal, fatal)) == (False, f"the process running it died ({fatal})")
+    assert not entry.expects({"kind": "raises", "side": "xla", "exception": "ValueError", "message": "x"})[0]
+    assert xfails.parse("a aborts(): r")[0].too_broad().startswith("aborts() accepts any abort")
+    assert xfails.parse("a aborts(/x/): r")[0].too_broad() == ""
+    with pytest.raises(ValueError, match=r"fatal line pattern /\(/ is not a valid regular expression"):
+        xfails.parse("a aborts(/(/): r")
+    two = xfails.XfailList(xfails.parse("a* aborts(/x/): r\na* mismatch(value): v"), jax_version="0.12").lookup("ab")
+    assert two.aborts and not two.crash
