@@ -217,6 +217,16 @@ def exception_failure(side: str, exc: BaseException, *, unsupported: bool = Fals
             "exception_mro": [c.__name__ for c in type(exc).__mro__], "message": str(exc)}
 
 
+def _checked_regex(text: str | None, what: str, where: str) -> str:
+    """`text` ('' for None) after checking it compiles; a ValueError naming the line otherwise."""
+    text = text or ""
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise ValueError(f"{where}: {what} pattern /{text}/ is not a valid regular expression ({e}).") from None
+    return text
+
+
 def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
     """The entries of an xfails file; a line without a signature and reason is a ValueError naming it."""
     out = []
@@ -256,19 +266,10 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
                                  f"{', '.join(platform_models.MODELS)}.")
             kw = dict(kind="model", model=m.group("model"))
         elif sig.startswith("raises"):
-            msg = m.group("msg") or ""
-            try:
-                re.compile(msg)
-            except re.error as e:
-                raise ValueError(f"{source}:{n}: message pattern /{msg}/ is not a valid regular expression ({e}).") from None
-            kw = dict(kind="raises", exception=m.group("exc"), message=msg)
+            kw = dict(kind="raises", exception=m.group("exc"),
+                      message=_checked_regex(m.group("msg"), "message", f"{source}:{n}"))
         elif sig.startswith("aborts"):
-            msg = m.group("abort") or ""
-            try:
-                re.compile(msg)
-            except re.error as e:
-                raise ValueError(f"{source}:{n}: fatal line pattern /{msg}/ is not a valid regular expression ({e}).") from None
-            kw = dict(kind="aborts", message=msg)
+            kw = dict(kind="aborts", message=_checked_regex(m.group("abort"), "fatal line", f"{source}:{n}"))
         else:
             kw = dict(kind=sig)
         out.append(Entry(pattern, m.group("reason").strip(), sometimes=bool(m.group("sometimes")), version=version,
