@@ -217,10 +217,19 @@ def _norm(index, shape) -> tuple:
 def per_partition(arr, sharding, device_ids) -> np.ndarray:
     """(N, *shard) of a refsim.Array: entry p is the block JAX sharding `sharding` gives device
     `device_ids[p]`, taken from that device's own shard where refsim laid it out the same way (so
-    replicas that disagree stay visible), else cut from the global value."""
+    replicas that disagree stay visible), else cut from the global value.
+
+    `sharding` None: each device's own shard where refsim placed the value on every device (a
+    shard_map or pmap output), else the global value on every device, as `shards_by_index` gives
+    an output whose placement JAX left to XLA when XLA did not compile it (refsim then puts the
+    value on one device: found-bugs 23's pad, whose compile aborts)."""
     by_id = {int(s.device_id): s for s in arr.shards}
+    device_ids = [int(d) for d in device_ids]
     if sharding is None:
-        return np.stack([np.asarray(by_id[d].data) for d in device_ids])
+        if all(d in by_id for d in device_ids):
+            return np.stack([np.asarray(by_id[d].data) for d in device_ids])
+        whole = np.asarray(arr)
+        return np.stack([whole] * len(device_ids))
     shape = tuple(arr.shape)
     want = _index_map(sharding, shape)
     rows, whole = [], None
