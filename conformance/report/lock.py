@@ -4,17 +4,20 @@ Two runs writing one folder would interleave (or overwrite) each other's results
 and report.html, and both would name the folder as their report. A run (and `merge`, for its
 ``--out`` folder) therefore takes the folder's lock before it reads or writes anything there:
 
-* the lock file is created atomically (``O_CREAT | O_EXCL``) and holds one JSON object: the
-  owner's ``pid``, ``host``, ``started`` (ISO time) and ``command``;
-* the owner also holds an advisory ``flock`` on it while it runs (where the platform has one),
-  which the kernel drops when the owner dies, however it dies;
-* a second run finds the file and fails at once (`FolderLocked`, a ValueError: one line and exit
-  status 2 at the command line) naming the owner's pid, host, start time and command, and how to
-  go on: wait for it, pass another folder, or remove the lock if that run is over;
-* a lock left behind by a run that died (kill -9, a power cut) on *this* host, whose pid is no
-  longer running (and whose ``flock`` nobody holds), is taken over, and the run says so
-  (`FolderLock.took_over` holds the old owner). A lock from another host is never taken over:
-  this host cannot tell whether that run still goes on.
+* the lock is an OS-level lock: an exclusive ``flock`` on the lock file, held for the run's life
+  and dropped by the kernel when the owner dies, however it dies; the file holds one JSON object
+  (the owner's ``pid``, ``host``, ``started`` (ISO time) and ``command``) only so that a refusal
+  can name the owner;
+* a second run whose ``flock`` is refused fails at once (`FolderLocked`, a ValueError: one line
+  and exit status 2 at the command line) naming the owner's pid, host, start time and command,
+  and how to go on: wait for it, pass another folder, or remove the lock if that run is over;
+* a lock file nobody holds the ``flock`` of was left behind by a run that died (kill -9, a
+  power cut, a reboot): it is taken over whatever pid it records (after a restart its pid may
+  name an unrelated live process), and the run says so (`FolderLock.took_over` holds the old
+  owner). A lock file written on another host is never taken over: a network file system may not
+  show this host the other host's ``flock``, so this host cannot tell whether that run goes on.
+  Where the file system has no ``flock`` (or the platform none), a recorded pid that runs on this
+  host still keeps the lock.
 
 The lock is released (the file removed) when the run ends, also when it is interrupted or fails.
 Within one process the lock is re-entrant: the command line takes it before the platform check,
@@ -100,15 +103,17 @@ def _alive(pid) -> bool:
         return True
 
 
-def _try_flock(fd: int) -> bool:
+def _try_flock(fd: int) -> bool | None:
+    """Take the exclusive OS-level lock of `fd` without waiting: True (taken), False (another
+    open file holds it), None (no flock here: the platform or the file system has none)."""
     if fcntl is None:
-        return True
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     except OSError:
-        return True  # a file system without flock: the pid check alone decides
+        return None  # a file system without flock: the pid check alone decides
     return True
 
 
@@ -173,7 +178,7 @@ class FolderLock:
         if not self.took_over:
             return ""
         return (f"note: report folder {self.folder!r} was locked by {describe(self.took_over)}, which is no "
-                f"longer running on this host; this run took the lock over.")
+                f"longer running on this host (no process holds the lock); this run took the lock over.")
 
     def release(self) -> None:
         if self._fd is None:
@@ -201,8 +206,9 @@ class FolderLock:
 def acquire(folder, *, command: str | None = None) -> FolderLock:
     """Take the lock of report folder `folder` (it must exist) for this process.
 
-    Raises `FolderLocked` naming the other run when one holds it; takes over (and records in
-    `FolderLock.took_over`) a stale lock whose pid is dead on this host. Re-entrant in one process.
+    Raises `FolderLocked` naming the other run when one holds its OS-level lock; takes over (and
+    records in `FolderLock.took_over`) a lock file of this host that no process holds, whatever
+    pid it records. Re-entrant in one process.
     """
     folder = os.fspath(folder)
     key = os.path.realpath(folder)
@@ -239,7 +245,8 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
             continue  # released meanwhile: try to create it again
         keep = False
         try:
-            if not _try_flock(fd):
+            flocked = _try_flock(fd)
+            if flocked is False:
                 owner = _read_fd(fd)
                 if owner is None:  # the owner is between creating and writing its lock
                     empty_since = empty_since or time.monotonic()
@@ -253,7 +260,7 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
             if owner is None:
                 empty_since = empty_since or time.monotonic()
                 if time.monotonic() - empty_since < _EMPTY_WAIT_S:
-                    if fcntl is not None:
+                    if flocked:
                         fcntl.flock(fd, fcntl.LOCK_UN)
                     time.sleep(0.02)
                     continue
@@ -261,7 +268,8 @@ def acquire(folder, *, command: str | None = None) -> FolderLock:
             elif owner.get("host") != socket.gethostname():
                 raise _busy(folder, path, owner, why="it runs on another host, so this host cannot tell whether "
                                                      "it still goes on")
-            elif _alive(owner.get("pid")):
+            elif flocked is None and _alive(owner.get("pid")):
+                # no flock to ask: a live pid may be the owner (with a flock, nobody holding it settles it)
                 raise _busy(folder, path, owner, why=f"pid {owner.get('pid')} is running on this host")
             with files.writing(path):
                 _write_fd(fd, info)  # stale: take it over, under our flock

@@ -79,13 +79,47 @@ def test_a_stale_lock_of_a_dead_pid_on_this_host_is_taken_over(tmp_path, capsys)
     assert not (folder / lock.LOCK_NAME).exists()
 
 
-def test_a_lock_of_a_live_pid_is_kept_even_without_its_flock(tmp_path):
-    # pid 1 (init) always runs: a lock naming it is not stale, whatever else holds the file
+@pytest.mark.parametrize("pid", ["this process", 1])
+def test_a_lock_of_a_live_pid_that_nobody_holds_is_taken_over(tmp_path, capsys, pid):
+    # after a restart the recorded pid may name an unrelated live process (pid reuse): the lock is
+    # the OS-level flock, and nobody holds it
+    pid = os.getpid() if pid == "this process" else pid
     folder = tmp_path / "rep"
-    _write_lock(folder, pid=1)
-    with pytest.raises(lock.FolderLocked, match="pid 1 is running on this host"):
-        runner.run(report_dir=folder, **SMALL)
-    assert lock.read(folder)["pid"] == 1
+    _write_lock(folder, pid=pid)
+    res = runner.run(report_dir=folder, **SMALL)
+    assert res.ok
+    err = capsys.readouterr().err
+    assert f"locked by pid {pid} on host {socket.gethostname()}" in err and "took the lock over" in err
+    assert "no process holds the lock" in err
+    assert not (folder / lock.LOCK_NAME).exists()
+
+
+def _holder(folder):
+    """A live process that holds `folder`'s lock until its stdin closes (started, lock taken)."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; from conformance.report import lock\n"
+                          "l = lock.acquire(sys.argv[1], command='holder')\nprint('held', flush=True)\n"
+                          "sys.stdin.read(); l.release()\n", str(folder)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_lock_held_by_another_live_process_is_refused(tmp_path, capsys):
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    holder = _holder(folder)
+    try:
+        with pytest.raises(lock.FolderLocked, match=f"pid {holder.pid} on host .*it holds the folder's lock"):
+            lock.acquire(folder)
+        # the owner record is only read for the message: an edited pid does not free the folder
+        _write_lock(folder, pid=_dead_pid(), command="holder")
+        with pytest.raises(lock.FolderLocked, match="it holds the folder's lock"):
+            runner.run(report_dir=folder, **SMALL)
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    with lock.acquire(folder) as mine:  # released by its owner: free again
+        assert mine.took_over is None
 
 
 def test_a_lock_of_another_host_is_never_taken_over(tmp_path, capsys):
@@ -125,7 +159,12 @@ def test_the_lock_is_reentrant_in_one_process_and_exclusive_across_processes(tmp
 def test_merge_into_a_folder_in_use_is_refused(tmp_path, capsys):
     assert runner.run(report_dir=tmp_path / "s1", shard=(1, 2), **SMALL).ok
     out = tmp_path / "m"
-    _write_lock(out, pid=1)
-    assert merge.main([str(tmp_path / "s1"), "--out", str(out)]) == 2
-    assert "in use by another run: pid 1" in capsys.readouterr().err
-    assert not (out / "results.jsonl").exists()
+    out.mkdir()
+    holder = _holder(out)
+    try:
+        assert merge.main([str(tmp_path / "s1"), "--out", str(out)]) == 2
+        assert f"in use by another run: pid {holder.pid}" in capsys.readouterr().err
+        assert not (out / "results.jsonl").exists()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
