@@ -2,8 +2,10 @@
 
 Each DIR is a ``--report`` folder (its results.jsonl is the record). The folders must come
 from one plan (`conformance.engine.plan.identity`: suites, seed, examples, devices, platform,
-versions) and hold distinct shards (or distinct cases); anything else is refused, naming
-the folder and what differs. The merged folder gets results.jsonl, junit.xml, report.html
+versions, data sets per program, xfails strictness, partitioner, x64 and the project's own
+version) and hold distinct shards (or distinct cases); anything else is refused, naming the
+folder and the field that differs. A folder whose plan record lacks a field of the identity
+(written by an older version) is refused too, naming the field. The merged folder gets results.jsonl, junit.xml, report.html
 and repros/ as a single run writes them, the cases of shard 1 first (each folder's cases in
 the order it finished them), and a summary over all of them.
 
@@ -68,7 +70,14 @@ def _check(folders: list[Folder]) -> None:
         diff = plan_mod.differences(first.plan, f.plan, names=(f"in {first.path}", f"in {f.path}"))
         if diff:
             raise ValueError(f"{f.path} comes from another plan than {first.path} ({'; '.join(diff)}); only the "
-                             "folders of one plan (same suites, seed, examples, devices, platform, versions) merge.")
+                             "folders of one plan (same suites, seed, examples, devices, platform, versions, data "
+                             "sets per program, strictness, partitioner, project version) merge.")
+    for f in folders:
+        lacking = plan_mod.unrecorded(f.plan)
+        if lacking:
+            raise ValueError(f"{f.path}'s plan record has no {', '.join(lacking)}: an older version of conformance "
+                             "wrote it, so it cannot be shown to come from the same plan (and the same code) as the "
+                             "others; rerun it with this version.")
     shards = [f.shard for f in folders]
     if any(shards) and not all(shards):
         raise ValueError("cannot merge sharded and unsharded folders: "

@@ -814,6 +814,9 @@ class _Run:
                     examples=o.examples, processes=o.processes, compile_cache=self.compile_cache,
                     xfails=self.xf.source, xfails_digest=plan_mod.xfails_digest(self.xf), cases=len(self.tasks),
                     resumed=bool(o.resume), not_drawn=not_drawn(o.suite, devices=o.devices), **_versions())
+        # the rest of the plan identity (`conformance.engine.plan.IDENTITY_KEYS`)
+        plan.update(data_per_program=o.data_per_program, strict_xfails=bool(o.strict_xfails),
+                    **plan_mod.config_entries())
         plan.update(o.plan_extra or {})
         if o.shard_kn is not None:
             plan["shard"] = "%d/%d" % o.shard_kn
