@@ -108,12 +108,6 @@ def _compile_cache(value: str | None) -> str | None:
     return None if value.strip().lower() in OFF else value
 
 
-def _plan_cache(value: str | None) -> str | None:
-    """The drawn-plan cache folder: ``plans`` in the compile-cache folder (None for 'off')."""
-    folder = _compile_cache(value)
-    return None if folder is None else os.path.join(folder, "plans")
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m conformance", description="Check refsim against XLA on the local platform.")
     sub = ap.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=_Parser)
@@ -229,7 +223,7 @@ def run_options(args, *, devices: int, console=None, plan_extra: dict | None = N
                              compile_cache=_compile_cache(args.compile_cache),
                              shrink_seconds=args.shrink_seconds, console=console, strict_xfails=args.strict_xfails,
                              case_timeout=args.case_timeout or runner.DEFAULT_CASE_TIMEOUT,
-                             shard=args.shard, plan_extra=plan_extra, plan_cache=_plan_cache(args.compile_cache),
+                             shard=args.shard, plan_extra=plan_extra,
                              data_per_program=args.data_per_program, started_workers=started_workers)
 
 
@@ -244,6 +238,11 @@ def report_result(args, result, console=None) -> int:
     if result.summary.get("strict_xfail_problems"):
         out(f"--strict-xfails: {len(result.summary['strict_xfail_problems'])} stale or too-broad xfails entr"
             f"{'y' if len(result.summary['strict_xfail_problems']) == 1 else 'ies'} fail the run")
+    from conformance.engine import compile_cache
+
+    cache_note = compile_cache.summary_line(result.summary.get("compile_cache_events") or {})
+    if cache_note:
+        out(f"note: {cache_note}")
     repros = [r for r in result.results if r.repro_path]
     for r in repros:
         out(f"reproducer for {r.case_id}: python {r.repro_path}")

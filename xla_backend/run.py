@@ -51,7 +51,7 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=..., e
                 info = provenance.info(hlo=hlo, mode="eager_shard_map")
             else:
                 key = static + (placement.avals_key(staged.flat_args),)
-                exe, hit = cache.compiled(key, lambda: staged.lower().compile())
+                exe, hit = cache.compiled(key, lambda: staged.lower().compile(), staged.fresh_compile)
                 outs = cache.timed_run(exe, *staged.args)
                 info = provenance.info(compiled=exe, hlo=hlo, mode="jit_shard_map", cache_hit=hit)
         return placement.results(outs, info)
@@ -76,7 +76,7 @@ def pmap(f, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, devices=No
     def call(*args):
         staged = wrapped.place(args)
         key = static + (tuple((tuple(x.shape), str(x.dtype)) for x in staged.flat_args),)
-        exe, hit = cache.compiled(key, lambda: staged.lower().compile())
+        exe, hit = cache.compiled(key, lambda: staged.lower().compile(), staged.fresh_compile)
         outs = cache.timed_run(exe, *staged.args)
         info = provenance.info(compiled=exe, hlo=hlo, mode="pmap", cache_hit=hit)
         return placement.results(outs, info)
@@ -102,7 +102,7 @@ def jit(f, in_shardings=None, out_shardings=None, *, static_argnums=(), hlo=Fals
         key = static + (tuple(sorted(static_args.items(), key=lambda kv: kv[0])),
                         placement.avals_key(staged.flat_args))
         with staged.context():
-            exe, hit = cache.compiled(key, lambda: staged.lower().compile())
+            exe, hit = cache.compiled(key, lambda: staged.lower().compile(), staged.fresh_compile)
             outs = cache.timed_run(exe, *staged.dynamic_args)
         info = provenance.info(compiled=exe, hlo=hlo, mode="jit", cache_hit=hit)
         return placement.results(outs, info)

@@ -482,6 +482,16 @@ class Staged:
             self._lowered[platforms] = low
         return self._lowered[platforms]
 
+    def fresh_compile(self):
+        """`call` lowered and compiled anew for these arguments, bypassing every in-memory cache
+        (this object's lowering, JAX's lowering and executable caches): what XLA builds from the
+        module now (`xla_backend.cache.set_hit_check` compares it with a cached executable)."""
+        import jax
+
+        jax.clear_caches()
+        with self.context():
+            return self.call.lower(*self.args).compile()
+
 
 def stage(fn: Callable, layout: Layout, args) -> Staged:
     """`fn` wrapped by `layout`'s entry point with `args` placed on its devices (see `wrap`,

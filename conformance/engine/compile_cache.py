@@ -1,30 +1,50 @@
-"""JAX's persistent compilation cache for conformance runs: a rerun on the same machine skips XLA compiles.
+"""JAX's persistent compilation cache for conformance runs, trusted only for the code that runs now.
 
-XLA compilation is most of a conformance run's time. JAX can keep every compiled executable
-on disk, keyed by the lowered module (debug info stripped), the compile options, the
-device assignment, the XLA flags and the jaxlib version, so a rerun with the same seed
-(or any case whose program lowers to the same module) loads the executable instead of
-compiling it. `python -m conformance run` turns it on by default in `default_dir()`
-(``--compile-cache DIR`` elsewhere, ``--compile-cache off`` or ``CONFORMANCE_COMPILE_CACHE=off``
-not at all); `runner.run` leaves JAX's configuration alone unless given ``compile_cache=``.
+XLA compilation is most of a conformance run's time, so `python -m conformance run` keeps every
+compiled executable on disk (`default_dir()`; ``--compile-cache DIR`` elsewhere, ``--compile-cache
+off`` or ``CONFORMANCE_COMPILE_CACHE=off`` not at all; `runner.run` leaves JAX's configuration alone
+unless given ``compile_cache=``). No stored state may bend a verdict, so:
 
-Beside it, in ``DIR/executables``, an `ExecutableStore` keeps each program case's serialized
-executable under a key computed **before** tracing (`stable_key`: the case's source, the mesh with
-its device order, specs or shardings, input avals, JAX/jaxlib versions, platform and devices,
-``XLA_FLAGS`` and JAX's config), so a rerun loads it without tracing, lowering or compiling.
+* **Keyed on the module and the compiler's code.** The executables are JAX's own persistent cache
+  entries (XLA's serialized executables), which JAX keys on the lowered module, the compile options,
+  the device assignment, ``XLA_FLAGS`` and the jaxlib version: every case is traced and lowered on
+  every run, so a changed lowering (an edited JAX, a monkeypatched rule) is a different key. The
+  compiler is identified by the *content* of its files, not its version string: the cache lives
+  in ``DIR/xla-<digest>``, the digest of `conformance.engine.code_identity` (JAX's, jaxlib's and
+  every PJRT plugin's installed files, the project's staging code and version). An entry written
+  by other code is never read, and one written by a faulty compiler is never read by a fixed one.
+* **Verified before trusted.** A change that touches no file (a site hook that patches the compile
+  step) keeps both keys. So in every process the first executable of each case family that comes
+  from the cache is compiled again with the cache off and the two optimized modules compared
+  (`HitVerifier`); any difference stops the cache for the rest of the process and the run says so
+  in one line.
+* **Data, never code, and checked.** Each entry is JAX's bytes behind a header holding the sha256
+  of the identity, the key and the bytes (`DigestCache`): an entry that is torn, flipped, copied
+  under another key or from another identity is a miss (recompiled, counted in the run's summary),
+  never an error blamed on XLA. Nothing is unpickled. The drawn plan is not cached (it held
+  program source that would run): a rerun draws again (~2 CPU-s).
 
-Injected faults (`conformance.faults`) turn both off while they are active, so no
-wrong executable is ever written or read.
+Trust boundary: the entries are native executables that XLA loads and runs, exactly as JAX's own
+cache. Share a cache folder only between jobs that trust each other.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
+import tempfile
+
+from conformance.engine import code_identity
 
 ENV = "CONFORMANCE_COMPILE_CACHE"
-STORE_ENV = "CONFORMANCE_EXECUTABLE_STORE"
-
+IDENTITY_ENV = "CONFORMANCE_CODE_IDENTITY"    # the parent's identity digest, for its workers
+EVENTS_ENV = "CONFORMANCE_CACHE_EVENTS"       # a file each process of a run appends its cache events to
 
 OFF = ("off", "none", "no", "0")
+ENTRY_MAGIC = b"refsim-conformance-entry-1\n"   # the header's first line; the next 64 bytes: the digest
+FOLDER_PREFIX = "xla-"
+MEMO = "file-digests.json"
 
 
 def default_dir() -> str | None:
@@ -38,290 +58,248 @@ def default_dir() -> str | None:
 
 
 def enable(path: str) -> str:
-    """Cache every compiled executable in `path` (created if missing), in this process and in
-    worker processes started after this call (through JAX's environment variables).
+    """Cache every compiled executable under `path` (created if missing), in the folder of the code
+    that runs now, in this process and in worker processes started after this call (through the
+    environment). Returns that folder.
 
     Every entry is kept, however fast it compiled: the suite's programs compile in tens of
-    milliseconds each, below JAX's default threshold of one second. Returns the absolute path.
+    milliseconds each, below JAX's default threshold of one second.
     """
-    path, settings, env = _settings(path)
+    folder, settings, env = _settings(path)
     os.environ.update(env)   # spawned workers read these when they import jax, and in `install_from_env`
     import jax  # not at the top: the CLI imports this module before the platform is configured
 
     for name, value in settings.items():
         jax.config.update(name, value)
     install_from_env()
-    return path
+    return folder
 
 
 def worker_environment(path: str) -> dict:
     """The environment variables `enable(path)` sets for the worker processes it starts (JAX's
-    cache settings, read when they import jax; the executable store, read by `install_from_env`),
-    without changing anything in this process: for workers started before it enables the cache
-    (`conformance.engine.workers.start(env=...)`). Creates the folder."""
+    cache settings, read when they import jax; the identity and events file, read by
+    `install_from_env`), without changing anything in this process: for workers started before it
+    enables the cache (`conformance.engine.workers.start(env=...)`). Creates the folder."""
     return _settings(path)[2]
 
 
+_EVENTS: dict = {}   # base folder -> this run's events file (one per process that enables a cache)
+
+
 def _settings(path: str) -> tuple[str, dict, dict]:
-    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    base = os.path.abspath(os.path.expanduser(os.fspath(path)))
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(base, exist_ok=True)
     except OSError as e:
-        raise ValueError(f"compile_cache={path!r} cannot be created ({e}); pass a writable folder, or "
+        raise ValueError(f"compile_cache={base!r} cannot be created ({e}); pass a writable folder, or "
                          "--compile-cache off.") from None
-    settings = {"jax_compilation_cache_dir": path, "jax_persistent_cache_min_compile_time_secs": 0.0,
+    digest = code_identity.identity_digest(os.path.join(base, MEMO))
+    folder = os.path.join(base, FOLDER_PREFIX + digest[:32])
+    os.makedirs(folder, exist_ok=True)
+    if base not in _EVENTS:
+        fd, _EVENTS[base] = tempfile.mkstemp(prefix="conformance-cache-events-", suffix=".jsonl")
+        os.close(fd)
+    settings = {"jax_compilation_cache_dir": folder, "jax_persistent_cache_min_compile_time_secs": 0.0,
                 "jax_persistent_cache_min_entry_size_bytes": -1}
     env = {name.upper(): str(value) for name, value in settings.items()}
-    env[STORE_ENV] = os.path.join(path, EXECUTABLES)
-    return path, settings, env
+    env[IDENTITY_ENV] = digest
+    env[EVENTS_ENV] = _EVENTS[base]
+    return folder, settings, env
 
 
 def install_from_env() -> bool:
-    """Back `xla_backend.cache` with the `ExecutableStore` that `enable` named in
-    ``$CONFORMANCE_EXECUTABLE_STORE`` (this process or a worker it started); whether one is now."""
+    """In a process whose cache `enable` (or its parent) configured: check every entry's digest
+    (`DigestCache`) and verify the first cache hit of each family (`HitVerifier`). Whether one is."""
+    digest = os.environ.get(IDENTITY_ENV)
+    if not digest:
+        return False
     from xla_backend import cache
 
-    folder = os.environ.get(STORE_ENV)
-    if not folder:
-        return False
-    cache.set_store(ExecutableStore(folder))
+    _install_digest_cache(digest)
+    cache.set_hit_check(HitVerifier())
     return True
 
 
-# -- executables, keyed before tracing ---------------------------------------------------------------
-EXECUTABLES = "executables"   # the store's subfolder of the compile-cache folder
-
-
-class Unstable(Exception):
-    """A part of a cache key that has no stable text (a closure, an object named by its address)."""
-
-
-def _case_source(fn) -> str | None:
-    """The source a case function was compiled from (`conformance.cases.program.compile_source`)."""
-    from conformance.cases import program
-
-    for source, f in program._NAMESPACE_CACHE.items():
-        if f is fn:
-            return source
-    return None
-
-
-CASE_MODULES = ("conformance.cases.",)   # modules whose top-level functions are case programs (the corpus)
-
-
-def _module_function(fn) -> str:
-    """A top-level function (or lambda) of a case module (`CASE_MODULES`, the corpus's programs) by its
-    module, name, line and code, and the sha256 of its module's file, which holds it and every helper of
-    that module it calls."""
-    import hashlib
-    import sys
-
-    mod = sys.modules.get(fn.__module__ or "")
-    path = getattr(mod, "__file__", None)
-    if (fn.__closure__ is not None or mod is None or path is None or "<locals>" in fn.__qualname__
-            or not fn.__module__.startswith(CASE_MODULES)):
-        raise Unstable(f"function {fn.__qualname__} is neither a case's source nor a case module's function")
-    digest = _FILE_DIGESTS.get(path)
-    if digest is None:
-        with open(path, "rb") as fh:
-            digest = _FILE_DIGESTS[path] = hashlib.sha256(fh.read()).hexdigest()
-    code = fn.__code__   # which function of the file (a lambda has no name of its own)
-    where = hashlib.sha256(code.co_code + repr(code.co_names).encode()).hexdigest()[:16]
-    return f"function:{fn.__module__}.{fn.__qualname__}@{code.co_firstlineno}:{where}:{digest}"
-
-
-_FILE_DIGESTS: dict = {}
-
-
-def _mesh_text(axis_names, device_ids, axis_types=None) -> str:
-    import numpy as np
-
-    # the ids as the mesh holds them: their shape is the axis sizes (a 1x3 and a 3x1 mesh of the same
-    # devices and names are different programs)
-    ids = np.asarray(device_ids)
-    return (f"mesh({tuple(axis_names)!r},{tuple(int(n) for n in ids.shape)!r},{[int(i) for i in ids.ravel()]!r},"
-            f"{tuple(str(t) for t in axis_types or ())!r})")
-
-
-def _spec_text(spec) -> str:
-    """A PartitionSpec (refsim's or JAX's) by its entries and its unreduced / reduced axes."""
-    # JAX's refuses `tuple()` when it has unreduced / reduced axes; `.partitions` are its entries
-    parts = spec.partitions if isinstance(getattr(type(spec), "partitions", None), property) else tuple(spec)
-    text = f"P{encode(tuple(parts))}"
-    for field in ("unreduced", "reduced"):
-        axes = getattr(spec, field, None)
-        if axes:
-            text += f"{field}{encode(frozenset(axes))}"
-    return text
-
-
-def encode(part) -> str:
-    """Stable text of one part of an `xla_backend.cache` key, the same in every process: a case
-    function as the hash of its source, a mesh by its axis names, axis sizes, device ids in order and
-    axis types, a spec by its entries and unreduced / reduced axes, a sharding by its mesh, spec and
-    memory kind, arrays by dtype, shape and bytes.
-    `Unstable` for what has no such text (any other function, an object whose text is its
-    address): that key is not stored."""
-    import hashlib
-    import types
-
-    import numpy as np
-
-    if part is None or isinstance(part, (bool, int, float, str, bytes)):
-        return repr(part)
-    if type(part).__qualname__ in ("PartitionSpec", "P"):   # before tuples: refsim's is a tuple subclass
-        return _spec_text(part)
-    if isinstance(part, (tuple, list)):
-        return ("(" if isinstance(part, tuple) else "[") + ",".join(encode(p) for p in part) + ")"
-    if isinstance(part, (set, frozenset)):
-        return "{" + ",".join(sorted(encode(p) for p in part)) + "}"
-    if isinstance(part, dict):
-        return "{" + ",".join(sorted(f"{encode(k)}:{encode(v)}" for k, v in part.items())) + "}"
-    if isinstance(part, types.FunctionType):
-        source = _case_source(part)
-        if source is not None:
-            return "source:" + hashlib.sha256(source.encode("utf-8")).hexdigest()
-        return _module_function(part)
-    if isinstance(part, np.ndarray):
-        return f"array({part.dtype.str},{part.shape},{hashlib.sha256(part.tobytes()).hexdigest()})"
-    if isinstance(part, (np.dtype, np.generic)):
-        return f"{type(part).__name__}({part!r})"
-    name = f"{type(part).__module__}.{type(part).__qualname__}"
-    if name == "refsim.layouts.mesh.Mesh":
-        return _mesh_text(part.axis_names, part.device_ids, part.axis_types)
-    if name.startswith("jax") and name.endswith(".Mesh"):
-        devices = np.asarray(part.devices)
-        return _mesh_text(part.axis_names, np.vectorize(lambda d: d.id, otypes=[np.int64])(devices),
-                          getattr(part, "axis_types", None))
-    if type(part).__qualname__ == "NamedSharding":
-        kind = getattr(part, "memory_kind", None)
-        return f"sharding({encode(part.mesh)},{_spec_text(part.spec)},{kind!r})"
-    if type(part).__qualname__ == "PyTreeDef":
-        return f"tree({part})"
-    if type(part).__qualname__ in ("_Unconstrained", "UnconstrainedSingleton", "AxisType") or \
-            type(part).__qualname__.startswith("_UNCONSTRAINED"):
-        return f"{type(part).__qualname__}({part})"
-    if type(part).__qualname__ in ("CpuDevice", "Device") or hasattr(part, "device_kind"):
-        return f"device({part.platform},{part.id})"
-    raise Unstable(f"{name} has no stable text")
-
-
-_SKIP_CONFIG = ("cache", "compil", "log", "explain", "debug", "traceback", "profile", "dump")
-
-
-def environment() -> str:
-    """What else decides an executable: JAX and jaxlib versions, the platform, its device kinds
-    and count, ``XLA_FLAGS`` and every JAX config value in force now (the partitioner, x64, ...),
-    except the caches' and logging's own."""
-    import jax
-    import jaxlib
-
-    devs = jax.devices()
-    config = []
-    for name in sorted(jax.config.values):
-        if any(s in name for s in _SKIP_CONFIG):
-            continue
-        try:
-            config.append(f"{name}={getattr(jax.config, name)!r}")
-        except Exception:  # noqa: BLE001 - a flag without a reader
-            config.append(f"{name}={jax.config.values[name]!r}")
-    return "|".join([jax.__version__, getattr(jaxlib, "__version__", "?"), devs[0].platform,
-                     ",".join(sorted({d.device_kind for d in devs})), str(len(devs)),
-                     os.environ.get("XLA_FLAGS", ""), *config])
-
-
-# What the store's names are made of; a new format names every entry anew, so no entry a store wrote under
-# an older, ambiguous text is read again (format 1 wrote a mesh without its axis sizes, and a spec without
-# its unreduced / reduced axes: a 3x1 mesh loaded a 1x3 mesh's executable).
-KEY_FORMAT = "executable-key-2"
-
-
-def stable_key(key) -> str | None:
-    """The store's name for an `xla_backend.cache` key (a sha256 of its parts and `environment`),
-    None when a part is `Unstable`."""
-    import hashlib
-
+# -- events: what the processes of a run tell its summary --------------------------------------------
+def _event(kind: str, **fields) -> None:
+    path = os.environ.get(EVENTS_ENV)
+    if not path:
+        return
+    line = json.dumps({"event": kind, **fields}, default=str) + "\n"
     try:
-        text = encode(key)
-    except Unstable:
-        return None
-    return hashlib.sha256((f"{KEY_FORMAT}\n" + environment() + "\n" + text).encode("utf-8")).hexdigest()
-
-
-class ExecutableStore:
-    """Compiled executables on disk (`jax.experimental.serialize_executable`), keyed before tracing
-    by `stable_key`: a rerun in a fresh process loads a case's executable without tracing,
-    lowering or compiling it. Installed by `enable` as `xla_backend.cache`'s store. Nothing is
-    read or written while JAX's compilation cache is off (an injected fault turns it off)."""
-
-    def __init__(self, folder: str):
-        self.folder = folder
-        self._last: tuple = (None, None)   # (key, path) of the last load: its save follows at once
-
-    def _path(self, key, *, again: bool = False) -> str | None:
-        import jax
-
-        if not jax.config.jax_enable_compilation_cache:
-            return None
-        if again and self._last[0] is key:
-            return self._last[1]
-        name = stable_key(key)
-        path = None if name is None else os.path.join(self.folder, name[:2], name + ".exe")
-        self._last = (key, path)
-        return path
-
-    def load(self, key):
-        import pickle
-
-        import jax
-
-        path = self._path(key)
-        if path is None or not os.path.exists(path):
-            return None
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
-            from jax.experimental import serialize_executable
+            os.write(fd, line.encode("utf-8"))   # one small O_APPEND write: whole lines from every process
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
-            with open(path, "rb") as fh:
-                ids, (payload, in_tree, out_tree) = pickle.load(fh)
-            by_id = {d.id: d for d in jax.devices()}
-            return serialize_executable.deserialize_and_load(payload, in_tree, out_tree,
-                                                             execution_devices=[by_id[i] for i in ids])
-        except Exception:  # noqa: BLE001 - a torn or foreign entry is a miss
+
+def run_events(path: str | None = None) -> dict:
+    """This run's cache events so far: ``{"bad_entries": N, "verified": N, "invalidated": [reason, ...],
+    "bad": [reason, ...]}`` (the first few reasons)."""
+    path = path or os.environ.get(EVENTS_ENV)
+    out = {"bad_entries": 0, "verified": 0, "invalidated": [], "bad": []}
+    if not path:
+        return out
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("event") == "bad_entry":
+            out["bad_entries"] += 1
+            if len(out["bad"]) < 5:
+                out["bad"].append(str(e.get("reason")))
+        elif e.get("event") == "verified":
+            out["verified"] += 1
+        elif e.get("event") == "invalidated" and len(out["invalidated"]) < 5:
+            out["invalidated"].append(str(e.get("reason")))
+    return out
+
+
+def summary_line(events: dict) -> str | None:
+    """One line on what the cache did that a reader must know (None when it only served good entries)."""
+    parts = []
+    if events.get("invalidated"):
+        parts.append(f"compile cache NOT used after a verification failed ({events['invalidated'][0]}); "
+                     "those executables were compiled afresh")
+    if events.get("bad_entries"):
+        parts.append(f"{events['bad_entries']} compile-cache entr{'y' if events['bad_entries'] == 1 else 'ies'} "
+                     f"failed their digest and were compiled afresh (first: {events['bad'][0]})")
+    return "; ".join(parts) or None
+
+
+# -- entries with a digest -------------------------------------------------------------------------
+def seal(identity: str, key: str, value: bytes) -> bytes:
+    """An entry as stored: `ENTRY_MAGIC`, the hex sha256 of (identity, key, value), then `value`."""
+    digest = hashlib.sha256(identity.encode() + b"\0" + key.encode() + b"\0" + value).hexdigest().encode()
+    return ENTRY_MAGIC + digest + value
+
+
+def unseal(identity: str, key: str, stored: bytes) -> tuple[bytes | None, str | None]:
+    """(value, None) for an entry `seal` wrote with this identity and key, else (None, why)."""
+    if not stored.startswith(ENTRY_MAGIC):
+        return None, "no entry header (not written by this project, or an older format)"
+    digest, value = stored[len(ENTRY_MAGIC):len(ENTRY_MAGIC) + 64], stored[len(ENTRY_MAGIC) + 64:]
+    want = hashlib.sha256(identity.encode() + b"\0" + key.encode() + b"\0" + value).hexdigest().encode()
+    if digest != want:
+        return None, "digest mismatch (corrupt, or copied in under another key or code identity)"
+    return value, None
+
+
+class DigestCache:
+    """A JAX cache (`jax._src.cache_interface.CacheInterface`: get / put by key) over `base` whose
+    entries are `seal`ed with the code identity and their key: `get` returns only an entry that
+    checks out; any other is a miss, recorded as a "bad_entry" event."""
+
+    def __init__(self, base, identity: str):
+        self._base = base
+        self.identity = identity
+        self.bad_entries = 0
+
+    @property
+    def _path(self):
+        return self._base._path
+
+    def get(self, key: str):
+        stored = self._base.get(key)
+        if stored is None:
             return None
+        value, why = unseal(self.identity, key, bytes(stored))
+        if value is None:
+            self.bad_entries += 1
+            _event("bad_entry", key=key, reason=why)
+        return value
 
-    def compile(self, key, compile_fn):
-        """`compile_fn()`, kept under `key`'s stable name. A stable key's program is compiled by XLA
-        here, not read from JAX's persistent cache: an executable JAX loaded from its cache does not
-        serialize whole again (jaxlib's CPU client drops its kernels: "Function ... not found")."""
+    def put(self, key: str, value: bytes) -> None:
+        self._base.put(key, seal(self.identity, key, bytes(value)))
+
+    def clear(self):
+        clear = getattr(self._base, "clear", None)
+        if clear is not None:
+            clear()
+
+
+def _install_digest_cache(identity: str) -> None:
+    """Make JAX build its persistent cache as a `DigestCache` (JAX's cache module is private; both
+    supported versions build it with `get_file_cache(path)` on first use and drop it in
+    `reset_cache()`, which this relies on)."""
+    from jax._src import compilation_cache as jcc
+
+    made = getattr(jcc.get_file_cache, "_conformance_identity", None)
+    if made == identity:
+        return
+    plain = getattr(jcc.get_file_cache, "_conformance_plain", jcc.get_file_cache)
+
+    def get_file_cache(path):
+        got = plain(path)
+        if got is None:
+            return None
+        base, where = got
+        return DigestCache(base, identity), where
+
+    get_file_cache._conformance_identity = identity
+    get_file_cache._conformance_plain = plain
+    jcc.get_file_cache = get_file_cache
+    jcc.reset_cache()   # a cache JAX already built would read entries unchecked
+
+
+# -- verification of cache hits ---------------------------------------------------------------------
+class HitVerifier:
+    """`xla_backend.cache`'s check of an executable JAX read from its persistent cache: the first
+    such hit of each scope (the case family the runner names) in this process is compiled again
+    with the cache off and the optimized modules compared. On a difference the cache is switched
+    off in this process (the run's summary says so) and the fresh executable is used."""
+
+    def __init__(self):
+        self.checked: set = set()
+        self.failed: str | None = None
+
+    def __call__(self, scope, executable, recompile_fn):
         import jax
 
-        if self._path(key, again=True) is None:
-            return compile_fn()
+        if self.failed is not None or scope in self.checked:
+            return executable
+        self.checked.add(scope)
         jax.config.update("jax_enable_compilation_cache", False)
         try:
-            executable = compile_fn()
+            fresh = recompile_fn()
         finally:
             jax.config.update("jax_enable_compilation_cache", True)
-        self.save(key, executable)
-        return executable
+        if _module_text(fresh) == _module_text(executable):
+            _event("verified", scope=scope)
+            return executable
+        self.failed = (f"the cached executable of a {scope} case differs from a fresh compile of the same "
+                       "lowered module: the compiler changed without a change to its files")
+        _event("invalidated", scope=scope, reason=self.failed)
+        jax.config.update("jax_enable_compilation_cache", False)
+        return fresh
 
-    def save(self, key, executable) -> None:
-        import pickle
-        import tempfile
 
-        path = self._path(key, again=True)
-        if path is None:
-            return
-        try:
-            from jax.experimental import serialize_executable
+_DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}|,?\s*stack_frame_id=\d+")
 
-            # the devices it runs on, in the order of its device assignment (a mesh may use some of them)
-            ids = [d.id for d in executable._executable.xla_executable.local_devices()]
-            blob = pickle.dumps((ids, serialize_executable.serialize(executable)))
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(blob)
-            os.replace(tmp, path)   # whole or absent: a reader never sees half an entry
-        except Exception:  # noqa: BLE001 - an executable that cannot be serialized is just not kept
-            pass
+
+def _module_text(executable) -> str:
+    """The optimized module XLA built, without its debug information (where in Python the program
+    was lowered: source lines and call stacks, which differ between two lowerings of one program)."""
+    texts = executable.as_text()
+    text = texts if isinstance(texts, str) else "\n".join(texts)
+    out, skipping = [], False
+    for line in text.splitlines():
+        if line.strip() in _DEBUG_TABLES:
+            skipping = True
+            continue
+        if skipping:
+            if not line.strip() or line[:1].isdigit():
+                continue
+            skipping = False
+        out.append(_METADATA.sub("", line))
+    return "\n".join(out)

@@ -338,13 +338,16 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
         sources: list[Source] | None = None, platform: str | None = None, devices: int = 8,
         shrink_calls: int = SHRINK_CALLS, progress: Callable[[Outcome], None] | None = None,
         processes: int | None = None, xfails=None, case_timeout: float = CASE_TIMEOUT,
-        suite: str = "all") -> list[Outcome]:
+        suite: str = "all", compile_cache: str | None = None) -> list[Outcome]:
     """One `Outcome` per fault (all of `conformance.faults.names()` by default).
 
     examples: draws per family (runner engine; default the run's `DEFAULT_EXAMPLES`) or per
     source (direct engine; default `DEFAULT_EXAMPLES` here). processes: worker processes
     (runner engine; default one per CPU core). xfails: a path or `XfailList` (default the
-    platform's file), as `conformance run` applies it.
+    platform's file), as `conformance run` applies it. compile_cache: a folder for JAX's persistent
+    compilation cache (`conformance.engine.compile_cache`, as `conformance run --compile-cache`), used by
+    this process and the fault's workers; a fault that replaces a lowering rule runs with it on, so a
+    warm cache must kill it as an empty one does. None leaves JAX's setting alone.
     """
     names = list(faults_mod.names()) if faults in (None, "all") else list(faults)
     for n in names:
@@ -355,6 +358,10 @@ def run(faults=None, *, examples: int | None = None, seed: int = 0, engine: str 
     if engine == "runner" and runner is None:
         raise ValueError("engine='runner' needs conformance.engine.runner.plan_tasks; it is not importable here. "
                          "Use engine='direct'.")
+    if compile_cache is not None:
+        from conformance.engine import compile_cache as cc
+
+        cc.enable(compile_cache)   # before the workers start: they read its environment
     outcomes = []
     if runner is not None:
         n_ex = runner.DEFAULT_EXAMPLES if examples is None else examples
@@ -431,8 +438,15 @@ def main(argv=None) -> int:
     p.add_argument("--shrink-calls", type=validation.option("--shrink-calls", integer=True, low=0),
                    default=SHRINK_CALLS,
                    help=f"runs spent shrinking each killing case (direct engine; default {SHRINK_CALLS})")
+    p.add_argument("--compile-cache", metavar="DIR|off", default=None,
+                   help="JAX's persistent compilation cache, as `conformance run --compile-cache` (default: "
+                        "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
     p.add_argument("--list", action="store_true", help="list the faults and exit")
     a = p.parse_args(argv)
+    from conformance.engine.compile_cache import OFF, default_dir
+
+    cache_dir = default_dir() if a.compile_cache is None else (
+        None if a.compile_cache.strip().lower() in OFF else a.compile_cache)
 
     # Always configure before JAX starts: without it XLA:CPU has one device and every
     # multi-device case fails on the XLA side (and so could never count as a kill).
@@ -448,7 +462,7 @@ def main(argv=None) -> int:
     try:
         outcomes = run(names, examples=a.examples, seed=a.seed, engine=a.engine, platform=a.platform,
                        devices=a.devices, shrink_calls=a.shrink_calls, processes=a.processes, xfails=a.xfails,
-                       case_timeout=a.case_timeout,
+                       case_timeout=a.case_timeout, compile_cache=cache_dir,
                        progress=lambda o: print(f"  {o.fault}: {o.status}"
                                                 + (f" after {o.examples} examples ({o.source})" if o.examples else "")
                                                 + f" [{o.seconds:.1f}s]", file=sys.stderr, flush=True))

@@ -8,8 +8,10 @@ applies when resharding onto a permuted device order. A fault is active only ins
 and never lowers it, so it still computes the correct answer while XLA runs the wrong one.
 
 Entering and leaving the context clears JAX's jit/pmap caches and xla_backend's compile
-cache (and turns off JAX's persistent compilation cache inside), so no executable
-compiled with a fault is reused outside it, and none compiled outside is reused inside.
+cache, so no executable compiled with a fault is reused outside it, and none compiled outside is
+reused inside. JAX's persistent compilation cache stays on for faults that replace a lowering
+rule (the faulty module is another key: a warm cache must catch them as a cold one does) and is
+turned off inside for faults that patch a later step (`Fault.patch`), which its key cannot see.
 """
 from __future__ import annotations
 
@@ -633,7 +635,11 @@ def inject(faults: str | Fault | Iterable):
     with contextlib.ExitStack() as stack:
         try:
             _clear_compiled()
-            stack.enter_context(_persistent_cache_off())
+            if any(f.patch is not None for f in chosen):
+                # a patch acts after JAX keys its persistent cache (dispatch, a planted CHECK): an executable
+                # from the cache would skip it. A replaced lowering rule lowers another module, another key,
+                # so the cache stays on for those: a warm cache must catch them as a cold one does.
+                stack.enter_context(_persistent_cache_off())
             for fault in chosen:
                 if fault.patch is not None:
                     stack.enter_context(fault.patch())

@@ -105,7 +105,7 @@ def source_constants_off():
     without this a seeded plan changed with any literal edited anywhere in refsim, xla_backend or
     conformance, with which modules happened to be imported, and between a checkout and an
     installed copy (whose modules are not "local"). The plan is a function of the seed, the
-    strategies and the versions only (`conformance.engine.plan.PlanCache` keys on exactly those).
+    strategies and the versions only (a plan's identity, `conformance.engine.plan.IDENTITY_KEYS`, names exactly those).
     Hypothesis has no setting for it: this empties its private hook while drawing, and is a no-op
     on a hypothesis without one."""
     try:
