@@ -119,7 +119,7 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
                           status="xfail", examples=0, message=f"not run: crash: {entry.reason}")
     if entry is not None and entry.aborts and not workers.in_worker():
         # only a worker's death is an expected abort; here it would end the run
-        said = entry.expecting({"kind": "aborts", "side": "xla"})
+        said = next(e for e in getattr(entry, "entries", (entry,)) if e.aborts)
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status="xfail", examples=0,
                           message=f"not run in this process: {said.signature}: {said.reason} (worker processes run it)")
@@ -130,6 +130,7 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
         out, failing = _run_program(task, xla, entry, phases)
     else:
         failing = None
+        workers.step("check")   # refsim and XLA together: a death here is no XLA abort an entry can expect
         try:
             with timing.timed(phases, "checks"):
                 out = task.check(xla)
@@ -143,6 +144,7 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
     status, message = _apply_xfail(out, entry)
     repro = None
     if status == "fail" and failing is not None:
+        workers.step("shrink")
         with timing.timed(phases, "shrink"):
             repro, note = _shrink_and_write(task, failing, xla, repro_dir, devices, shrink_seconds, seed)
         message = f"{message}\n{note}" if note else message
@@ -216,6 +218,8 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
     examples = 0
     expected = []
     for case in task.variants:
+        # each step marked in a worker's stderr log: only a death in "xla" can be an expected abort
+        workers.step("refsim")
         try:
             with timing.timed(phases, "refsim"):
                 want = case.run(refsim)
@@ -231,6 +235,7 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
                 expected.append(out)
                 continue
             return out, None
+        workers.step(xfails_mod.XLA_STEP)
         try:
             with timing.timed(phases, "xla"):
                 # an engine may run whole cases itself (the distributed run replays assembled results)
@@ -248,6 +253,7 @@ def _run_program(task, xla, entry=None, phases: dict | None = None):
                 continue
             return out, None
         examples += 1
+        workers.step("compare")
         with timing.timed(phases, "compare"):
             res = compare(want, got, case=case)
         if not res.ok:
@@ -283,6 +289,7 @@ def _raised_on_the_xla_side_too(case, xla, refsim_error: BaseException, phases: 
     # should the XLA side abort the worker, the record of its death says refsim had raised first
     workers.note(f"refsim raised {type(refsim_error).__name__} on this case: {refsim_error}; "
                  "the XLA side was then run to tell a JAX tracing error from refsim's own")
+    workers.step("xla-after-refsim")
     try:
         with timing.timed(phases, "xla"):
             xla.run_case(case) if hasattr(xla, "run_case") else case.run(xla)

@@ -6,6 +6,10 @@ worker dies its task is recorded as status "error" with the reason (the signal o
 the last lines the worker wrote to stderr while running it) and a fresh worker takes the next
 task. Workers are started with "spawn" (no forked XLA state) and write their stderr to a log
 file, which keeps XLA's warnings off the progress bar and lets the parent read a crash's last words.
+A worker marks in that log when it takes a task and the task marks each of its steps (`step`: refsim,
+XLA, compare, ...), so the record of a death names the step that was running and XLA's fatal line
+written in it: an ``aborts(/regex/)`` xfails entry accepts only a SIGABRT in XLA's step with a
+fatal line it matches (`conformance.verdict.xfails`).
 
 A task that runs longer than `case_timeout` seconds (counted from when its worker is ready, so
 a worker's start-up is not charged to it) is a hang: a deadlocked XLA rendezvous never returns
@@ -30,7 +34,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 import collections
 import contextlib
@@ -47,7 +50,7 @@ from conformance.report.results import CaseResult
 from conformance.verdict import xfails
 from xla_backend import platform as xplat
 
-__all__ = ["STDERR_TAIL_LINES", "Drawn", "Started", "run_in_workers", "start"]
+__all__ = ["STDERR_TAIL_LINES", "Drawn", "Started", "note", "run_in_workers", "start", "step"]
 
 STDERR_TAIL_LINES = 20
 # Tasks a worker holds: the one it runs and the next, already in its pipe, so it never waits for
@@ -79,6 +82,10 @@ def mark(event: str, **info) -> None:
 # A line a task writes to its worker's stderr log before work that may abort the process (an XLA CHECK
 # kills the worker with no Python exception); the parent's record of that death quotes it.
 NOTE_PREFIX = "conformance-note: "
+# A line a worker writes when it takes a task (``task CASE_ID``) and the task writes before each of its
+# steps (`step`): the record of a death names the step that was running, and an ``aborts`` xfails entry
+# accepts only a death in XLA's (`conformance.verdict.xfails.XLA_STEP`).
+STEP_PREFIX = "conformance-step: "
 _IN_WORKER = [False]
 
 
@@ -95,6 +102,17 @@ def note(text: str) -> None:
     line = NOTE_PREFIX + " ".join(str(text).split()) + "\n"
     with contextlib.suppress(OSError):
         os.write(2, line.encode("utf-8", "replace"))
+
+
+def step(name: str) -> None:
+    """Mark in this worker's stderr log that the task now runs step `name` ("refsim", "xla" while XLA
+    compiles or runs the case, "compare", ...: `conformance.verdict.xfails` names them); should the
+    process die, `_Worker.death_result` says which step was running and reads XLA's fatal line from
+    that step only. Nothing outside a worker."""
+    if not _IN_WORKER[0]:
+        return
+    with contextlib.suppress(OSError):
+        os.write(2, f"{STEP_PREFIX}{name}\n".encode("utf-8", "replace"))
 
 
 def run_in_workers(todo, *, run_task, write_repro, processes: int, platform: str, devices: int, xla=None,
@@ -337,6 +355,9 @@ def _next_deadline(busy: list, case_timeout: float | None) -> float | None:
     return max(0.0, min(left)) if left else 1.0   # a worker still starting: look again soon
 
 
+_FATAL = re.compile(r"F\d{4} .*\.(cc|h):\d+\]")   # absl / glog's fatal-log line: "F1205 12:00:00.1 77 a.cc:3] ..."
+
+
 class _Worker:
     """One spawned worker process, its pipe, its stderr log and the task it is running."""
 
@@ -421,23 +442,20 @@ class _Worker:
     def death_result(self) -> CaseResult:
         task, entry = self.job
         code = self.proc.exitcode
-        if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exit code {code}"
         tail = self._stderr_tail(self.log_offset)
-        notes = [ln[len(NOTE_PREFIX):].strip() for ln in self._log_since(self.log_offset).splitlines()
-                 if ln.startswith(NOTE_PREFIX)]
-        message = (f"the worker process running this case died ({how}); the run went on with a fresh worker.\n"
+        step, notes, fatal = self._task_log(task.case_id)
+        failure = xfails.abort_failure(fatal, tail, exitcode=code, step=step)
+        how = failure["how"]
+        during = f", in step {step!r}" if step else ", before its task marked a step"
+        message = (f"the worker process running this case died ({how}{during}); the run went on with a fresh "
+                   "worker.\n"
                    + "".join(f"before it died: {n}\n" for n in notes)
+                   + (f"XLA's fatal line: {fatal}\n" if fatal else "")
                    + (f"last stderr lines:\n{tail}\n" if tail else "it wrote nothing to stderr.\n")
                    + "If the platform aborts on this case by design, list it in xfails/<platform>.txt as "
-                     "'CASE_ID_PATTERN crash: REASON'; it is then not run.")
-        fatal = self._fatal_line(self.log_offset)   # XLA's "F... file.cc:N] Check failed: ..." above its stack trace
-        failure = xfails.abort_failure(fatal, tail)
+                     "'CASE_ID_PATTERN aborts(/fatal line regex/): REASON' (a worker runs it, and only a SIGABRT "
+                     "in XLA's step with that fatal line is expected) or 'CASE_ID_PATTERN crash: REASON' (it is "
+                     "then not run).")
         details = Failure(worker_exit=how, exitcode=code, stderr_tail=tail, fatal_line=fatal or None,
                           signature=failure)
         status = "error"
@@ -447,8 +465,8 @@ class _Worker:
             if ok:
                 status, message = "xfail", f"expected abort {said.signature}: {said.reason}\n{message}"
             else:
-                message += (f"\nlisted in the xfails file as {said.signature} ({said.pattern!r}: {said.reason}), "
-                            f"but this failure is not that one: {why}")
+                message += (f"\nlisted in the xfails file at {said.where} as {said.signature} ({said.pattern!r}: "
+                            f"{said.reason}), but this failure is not that one: {why}")
         return CaseResult(case_id=task.case_id, suite=task.suite, family=task.family, dtype=task.dtype,
                           status=status, examples=0, seconds=time.perf_counter() - self.t0, message=message,
                           details=details)
@@ -462,10 +480,25 @@ class _Worker:
         except OSError:
             return ""
 
-    def _fatal_line(self, offset: int) -> str:
-        """The last fatal-log line ("F<date> ... file.cc:N] ...") the worker wrote since `offset`."""
-        lines = [ln for ln in self._log_since(offset).splitlines() if re.match(r"F\d{4} .*\.(cc|h):\d+\]", ln)]
-        return lines[-1].strip() if lines else ""
+    def _task_log(self, case_id: str) -> tuple[str | None, list, str]:
+        """(the step running when the worker died, the notes of its task, the last fatal-log line of
+        that step) from what the worker wrote since it took task `case_id` (the log is read from
+        `log_offset`, which may be its predecessor's start: lines before the task's own marker are
+        the predecessor's). No step: None, and no fatal line."""
+        lines = self._log_since(self.log_offset).splitlines()
+        begun = f"{STEP_PREFIX}task {case_id}"
+        first = max((i for i, ln in enumerate(lines) if ln.rstrip() == begun), default=None)
+        if first is None:
+            return None, [], ""
+        lines = lines[first + 1:]
+        notes = [ln[len(NOTE_PREFIX):].strip() for ln in lines if ln.startswith(NOTE_PREFIX)]
+        marks = [i for i, ln in enumerate(lines) if ln.startswith(STEP_PREFIX)]
+        if not marks:
+            return None, notes, ""
+        step = lines[marks[-1]][len(STEP_PREFIX):].strip()
+        # XLA's "F... file.cc:N] Check failed: ..." above its stack trace, written in this step only
+        fatal = [ln for ln in lines[marks[-1] + 1:] if _FATAL.match(ln)]
+        return step, notes, fatal[-1].strip() if fatal else ""
 
     def timeout_result(self, case_timeout: float, opts: dict, write_repro) -> CaseResult:
         """The "timeout" record of the task in flight: its layout, the worker's last stderr lines
@@ -496,8 +529,9 @@ class _Worker:
         self.close()
 
     def _stderr_tail(self, offset: int) -> str:
-        """The worker's last `STDERR_TAIL_LINES` stderr lines since `offset`."""
-        return "\n".join(self._log_since(offset).rstrip("\n").splitlines()[-STDERR_TAIL_LINES:])
+        """The worker's last `STDERR_TAIL_LINES` stderr lines since `offset` (step markers left out)."""
+        lines = [ln for ln in self._log_since(offset).rstrip("\n").splitlines() if not ln.startswith(STEP_PREFIX)]
+        return "\n".join(lines[-STDERR_TAIL_LINES:])
 
     def ask_to_stop(self) -> None:
         """Tell the worker to exit after its task in flight (`stop` waits for it)."""
@@ -575,6 +609,7 @@ def _serve(conn, run_task, xla) -> None:
             return
         task, entry, opts = msg
         mark("task", case=task.case_id)
+        step(f"task {task.case_id}")   # this task's steps (and notes) follow; the lines before are its predecessor's
         try:
             result = run_task(task, xla, entry, **opts)
         except Exception as e:  # noqa: BLE001 - a bug in the runner is this case's error, not the worker's end

@@ -9,6 +9,10 @@ A case passes when refsim satisfies the stated properties (the round trip is the
 identity; group arrays sit on `mpmd_mesh.unstack[k]` with the MPMD axis dropped from the
 spec; results sit on the target sharding) and XLA agrees device by device, bit-exact.
 Rerun one case: ``python -m conformance.suites.mpmd_checks --case '<case json>'``.
+
+`multiprocess_runner`'s processes hand their outcomes back as data: a JSON file of layouts and
+an ``.npz`` of shard values each, read with ``np.load(allow_pickle=False)``; nothing read back is
+unpickled (`outcome_files` / `read_outcome_files`).
 """
 from __future__ import annotations
 
@@ -18,7 +22,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import sys
 import tempfile
 from typing import Callable
@@ -36,6 +39,7 @@ from refsim import mpmd
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
+from refsim.layouts.single_device import SingleDeviceSharding
 from refsim.mpmd import MpmdMesh, filter_axes, plan
 from xla_backend import distributed
 from xla_backend import mpmd as xm
@@ -300,10 +304,7 @@ def multiprocess_runner(processes: int = 2, devices_per_process: int = 4, timeou
                 json.dump([c.to_json() for c in cases], f)
             run_local([sys.executable, "-m", "conformance.suites.mpmd_checks", "--worker", spec, tmp],
                       processes=processes, devices_per_process=devices_per_process, timeout_s=timeout_s)
-            parts = []
-            for p in range(processes):
-                with open(os.path.join(tmp, f"process_{p}.pkl"), "rb") as f:
-                    parts.append(pickle.load(f))
+            parts = [read_outcome_files(os.path.join(tmp, f"process_{p}")) for p in range(processes)]
         ids = parts[0]["device_ids"]
         merged = {}
         for case in cases:
@@ -335,8 +336,101 @@ def _worker(spec_path: str, out_dir: str) -> None:
             outcomes[case.case_id] = run_xla(case, ids, gather=True)
         except Exception as e:
             outcomes[case.case_id] = f"{type(e).__name__}: {e}"
-    with open(os.path.join(out_dir, f"process_{pid}.pkl"), "wb") as f:
-        pickle.dump({"device_ids": ids, "outcomes": outcomes}, f)
+    outcome_files(os.path.join(out_dir, f"process_{pid}"), ids, outcomes)
+
+
+# -- outcomes on disk: JSON and .npz, nothing unpickled ---------------------------------------------------
+def outcome_files(stem: str, device_ids, outcomes: dict) -> None:
+    """Write `outcomes` ({case_id: outcome dict of `run_xla` or error text}) and `device_ids` as
+    ``STEM.json`` (layouts, ids, flags) and ``STEM.npz`` (every shard's values; no object arrays).
+    An outcome that cannot be written as data is written as its error text."""
+    arrays: dict = {}
+    cases = {}
+    for cid, out in outcomes.items():
+        if isinstance(out, str):
+            cases[cid] = out
+            continue
+        before = set(arrays)
+        try:
+            cases[cid] = {"groups": [{str(int(k)): _array_json(a, arrays) for k, a in g.items()} for g in out["groups"]],
+                          "mpmd_idxs": [[int(i) for i in idx] for idx in out["mpmd_idxs"]],
+                          "final": [_array_json(a, arrays) for a in out["final"]], "consumed": bool(out["consumed"])}
+        except (TypeError, ValueError) as e:
+            for key in set(arrays) - before:
+                del arrays[key]
+            cases[cid] = f"{type(e).__name__}: the outcome cannot be written as data: {e}"
+    with open(stem + ".npz", "wb") as f:
+        np.savez(f, allow_pickle=False, **arrays)
+    with open(stem + ".json", "w") as f:
+        json.dump({"device_ids": [int(i) for i in device_ids], "outcomes": cases}, f)
+
+
+def read_outcome_files(stem: str) -> dict:
+    """{"device_ids": [...], "outcomes": {case_id: outcome dict or error text}} from `outcome_files`'
+    ``STEM.json`` and ``STEM.npz``, arrays as refsim.Array (read without unpickling anything)."""
+    with open(stem + ".json") as f:
+        data = json.load(f)
+    with np.load(stem + ".npz", allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    outcomes = {}
+    for cid, out in data["outcomes"].items():
+        if isinstance(out, str):
+            outcomes[cid] = out
+            continue
+        outcomes[cid] = {"groups": [{int(k): _array_from(a, arrays) for k, a in g.items()} for g in out["groups"]],
+                         "mpmd_idxs": [tuple(idx) for idx in out["mpmd_idxs"]],
+                         "final": [_array_from(a, arrays) for a in out["final"]], "consumed": bool(out["consumed"])}
+    return {"device_ids": [int(i) for i in data["device_ids"]], "outcomes": outcomes}
+
+
+def _array_json(a: refsim.Array, arrays: dict) -> dict:
+    shards = []
+    for sh in a.shards:
+        data = np.asarray(sh.data)
+        if data.dtype.hasobject:
+            raise TypeError(f"device {sh.device_id}'s shard has dtype {data.dtype}, which only pickle could store")
+        key = f"k{len(arrays)}"
+        arrays[key] = data
+        shards.append({"device_id": int(sh.device_id), "index": [[i.start, i.stop, i.step] if isinstance(i, slice)
+                                                                else int(i) for i in sh.index],
+                       "data": key, "replica_id": int(sh.replica_id)})
+    return {"shape": [int(n) for n in a.shape], "dtype": np.dtype(a.dtype).str, "sharding": _sharding_json(a.sharding),
+            "shards": shards}
+
+
+def _array_from(d: dict, arrays: dict) -> refsim.Array:
+    shards = [refsim.Shard(int(sh["device_id"]), tuple(slice(*i) if isinstance(i, list) else int(i) for i in sh["index"]),
+                           arrays[sh["data"]], int(sh["replica_id"])) for sh in d["shards"]]
+    return refsim.Array(tuple(d["shape"]), np.dtype(d["dtype"]), _sharding_from(d["sharding"]), shards)
+
+
+def _sharding_json(s) -> dict:
+    if isinstance(s, SingleDeviceSharding):
+        return {"single_device": s.device_id, "memory_kind": s.memory_kind}
+    if not (isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh)) or s.logical_device_ids is not None:
+        raise TypeError(f"a result's sharding {s!r} has no data form here (NamedSharding on a Mesh, "
+                        "SingleDeviceSharding)")
+    spec = _spec_json(s.spec)
+    if not all(p is None or isinstance(p, str) or (isinstance(p, list) and all(isinstance(n, str) for n in p))
+               for p in spec):
+        raise TypeError(f"a result's spec {s.spec!r} names something other than mesh axes")
+    m = s.mesh
+    return {"mesh_shape": [int(n) for n in m.shape.values()], "axis_names": list(m.axis_names),
+            "device_ids": np.asarray(m.device_ids).ravel().tolist(), "axis_types": [t.name for t in m.axis_types],
+            "spec": spec, "unreduced": sorted(s.spec.unreduced), "reduced": sorted(s.spec.reduced),
+            "memory_kind": s.memory_kind}
+
+
+def _sharding_from(d: dict):
+    mk = d.get("memory_kind")
+    mk = None if mk in (None, "device") else mk
+    if "single_device" in d:
+        return SingleDeviceSharding(int(d["single_device"]), memory_kind=mk)
+    shape = tuple(int(n) for n in d["mesh_shape"])
+    mesh = Mesh(shape, tuple(d["axis_names"]), device_ids=np.asarray(d["device_ids"], dtype=np.int64).reshape(shape),
+                axis_types=tuple(d["axis_types"]))
+    spec = PartitionSpec(*_spec(d["spec"]), unreduced=frozenset(d["unreduced"]), reduced=frozenset(d["reduced"]))
+    return NamedSharding(mesh, spec, memory_kind=mk)
 
 
 # -- checking ---------------------------------------------------------------------------------------------

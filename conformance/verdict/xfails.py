@@ -12,22 +12,35 @@ or parameters under the id: such a case passes when it agrees (otherwise an agre
 * ``mismatch(CLASS, ...)`` -- XLA's values differ from refsim's (or from the exact sum), and
   every differing element is of one of the named classes of `conformance.verdict.compare.element_classes`
   (``nan-dropped``, ``nan-introduced``, ``inf``, ``subnormal-flushed``, ``signed-zero``,
-  ``1-ulp``, ``value``; ``any`` for every class, which is reported as too broad);
+  ``1-ulp``, ``value``; ``any`` for every class, which is reported as too broad); a layout
+  difference or a value difference with no classified element is not one;
 * ``model(NAME)`` -- XLA's values differ from refsim's but equal what the platform model NAME
   of `conformance.verdict.platform_models` predicts (a NumPy model of the platform's own semantics);
 * ``raises(ExceptionClass)`` or ``raises(ExceptionClass, /REGEX/)`` -- XLA (never refsim)
   raises that class (by name, or a subclass) with a message REGEX searches (no REGEX: too broad);
-* ``unsupported`` -- the platform cannot run it at all (no lowering, no thunk); the case is
-  reported "unsupported", never a pass;
-* ``crash`` -- the case aborts the XLA process (a fatal CHECK): it is not run, and is "xfail";
-* ``aborts(/REGEX/)`` -- the case may abort the XLA process with a fatal line (or last stderr lines)
-  REGEX searches: a worker process runs it (`--processes`), and its death so is "xfail" (with
-  ``sometimes``, the data or parameters that do not abort it pass). Where no worker runs it (in this
-  process, a distributed run) it is not run, as a ``crash``.
+  the XLA side's exception and message, never refsim's (JAX's tracer rejecting a program on both
+  sides with the same class and message is the XLA side's: `conformance.engine.runner`);
+* ``unsupported`` -- the platform cannot run it at all (no lowering, no thunk; the XLA side says so):
+  the case is reported "unsupported", never a pass;
+* ``crash`` -- the case aborts the XLA process (a fatal CHECK): it is not run, and is "xfail".
+  Should such a case run anyway, only what ``aborts()`` accepts (below, any fatal line) is this;
+* ``aborts(/REGEX/)`` -- the case may abort the XLA process with a fatal CHECK: a worker process runs
+  it (`--processes`), and its death is "xfail" only when the worker was killed by SIGABRT while XLA
+  compiled or ran the case (the runner's step marker, `conformance.engine.workers.step`, says "xla") and
+  XLA's own fatal line (``F1205 ... file.cc:N] Check failed: ...``: the last one the worker wrote in
+  that step; never the rest of stderr) matches REGEX. Any other death is an error naming the entry and
+  why: another signal (SIGKILL: the OOM killer; SIGSEGV), an exit with any code, a death in refsim's
+  step or the comparison, on the XLA side after refsim had raised, in a check that runs both sides
+  together, no fatal line (glibc's own aborts, a Python ``os.abort``) or one REGEX does not match.
+  With ``sometimes``, the data or parameters that do not abort it pass. Where no worker runs it (in
+  this process, a distributed run) it is not run, as a ``crash``.
 
-Anything else about a listed case -- refsim raising, refsim outside the sum bound, a layout
-difference, another exception, another class of value difference -- is an "error" naming the
-entry and what did not match: an entry never masks a failure it does not describe.
+Every signature accepts only a failure of the XLA side (a refsim-side exception, refsim outside the
+sum bound, a check that cannot say which side failed, a failure record without a side: never). Anything
+else about a listed case -- refsim raising, refsim outside the sum bound, a layout difference,
+another exception, another class of value difference, a value difference no element class describes,
+a death -- is an "error" naming the entry and what did not match: an entry never masks a failure it
+does not describe.
 Blank lines and ``#`` comments are ignored.
 """
 from __future__ import annotations
@@ -35,14 +48,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 
 from conformance.verdict import platform_models
 
 # JAX is imported inside functions: importing conformance never loads it, so the platform
 # (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
 
-__all__ = ["CLASSES", "Entry", "XfailList", "abort_failure", "default_path", "exception_failure", "comparison_failure", "load",
-           "parse"]
+__all__ = ["CLASSES", "XLA_STEP", "Entry", "XfailList", "abort_failure", "default_path", "exception_failure",
+           "comparison_failure", "load", "parse"]
 
 _VERSION_TOKEN = re.compile(r"^jax(<|<=|>=|>|==)(\d+(?:\.\d+)*)$")
 CLASSES = ("nan-dropped", "nan-introduced", "inf", "subnormal-flushed", "signed-zero", "1-ulp", "value")
@@ -52,6 +66,17 @@ _SIGNATURE = re.compile(
     r"|raises\((?P<exc>[\w.]+)(?:\s*,\s*/(?P<msg>.*?)/)?\)|aborts\((?:/(?P<abort>.*?)/)?\)|unsupported|crash)"
     r"\s*:\s*(?P<reason>.*)$")
 _VALUE_KINDS = ("values", "bound", "ulp")
+# The step of a task in which XLA compiles or runs the case (the runner marks each step in a worker's
+# stderr log: `conformance.engine.workers.step`); a death in any other step is never an XLA abort.
+XLA_STEP = "xla"
+_STEPS = {
+    "refsim": "in refsim's step (refsim evaluating the case), which is never an XLA abort",
+    "xla-after-refsim": ("on the XLA side after refsim had raised (refsim's failure came first, and a refsim "
+                         "failure is never expected)"),
+    "compare": "while the results were compared (this project's code, not XLA)",
+    "check": "in a check that runs refsim and XLA together (which side aborted cannot be told)",
+    "shrink": "while a failure was shrunk (the case had already failed otherwise)",
+}
 _FORMAT = ("write 'PATTERN [jax<V] [sometimes] SIGNATURE: REASON' with SIGNATURE one of mismatch(CLASS,...), "
            "model(NAME), raises(ExceptionClass, /message regex/), aborts(/fatal line regex/), unsupported, crash")
 
@@ -78,6 +103,12 @@ class Entry:
     sometimes: bool = False
     version: tuple | None = None   # (op, (major, minor, patch)) or None
     line: int = 0
+    source: str = ""
+
+    @property
+    def where(self) -> str:
+        """``FILE:LINE`` of the entry (``line N`` when parsed from text without a file name)."""
+        return f"{self.source}:{self.line}" if self.source else f"line {self.line}"
 
     @property
     def unsupported(self) -> bool:
@@ -142,23 +173,17 @@ class Entry:
                 "==": have[:len(want)] == want}[op]
 
     def expects(self, failure: dict | None) -> tuple[bool, str]:
-        """(True, '') when `failure` (from `comparison_failure` / `exception_failure`) is what this
-        entry describes; else (False, why not)."""
+        """(True, '') when `failure` (from `comparison_failure` / `exception_failure` / `abort_failure`)
+        is what this entry describes; else (False, why not)."""
         if not failure:
             return False, "the check reported no failure signature to match"
-        kind, side = failure.get("kind"), failure.get("side", "xla")
+        kind, side = failure.get("kind"), failure.get("side")
+        if kind == "aborts":
+            return self._expects_death(failure)
         if side != "xla":
-            return False, f"the failure is on the {side} side (only XLA-side failures can be expected)"
+            return False, f"the failure is on the {side or 'unknown'} side (only XLA-side failures can be expected)"
         if kind == "accepted":
             return False, "XLA accepted a program that refsim (following JAX's rules) rejects"
-        if kind == "aborts":
-            said = _first_line(failure.get("fatal_line") or failure.get("stderr_tail") or "") or "nothing on stderr"
-            if self.kind != "aborts":
-                return False, f"the process running it died ({said})"
-            text = (failure.get("fatal_line") or "") + "\n" + (failure.get("stderr_tail") or "")
-            if self.message and not re.search(self.message, text):
-                return False, f"the process died, but not with /{self.message}/: {said}"
-            return True, ""
         if kind == "unsupported":
             return (True, "") if self.kind == "unsupported" else (False, "the platform cannot run it (unsupported)")
         if kind == "raises":
@@ -180,6 +205,8 @@ class Entry:
                 return (True, "") if ok else (False, f"XLA's values differ from model {self.model!r} too")
             if self.kind != "mismatch":
                 return False, f"XLA's values differ ({', '.join(failure.get('classes', ()))}); expected {self.signature}"
+            if not failure.get("classes"):
+                return False, "the values differ, but no differing element has a class an entry can name"
             if "any" in self.classes:
                 return True, ""
             extra = sorted(set(failure.get("classes", ())) - set(self.classes))
@@ -187,6 +214,35 @@ class Entry:
                 return False, f"values differ by class {', '.join(extra)}, not only {', '.join(self.classes)}"
             return True, ""
         return False, f"unrecognised failure {failure!r}"
+
+    def _expects_death(self, failure: dict) -> tuple[bool, str]:
+        """An `abort_failure`: only ``aborts`` (and ``crash``) accept one, and only a SIGABRT during
+        XLA's step with XLA's fatal line (matching the regex)."""
+        how = failure.get("how") or "died"
+        fatal = (failure.get("fatal_line") or "").strip()
+        step = failure.get("step")
+        if self.kind not in ("aborts", "crash"):
+            said = _first_line(fatal or failure.get("stderr_tail") or "") or "nothing on stderr"
+            return False, f"the process running it died ({how}: {said})"
+        code = failure.get("exitcode")
+        if failure.get("signal") != "SIGABRT":
+            why = (f"the worker was killed by {failure['signal']}, not by SIGABRT" if failure.get("signal") else
+                   f"the worker exited with code {code}, it was not killed by SIGABRT" if code is not None else
+                   "the worker's exit status is unknown, not a death by SIGABRT")
+        elif step != XLA_STEP:
+            why = (f"the worker was killed by SIGABRT {_STEPS[step]}" if step in _STEPS else
+                   f"the worker was killed by SIGABRT in its task's {step!r} step" if step else
+                   "the worker was killed by SIGABRT before its task marked a step")
+            why += ", not while XLA compiled or ran the case"
+        elif not fatal:
+            why = "the worker was killed by SIGABRT while XLA ran the case, but XLA wrote no fatal line"
+        elif self.message and not re.search(self.message, fatal):
+            why = f"XLA's fatal line does not match /{self.message}/: {fatal[:300]}"
+        else:
+            return True, ""
+        wanted = f"a fatal line /{self.message}/ matches" if self.message else "its fatal line"
+        return False, (f"{why}; the xfails entry at {self.where} {self.signature} accepts only a worker killed by "
+                       f"SIGABRT while XLA compiles or runs the case, with {wanted}")
 
 
 def _first_line(text: str) -> str:
@@ -203,10 +259,23 @@ def comparison_failure(result, models: dict | None = None) -> dict:
             "classes": list(result.classes), "layout": layout, "models": dict(models or {})}
 
 
-def abort_failure(fatal_line: str | None, stderr_tail: str | None) -> dict:
-    """The failure signature of a worker process that died running a case: its last fatal-log line
-    (XLA's "F... file.cc:N] Check failed: ...") and its last stderr lines."""
-    return {"kind": "aborts", "side": "xla", "fatal_line": fatal_line or "", "stderr_tail": stderr_tail or ""}
+def abort_failure(fatal_line: str | None, stderr_tail: str | None, *, exitcode: int | None = None,
+                  step: str | None = None) -> dict:
+    """The failure signature of a worker process that died running a case: how (`exitcode` as
+    `multiprocessing.Process.exitcode` gives it: -N for a death by signal N; None: unknown), in which
+    step of its task (`XLA_STEP` while XLA compiles or runs the case; None: none marked), the last
+    fatal-log line written in that step (XLA's "F... file.cc:N] Check failed: ...") and its last
+    stderr lines (for the reader only: no entry matches them)."""
+    sig = None
+    if exitcode is not None and exitcode < 0:
+        try:
+            sig = signal.Signals(-exitcode).name
+        except ValueError:
+            sig = f"signal {-exitcode}"
+    how = (f"killed by {sig}" if sig else f"exit code {exitcode}" if exitcode is not None
+           else "gone (exit status unknown)")
+    return {"kind": "aborts", "side": "xla" if step == XLA_STEP else (step or "unknown"), "exitcode": exitcode,
+            "signal": sig, "how": how, "step": step, "fatal_line": fatal_line or "", "stderr_tail": stderr_tail or ""}
 
 
 def exception_failure(side: str, exc: BaseException, *, unsupported: bool = False) -> dict:
@@ -273,7 +342,7 @@ def parse(text: str, *, source: str = "<xfails>") -> list[Entry]:
         else:
             kw = dict(kind=sig)
         out.append(Entry(pattern, m.group("reason").strip(), sometimes=bool(m.group("sometimes")), version=version,
-                         line=n, **kw))
+                         line=n, source=source, **kw))
     return out
 
 

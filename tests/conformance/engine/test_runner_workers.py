@@ -67,8 +67,8 @@ def test_a_dead_worker_is_one_error_and_a_fresh_worker_runs_the_rest(tmp_path):
     assert set(by_exit) == {"killed by SIGABRT", "exit code 3"}
     aborted = by_exit["killed by SIGABRT"]
     assert aborted.details["exitcode"] == -signal.SIGABRT and aborted.examples == 0
-    assert aborted.message.startswith("the worker process running this case died (killed by SIGABRT); the run "
-                                      "went on with a fresh worker.")
+    assert aborted.message.startswith("the worker process running this case died (killed by SIGABRT, in step "
+                                      "'check'); the run went on with a fresh worker.")
     # the stderr tail is what the worker wrote while running this case, and says how to list a crash
     assert aborted.details["stderr_tail"] == "F0000 planted.cc:1] Check failed: planted abort in shard_map"
     assert "'CASE_ID_PATTERN crash: REASON'" in aborted.message
@@ -453,8 +453,9 @@ def test_an_aborts_entry_makes_a_worker_death_with_its_fatal_line_an_xfail(monke
     if status == "xfail":
         assert got.message.startswith(f"expected abort aborts(/{regex}/): a planted CHECK\nthe worker process")
     else:
-        assert (f"listed in the xfails file as aborts(/{regex}/) ('planted[*': a planted CHECK), but this failure "
-                "is not that one: the process died, but not with") in got.message
+        assert (f"listed in the xfails file at <xfails>:1 as aborts(/{regex}/) ('planted[*': a planted CHECK), but "
+                f"this failure is not that one: XLA's fatal line does not match /{regex}/: F0000 planted.cc:1] Check "
+                "failed: planted abort; the xfails entry at <xfails>:1") in got.message
     # in this process the case is not run at all: its abort would end the run
     here = runner.run(suite="programs", progress=False, xla=AbortingXla(), shrink_seconds=0, xfails=listed).results
     assert [(r.status, r.examples) for r in here] == [("xfail", 0)]

@@ -123,6 +123,20 @@ RAISED = xfails.exception_failure("xla", type("JaxRuntimeError", (RuntimeError,)
     ("raises(ValueError)", xfails.exception_failure("refsim", ValueError("bad")), False,
      "the failure is on the refsim side (only XLA-side failures can be expected)"),
     ("unsupported", None, False, "the check reported no failure signature to match"),
+    # each signature accepts the XLA side's failure only: not refsim's, not a check's whose side is
+    # unknown, not a record that names no side; and a value difference only with classified elements
+    ("raises(ValueError, /bad/)", xfails.exception_failure("unknown", ValueError("bad")), False,
+     "the failure is on the unknown side (only XLA-side failures can be expected)"),
+    ("raises(ValueError, /bad/)", {"kind": "raises", "exception": "ValueError", "message": "bad"}, False,
+     "the failure is on the unknown side (only XLA-side failures can be expected)"),
+    ("unsupported", xfails.exception_failure("refsim", NotImplementedError("x"), unsupported=True), False,
+     "the failure is on the refsim side (only XLA-side failures can be expected)"),
+    ("model(xla-cpu-arith)", dict(VALUES, side="refsim", models={"xla-cpu-arith": True}), False,
+     "the failure is on the refsim side (only XLA-side failures can be expected)"),
+    ("mismatch(signed-zero)", dict(VALUES, classes=[]), False,
+     "the values differ, but no differing element has a class an entry can name"),
+    ("mismatch(any)", dict(VALUES, classes=[]), False,
+     "the values differ, but no differing element has a class an entry can name"),
 ])
 def test_expects(sig, failure, ok, why):
     (entry,) = xfails.parse(f"case {sig}: reason")
@@ -242,21 +256,71 @@ def test_several_entries_crash_if_any_does_and_agree_sometimes_only_if_all_do():
     assert [e.line for e in again.entries] == [1, 2] and again.crash
 
 
-def test_an_aborts_entry_expects_a_death_whose_fatal_line_it_names():
-    (entry,) = xfails.parse("sharded[* jax>=0.11 sometimes aborts(/Check failed: sliced.has_value/): 0.12 reshards")
-    assert (entry.kind, entry.signature, entry.sometimes, entry.aborts, entry.crash) == (
-        "aborts", "aborts(/Check failed: sliced.has_value/)", True, True, False)
-    fatal = "F1126 19:46:39.59 9667 hlo_sharding_util.cc:3007] Check failed: sliced.has_value() Could not slice"
-    assert entry.expects(xfails.abort_failure(fatal, "...\n" + fatal)) == (True, "")
-    other = "F1126 spmd_partitioner.cc:1115] Check failed: get_first_valid_element_offset_on_dilated_shard(0)"
-    assert entry.expects(xfails.abort_failure(other, other)) == (
-        False, f"the process died, but not with /Check failed: sliced.has_value/: {other}")
-    assert entry.expects(xfails.abort_failure(None, "")) == (
-        False, "the process died, but not with /Check failed: sliced.has_value/: nothing on stderr")
-    # other signatures never expect a death, and an abort entry expects nothing else
+ABORT = -6   # multiprocessing's exitcode of a process killed by SIGABRT
+FATAL = "F1126 19:46:39.59 9667 hlo_sharding_util.cc:3007] Check failed: sliced.has_value() Could not slice"
+OTHER_FATAL = "F1126 spmd_partitioner.cc:1115] Check failed: get_first_valid_element_offset_on_dilated_shard(0)"
+ACCEPTS = ("; the xfails entry at cpu.txt:2 aborts(/Check failed: sliced.has_value/) accepts only a worker killed "
+           "by SIGABRT while XLA compiles or runs the case, with a fatal line /Check failed: sliced.has_value/ matches")
+
+
+def _aborts_entry():
+    (entry,) = xfails.parse("# a comment\nsharded[* jax>=0.11 sometimes aborts(/Check failed: sliced.has_value/): "
+                            "0.12 reshards", source="cpu.txt")
+    return entry
+
+
+def test_an_aborts_entry_expects_a_sigabrt_in_xlas_step_with_its_fatal_line():
+    entry = _aborts_entry()
+    assert (entry.kind, entry.signature, entry.sometimes, entry.aborts, entry.crash, entry.where) == (
+        "aborts", "aborts(/Check failed: sliced.has_value/)", True, True, False, "cpu.txt:2")
+    died = xfails.abort_failure(FATAL, "...\n" + FATAL, exitcode=ABORT, step=xfails.XLA_STEP)
+    assert (died["signal"], died["how"], died["side"]) == ("SIGABRT", "killed by SIGABRT", "xla")
+    assert entry.expects(died) == (True, "")
+
+
+@pytest.mark.parametrize("fatal, tail, exitcode, step, why", [
+    # another signal, or an exit, after the matching line
+    (FATAL, FATAL, -9, "xla", "the worker was killed by SIGKILL, not by SIGABRT"),
+    (FATAL, FATAL, -11, "xla", "the worker was killed by SIGSEGV, not by SIGABRT"),
+    (FATAL, FATAL, 0, "xla", "the worker exited with code 0, it was not killed by SIGABRT"),
+    (FATAL, FATAL, 3, "xla", "the worker exited with code 3, it was not killed by SIGABRT"),
+    (FATAL, FATAL, None, "xla", "the worker's exit status is unknown, not a death by SIGABRT"),
+    # a SIGABRT outside XLA's step
+    (FATAL, FATAL, ABORT, "refsim", "the worker was killed by SIGABRT in refsim's step (refsim evaluating the "
+     "case), which is never an XLA abort, not while XLA compiled or ran the case"),
+    (FATAL, FATAL, ABORT, "xla-after-refsim", "the worker was killed by SIGABRT on the XLA side after refsim had "
+     "raised (refsim's failure came first, and a refsim failure is never expected), not while XLA compiled or ran "
+     "the case"),
+    (FATAL, FATAL, ABORT, "check", "the worker was killed by SIGABRT in a check that runs refsim and XLA together "
+     "(which side aborted cannot be told), not while XLA compiled or ran the case"),
+    (FATAL, FATAL, ABORT, "compare", "the worker was killed by SIGABRT while the results were compared (this "
+     "project's code, not XLA), not while XLA compiled or ran the case"),
+    (FATAL, FATAL, ABORT, None, "the worker was killed by SIGABRT before its task marked a step, not while XLA "
+     "compiled or ran the case"),
+    # XLA's step, but not its fatal line: none (the tail is never searched), or another one
+    ("", FATAL, ABORT, "xla", "the worker was killed by SIGABRT while XLA ran the case, but XLA wrote no fatal line"),
+    (OTHER_FATAL, FATAL + "\n" + OTHER_FATAL, ABORT, "xla",
+     f"XLA's fatal line does not match /Check failed: sliced.has_value/: {OTHER_FATAL}"),
+])
+def test_an_aborts_entry_accepts_no_other_death(fatal, tail, exitcode, step, why):
+    failure = xfails.abort_failure(fatal, tail, exitcode=exitcode, step=step)
+    assert _aborts_entry().expects(failure) == (False, why + ACCEPTS)
+
+
+def test_only_aborts_and_crash_entries_accept_a_death_and_an_aborts_entry_nothing_else():
+    xlas_abort = xfails.abort_failure(FATAL, FATAL, exitcode=ABORT, step="xla")
     (raises,) = xfails.parse("a raises(ValueError, /x/): r")
-    assert raises.expects(xfails.abort_failure(fatal, fatal)) == (False, f"the process running it died ({fatal})")
+    assert raises.expects(xlas_abort) == (False, f"the process running it died (killed by SIGABRT: {FATAL})")
+    (crash,) = xfails.parse("a crash: r", source="cpu.txt")
+    assert crash.expects(xlas_abort) == (True, "")   # crash: any fatal line of a SIGABRT in XLA's step
+    assert crash.expects(xfails.abort_failure(FATAL, FATAL, exitcode=-9, step="xla")) == (
+        False, "the worker was killed by SIGKILL, not by SIGABRT; the xfails entry at cpu.txt:1 crash accepts "
+        "only a worker killed by SIGABRT while XLA compiles or runs the case, with its fatal line")
+    assert not crash.expects(xfails.abort_failure("", "", exitcode=ABORT, step="xla"))[0]
+    assert not crash.expects(xfails.abort_failure(FATAL, FATAL, exitcode=ABORT, step="refsim"))[0]
+    entry = _aborts_entry()
     assert not entry.expects({"kind": "raises", "side": "xla", "exception": "ValueError", "message": "x"})[0]
+    assert not entry.expects(VALUES)[0]
     assert xfails.parse("a aborts(): r")[0].too_broad().startswith("aborts() accepts any abort")
     assert xfails.parse("a aborts(/x/): r")[0].too_broad() == ""
     with pytest.raises(ValueError, match=r"fatal line pattern /\(/ is not a valid regular expression"):
