@@ -22,18 +22,38 @@ partitioner, for `conformance.coverage`). Each failure is classified by a signat
 
 The first failure of each signature is shrunk (a mismatch in its worker; an exception or crash
 by running the cut-down variants of `conformance.suites.sharded.candidates` in fresh processes)
-and written at once to ``DIR/findings/`` with its reproducer; failing programs are also kept in
-a hypothesis example database (``--database``, default ``DIR/examples``), whose programs the next
-hunt with that database runs first. SIGINT / SIGTERM end the hunt cleanly: cases in flight
-finish, the reports are written and ``DIR/hunt.json`` says ``"partial": true``.
+and written at once to ``DIR/findings/NNN-stage-op``: ``.py`` (the reproducer), ``.txt`` (the
+signature and message) and ``.json`` (the case as data, `case_to_data`, which
+``python -m conformance hunt --check FILE`` runs). A signature that a finding of an earlier hunt on
+the same ``DIR`` already has (a hunt rerun after a kill replays its failing programs first) keeps
+that finding's number and files: it is counted, not written again. SIGINT / SIGTERM end the hunt
+cleanly: cases in flight finish, the reports are written and ``DIR/hunt.json`` says
+``"partial": true``.
+
+Failing programs are kept in a hypothesis example database (``--database``, default
+``DIR/examples``), whose programs the next hunt with that database runs first. Nothing read back
+is executed or unpickled. A database may be shared between machines and jobs, so an entry holds
+no program: it is JSON naming how the strategy draws it (`DB_FORMAT`: the batch seed, batch size
+and position, the device count, and the path through `candidates` that shrank it) and the sha256
+of the case the strategy derived (`program_digest`). A replay draws the program again with this
+version's strategy, follows the path, and runs it only if its digest is the stored one; so the
+programs a database can make a hunt run are programs the strategy itself would draw. An entry
+that is not such JSON (garbage, an older pickle, another format), asks for more devices than the
+hunt has, or derives another program (the strategy or a version changed) is skipped and counted
+(``hunt.json``'s ``database``), never an error, and left in place for the version that wrote it.
+A finding's ``.json`` (and the file the hunt hands to ``--check`` while shrinking) does hold the
+program's source, which ``--check`` compiles: it runs what a user chose to run, like a reproducer;
+its arrays are ``.npy`` bytes, loaded without pickle.
 """
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
+import hashlib
+import io
 import json
 import os
-import pickle
 import random
 import re
 import signal
@@ -44,6 +64,8 @@ import time
 
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+import numpy as np
+
 import refsim
 from conformance.cli import _cores, _Parser, _positive, _seconds, _seed, _timeout
 from conformance.engine import runner, workers
@@ -52,15 +74,21 @@ from conformance.report.results import CaseResult, Failure, summarize
 from conformance.suites import base
 from conformance.suites import sharded as suite_mod
 from conformance.suites.base import ProgramTask
-from conformance.suites.sharded import shrink_case
+from conformance.strategies.sharded import Graph, make_case
+from conformance.suites.sharded import candidates, shrink_case
 from conformance.verdict import xfails as xfails_mod
 from xla_backend import platform as xplat
 
 # None of these loads JAX (the worker processes and `--check` configure the platform first).
 
-__all__ = ["Finding", "HuntResult", "check_in_subprocess", "hunt", "main", "signature"]
+__all__ = ["DB_FORMAT", "Finding", "HuntResult", "case_from_data", "case_to_data", "check_in_subprocess", "hunt",
+           "main", "program_digest", "signature"]
 
 DB_KEY = b"conformance-hunt-failing-programs"
+#: The ``format`` of an example-database entry (how the strategy draws a program, never the program).
+DB_FORMAT = "conformance-hunt-entry-1"
+#: The ``format`` of a case file (a finding's ``.json``, the file ``--check`` runs).
+CASE_FORMAT = "conformance-hunt-case-1"
 BATCH = 8
 SHARDING_OPS = ("with_sharding_constraint", "reshard")
 
@@ -77,6 +105,8 @@ class Finding:
     status: str
     path: str | None = None
     message: str = ""
+    number: int = 0        # its NNN in findings/
+    earlier: bool = False  # first written by an earlier hunt on this report folder
 
 
 @dataclasses.dataclass
@@ -89,6 +119,7 @@ class HuntResult:
     findings: list
     report_dir: str | None
     generator_errors: list = dataclasses.field(default_factory=list)
+    database: dict = dataclasses.field(default_factory=dict)
 
 
 # -- classifying a result -------------------------------------------------------------------------
@@ -147,14 +178,243 @@ def signature(result, case=None) -> tuple | None:
     return (stage, where.group(1) if where else ops, f"{exc}: {_key(msg)}")
 
 
+# -- a case as data (JSON; arrays as .npy bytes, read without pickle) -----------------------------
+def _array_data(a) -> str:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(a), allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _array(text) -> np.ndarray:
+    if not isinstance(text, str):
+        raise ValueError(f"an array is base64 text of .npy bytes, got {type(text).__name__}")
+    return np.load(io.BytesIO(base64.b64decode(text, validate=True)), allow_pickle=False)
+
+
+def _spec_data(sharding) -> list:
+    spec = sharding.spec
+    if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
+        raise ValueError(f"{spec!r} has unreduced or reduced axes, which a hunt case does not draw")
+    out = []
+    for p in spec:
+        if p is None or isinstance(p, str):
+            out.append(p)
+        elif isinstance(p, tuple) and all(isinstance(a, str) for a in p):
+            out.append(list(p))
+        else:
+            raise ValueError(f"{spec!r}: entry {p!r} is not None, an axis name or a tuple of them")
+    return out
+
+
+def _sharding(mesh, entries) -> NamedSharding:
+    if not isinstance(entries, list) or not all(e is None or isinstance(e, str) or (
+            isinstance(e, list) and all(isinstance(a, str) for a in e)) for e in entries):
+        raise ValueError(f"a spec is a list of null, axis names or lists of them, got {entries!r}")
+    return refsim.NamedSharding(mesh, refsim.PartitionSpec(*[tuple(e) if isinstance(e, list) else e
+                                                             for e in entries]))
+
+
+def _tuples(x):
+    return tuple(_tuples(e) for e in x) if isinstance(x, list) else x
+
+
+def case_to_data(case) -> dict:
+    """A `ShardedProgram` as JSON-able data: its op graph (`conformance.strategies.sharded.Graph`),
+    mesh, argument arrays (base64 of `np.save` bytes), in/out specs, partitioner and axis types,
+    from which `case_from_data` rebuilds it with `make_case`."""
+    g, m = case.graph, case.mesh
+    if g is None:
+        raise ValueError(f"{case.case_id} has no op graph: only drawn sharded programs are stored")
+    return {
+        "graph": {"helpers": [list(h) for h in g.helpers], "lines": list(g.lines),
+                  "line_ops": [list(o) for o in g.line_ops],
+                  "outs": [[n, list(shape), dt, float(err)] for n, shape, dt, err in g.outs],
+                  "args": [[dt, list(shape), ax] for dt, shape, ax in g.args], "batch": g.batch,
+                  "transform": g.transform},
+        "mesh": {"shape": [int(n) for n in m.axis_sizes], "names": list(m.axis_names),
+                 "device_ids": np.asarray(m.device_ids).tolist(), "axis_types": [t.value for t in m.axis_types]},
+        "args": [_array_data(a) for a in case.args],
+        "in_specs": [_spec_data(x) for x in case.in_shardings],
+        "out_specs": [_spec_data(x) for x in case.out_shardings],
+        "partitioner": case.partitioner, "axis_types": case.axis_types,
+    }
+
+
+def case_from_data(data) -> "suite_mod.ShardedProgram":
+    """The `ShardedProgram` of `case_to_data`'s data; ValueError naming what is wrong otherwise.
+    Its op graph is source text that running the case compiles: load only a case you mean to run."""
+    try:
+        g, m = data["graph"], data["mesh"]
+        graph = Graph(helpers=tuple((str(n), str(t)) for n, t in g["helpers"]), lines=tuple(map(str, g["lines"])),
+                      line_ops=tuple((str(o), str(p)) for o, p in g["line_ops"]),
+                      outs=tuple((str(n), tuple(int(d) for d in shape), str(dt), float(err))
+                                 for n, shape, dt, err in g["outs"]),
+                      args=tuple((str(dt), tuple(int(d) for d in shape), None if ax is None else int(ax))
+                                 for dt, shape, ax in g["args"]),
+                      batch=None if g["batch"] is None else int(g["batch"]), transform=str(g["transform"]))
+        mesh = refsim.Mesh(tuple(int(n) for n in m["shape"]), tuple(m["names"]),
+                           device_ids=np.asarray(m["device_ids"], dtype=np.int64),
+                           axis_types=tuple(refsim.AxisType(t) for t in m["axis_types"]))
+        return make_case(graph, mesh=mesh, args=tuple(_array(a) for a in data["args"]),
+                         in_shardings=tuple(_sharding(mesh, e) for e in data["in_specs"]),
+                         out_shardings=tuple(_sharding(mesh, e) for e in data["out_specs"]),
+                         partitioner=str(data["partitioner"]), axis_types=str(data["axis_types"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"not a hunt case ({type(e).__name__}: {e})") from None
+
+
+def program_digest(case) -> str:
+    """``sha256:<hex>`` of `case_to_data(case)`: equal for the same program, layouts and data."""
+    text = json.dumps(case_to_data(case), sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_case(path: str):
+    """The case in a case file (a finding's ``.json``); ValueError naming the file otherwise."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        if not isinstance(doc, dict) or doc.get("format") != CASE_FORMAT:
+            raise ValueError(f"its format is not {CASE_FORMAT!r}")
+        return case_from_data(doc.get("case"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a hunt case file ({e}); pass a findings/NNN-*.json file a hunt wrote.") \
+            from None
+
+
+def write_case(case, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"format": CASE_FORMAT, "case_id": case.case_id, "case": case_to_data(case)}, fh)
+
+
+# -- the example database: how the strategy draws each failing program -----------------------------
+_MAX_SEED = 2 ** 32   # the hunt's batch seeds: master.randrange(2 ** 32)
+
+
+def _entry(origin: dict, case) -> bytes:
+    """The database entry of `case`, drawn as `origin` says (seed, count, index, devices, shrink)."""
+    return json.dumps({"format": DB_FORMAT, "suite": "sharded", **origin, "program": program_digest(case)},
+                      sort_keys=True).encode("utf-8")
+
+
+def _origin_of(blob: bytes, devices: int) -> dict:
+    """The drawing recipe of a database entry; ValueError ("unreadable" / "foreign: ...") otherwise."""
+    try:
+        doc = json.loads(blob.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("unreadable") from None
+    keys = {"format", "suite", "seed", "count", "index", "devices", "shrink", "program"}
+    if not isinstance(doc, dict) or doc.get("format") != DB_FORMAT or set(doc) != keys:
+        raise ValueError("unreadable")
+
+    def whole(v, lo, hi):
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi
+
+    ok = (doc["suite"] == "sharded" and whole(doc["seed"], 0, _MAX_SEED) and whole(doc["count"], 1, 257)
+          and whole(doc["index"], 0, doc["count"]) and whole(doc["devices"], 1, 1 << 16)
+          and isinstance(doc["shrink"], list) and len(doc["shrink"]) <= 256
+          and all(whole(k, 0, 4096) for k in doc["shrink"])
+          and isinstance(doc["program"], str) and re.fullmatch(r"sha256:[0-9a-f]{64}", doc["program"]))
+    if not ok:
+        raise ValueError("unreadable")
+    if doc["devices"] > devices:
+        raise ValueError("foreign")   # its meshes may need more devices than this hunt has
+    return doc
+
+
+def replay(blobs, devices: int) -> tuple[list, dict, dict]:
+    """The programs of example-database entries `blobs`, each drawn again by the strategy and
+    checked against its digest: (cases, {case_id: origin}, {reason: count} of the entries skipped:
+    "unreadable" (not an entry of this format: garbage, an older pickle), "foreign" (drawn with
+    more devices than `devices`), "stale" (the strategy draws another program now))."""
+    cases, origins, skipped = [], {}, {}
+    batches: dict = {}
+    for blob in blobs:
+        try:
+            doc = _origin_of(blob, devices)
+            key = (doc["seed"], doc["count"], doc["devices"])
+            if key not in batches:
+                batches[key] = base.draw(suite_mod.strategy("sharded", None, doc["devices"]), doc["count"],
+                                         doc["seed"])
+            drawn = batches[key]
+            if doc["index"] >= len(drawn):
+                raise ValueError("stale")
+            case = drawn[doc["index"]]
+            for k in doc["shrink"]:
+                options = list(candidates(case))
+                if k >= len(options):
+                    raise ValueError("stale")
+                case = options[k]
+            if program_digest(case) != doc["program"]:
+                raise ValueError("stale")
+        except ValueError as e:
+            reason = str(e) if str(e) in ("unreadable", "foreign", "stale") else "stale"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        except Exception:  # noqa: BLE001 - the strategy cannot draw it in this version: not a case now
+            skipped["stale"] = skipped.get("stale", 0) + 1
+            continue
+        cases.append(case)
+        origins[case.case_id] = {k: doc[k] for k in ("seed", "count", "index", "devices", "shrink")}
+    return cases, origins, skipped
+
+
+def _shrink_path(case, accepted: list) -> list | None:
+    """The positions in `candidates` that lead from `case` through the `accepted` variants, in
+    order (None when one of them is not a candidate of the one before)."""
+    path, cur = [], case
+    for acc in accepted:
+        want = program_digest(acc)
+        options = list(candidates(cur))
+        k = next((i for i, c in enumerate(options) if program_digest(c) == want), None)
+        if k is None:
+            return None
+        path.append(k)
+        cur = options[k]
+    return path
+
+
+# -- findings an earlier hunt wrote to this report folder -------------------------------------------
+_FINDING_NAME = re.compile(r"^(\d+)-.*\.txt$")
+
+
+def earlier_findings(findings_dir: str) -> tuple[dict, int]:
+    """({(stage, op, error): Finding} of the findings in `findings_dir`, the highest number used)."""
+    known, top = {}, 0
+    try:
+        names = sorted(os.listdir(findings_dir))
+    except OSError:
+        return known, top
+    for name in names:
+        num = re.match(r"^(\d+)-", name)
+        if num:
+            top = max(top, int(num.group(1)))
+        m = _FINDING_NAME.match(name)
+        if not m:
+            continue
+        try:
+            with open(os.path.join(findings_dir, name), encoding="utf-8") as fh:
+                fields = dict(ln.split(": ", 1) for ln in fh.read().split("\n\n", 1)[0].splitlines() if ": " in ln)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not {"stage", "op", "error"} <= set(fields):
+            continue
+        sig = (fields["stage"], fields["op"], fields["error"])
+        if sig in known:
+            continue
+        py = os.path.join(findings_dir, name[:-4] + ".py")
+        known[sig] = Finding(*sig, 0, fields.get("case", ""), fields.get("status", ""),
+                             py if os.path.exists(py) else None, number=int(m.group(1)), earlier=True)
+    return known, top
+
+
 # -- running one case in a fresh process (shrinking exceptions and crashes) ------------------------
 def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_xfails: bool = False) -> tuple | None:
     """The signature of `case` run alone in a fresh Python process (None when it passes, or, with
     `with_xfails`, fails as the CPU xfails file expects): a fatal CHECK in XLA kills only that process."""
     with tempfile.TemporaryDirectory(prefix="conformance-hunt-") as tmp:
-        path = os.path.join(tmp, "case.pkl")
-        with open(path, "wb") as fh:
-            pickle.dump(case, fh)
+        path = os.path.join(tmp, "case.json")
+        write_case(case, path)
         env = dict(os.environ, XLA_BACKEND_DEVICES=str(devices))
         try:
             p = subprocess.run([sys.executable, "-m", "conformance.hunt", "--check", path]
@@ -176,12 +436,15 @@ def check_in_subprocess(case, devices: int = 8, timeout: float = 300.0, *, with_
 
 
 def _check_main(path: str, with_xfails: bool = False) -> int:
-    """`--check FILE [--xfails]`: run the pickled case once (no shrinking) and print its signature
-    (with the platform's xfails applied when asked: a known bug's signature is then null)."""
+    """`--check FILE [--xfails]`: run the case of a case file (`read_case`: a finding's ``.json``)
+    once (no shrinking) and print its signature (with the platform's xfails applied when asked: a
+    known bug's signature is then null)."""
     xplat.configure()
-
-    with open(path, "rb") as fh:
-        case = pickle.load(fh)
+    try:
+        case = read_case(path)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     task = ProgramTask(case.case_id, "sharded", case.family, case.dtype, [case], None)
     entry = xfails_mod.load(None, platform="cpu").lookup(case.case_id) if with_xfails else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,13 +454,20 @@ def _check_main(path: str, with_xfails: bool = False) -> int:
 
 
 def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
-    """`case` cut down (`conformance.suites.sharded.shrink_case`) while a fresh process running
-    the variant still fails with the same stage and error class."""
+    """(`case` cut down (`conformance.suites.sharded.shrink_case`) while a fresh process running
+    the variant still fails with the same stage and error class, the positions in `candidates`
+    that lead to it or None)."""
+    accepted = []
+
     def same(cand) -> bool:
         got = check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
-        return got is not None and got[0] == sig[0] and got[2] == sig[2]
+        ok = got is not None and got[0] == sig[0] and got[2] == sig[2]
+        if ok:   # shrink_case takes each variant that still fails as its next start
+            accepted.append(cand)
+        return ok
 
-    return shrink_case(case, same, seconds)
+    small = shrink_case(case, same, seconds)
+    return small, _shrink_path(case, accepted)
 
 
 # -- the hunt -------------------------------------------------------------------------------------
@@ -260,25 +530,32 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     stop = _Stop()
     counts = {"sent": 0, "done": 0}
     generator_errors: list = []
+    origins: dict = {}     # case id -> how the strategy draws it (the example database's entry)
+    database: dict = {"replayed": 0, "skipped": {}}
 
-    def batch_tasks(cases, s):
+    def batch_tasks(cases, s, drawn_as=None):
         tasks = base.group_tasks("sharded", cases, seed=s, shrink_of=lambda c: ("sharded", c.family, c.dtype),
                                  variants=len(suite_mod.DATA), data=suite_mod.DATA)
         for t in tasks:
             by_id[t.case_id] = t
+            if drawn_as is not None:
+                origins[t.case_id] = drawn_as[t.case_id]
+            else:
+                i = next(i for i, c in enumerate(cases) if c.case_id == t.case_id)
+                origins[t.case_id] = {"seed": s, "count": BATCH, "index": i, "devices": devices, "shrink": []}
         counts["sent"] += len(tasks)
         return [(t, xf.lookup(t.case_id)) for t in tasks]
 
     def feed():
-        replay = []
-        for blob in db.fetch(DB_KEY):
-            try:
-                replay.append(pickle.loads(blob))
-            except Exception:  # noqa: BLE001 - an entry of another version: drop it
-                db.delete(DB_KEY, blob)
-        if replay:
-            out(f"replaying {len(replay)} failing program(s) from the example database first")
-            yield batch_tasks(replay, 0)
+        again, drawn_as, skipped = replay(db.fetch(DB_KEY), devices)
+        database.update(replayed=len(again), skipped=skipped)
+        if skipped:
+            out(f"skipped {sum(skipped.values())} example-database entr{'y' if sum(skipped.values()) == 1 else 'ies'} "
+                f"this hunt cannot replay ({', '.join(f'{k}: {v}' for k, v in sorted(skipped.items()))}; left in "
+                "place)")
+        if again:
+            out(f"replaying {len(again)} failing program(s) from the example database first")
+            yield batch_tasks(again, 0, drawn_as)
         strategy = suite_mod.strategy("sharded", None, devices)
         while not stop.asked and time.monotonic() < deadline:
             if counts["sent"] - counts["done"] > 2 * processes:
@@ -301,6 +578,7 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     for r in reporters:
         r.start(dict(plan, cases=0))
     results, found = [], {}
+    known, numbered = earlier_findings(findings_dir)   # a rerun on this folder keeps their numbers
     opts = dict(repro_dir=os.path.join(report_dir, "repros"), devices=devices, shrink_seconds=shrink_seconds, seed=0)
     interrupted = False
     with stop:
@@ -325,7 +603,14 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                 if sig in found:
                     found[sig].count += 1
                     continue
-                found[sig] = _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out)
+                if sig in known:
+                    found[sig] = dataclasses.replace(known[sig], count=1, case_id=res.case_id, status=res.status)
+                    out(f"known failure [{sig[0]}] {sig[1]}: {sig[2]}\n  case {res.case_id}\n  finding "
+                        f"{known[sig].number:03d} of an earlier hunt on this folder: {known[sig].path}")
+                    continue
+                numbered += 1
+                found[sig] = _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out,
+                                     number=numbered, origin=origins.get(res.case_id))
         except KeyboardInterrupt:
             interrupted = True
     partial = stop.asked or interrupted
@@ -336,41 +621,48 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
     summary["phases"] = timing.totals(results, 0.0)
     summary["hunt"] = {"partial": partial, "programs": len(results), "minutes": wall / 60,
                        "findings": [dataclasses.asdict(f) for f in found.values()],
-                       "generator_errors": generator_errors}
+                       "generator_errors": generator_errors, "database": database}
     for r in reporters:
         r.finish(summary)
-    result = HuntResult(len(results), wall / 60, partial, list(found.values()), report_dir, generator_errors)
+    result = HuntResult(len(results), wall / 60, partial, list(found.values()), report_dir, generator_errors,
+                        database)
     with open(os.path.join(report_dir, "hunt.json"), "w", encoding="utf-8") as fh:
         json.dump(summary["hunt"] | {"report_dir": report_dir, "plan": summary["plan"]}, fh, indent=1, default=str)
     return result
 
 
-def _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out) -> Finding:
-    """A new distinct failure: shrink it (exceptions and crashes out of process), write its
-    reproducer to `findings_dir` now, keep the program in the example database."""
+def _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out, *, number: int,
+            origin: dict | None = None) -> Finding:
+    """A new distinct failure, finding `number`: shrink it (exceptions and crashes out of process),
+    write its reproducer and case file to `findings_dir` now, keep how the strategy draws it
+    (`origin`, and the shrinking path) in the example database."""
     stage, op, error = sig
-    n = len(os.listdir(findings_dir)) // 2 + 1
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{n:03d}-{stage}-{op}")[:80]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{number:03d}-{stage}-{op}")[:80]
     path = os.path.join(findings_dir, slug + ".py")
     note = ""
     if case is not None:
-        small = case
+        small, steps = case, []
         if res.status == "fail" and res.repro_path:
             with open(res.repro_path, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
                 dst.write(src.read())
         else:
             if shrink_seconds > 0:
-                small = _shrink_out_of_process(case, sig, devices, shrink_seconds)
+                small, steps = _shrink_out_of_process(case, sig, devices, shrink_seconds)
                 note = "" if small is case else f"shrunk to {small.case_id}"
             _reproducer(small, path)
-        db.save(DB_KEY, pickle.dumps(small))
+        write_case(small, os.path.join(findings_dir, slug + ".json"))
+        if origin is not None:
+            if steps is None:   # the shrunk program cannot be named by its path: keep the drawn one
+                small, steps = case, []
+            db.save(DB_KEY, _entry(dict(origin, shrink=list(origin["shrink"]) + steps), small))
     else:
         path = None
     with open(os.path.join(findings_dir, slug + ".txt"), "w", encoding="utf-8") as fh:
         fh.write(f"stage: {stage}\nop: {op}\nerror: {error}\ncase: {res.case_id}\nstatus: {res.status}\n{note}\n\n"
                  f"{res.message}\n")
     out(f"new failure [{stage}] {op}: {error}\n  case {res.case_id}\n  reproducer: {path}")
-    return Finding(stage, op, error, 1, res.case_id, res.status, path, res.message.splitlines()[0] if res.message else "")
+    return Finding(stage, op, error, 1, res.case_id, res.status, path,
+                   res.message.splitlines()[0] if res.message else "", number=number)
 
 
 def print_findings(result: HuntResult, out=print) -> None:
@@ -382,7 +674,7 @@ def print_findings(result: HuntResult, out=print) -> None:
         for f in sorted(result.findings, key=lambda f: (f.stage, f.op)):
             out(f"{f.stage:<24} {f.count:>5}  {f.op[:28]:<28} {f.error[:90]}")
             if f.path:
-                out(f"{'':<24} {'':>5}  reproducer: {f.path}")
+                out(f"{'':<24} {'':>5}  reproducer: {f.path}" + (" (an earlier hunt's finding)" if f.earlier else ""))
     for err in result.generator_errors:
         out(f"strategy defect (a batch could not be drawn): {err.splitlines()[0]}")
     out(f"report: {result.report_dir}/results.jsonl, {result.report_dir}/findings/, {result.report_dir}/hunt.json")

@@ -2,6 +2,7 @@
 and the coverage table built from hunt reports."""
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -174,3 +175,156 @@ def test_signature_of_a_jax_lowering_error_names_its_primitive_and_stage():
     err = result("error", failure={"side": "xla", "exception": "AssertionError", "message": msg}, traceback=tb)
     stage, op, cls = signature(err, FakeCase())
     assert (stage, op) == ("lowering", "reduce_sum") and cls.startswith("AssertionError: Expected last op")
+
+
+# -- cases and the example database as data (issue 38) -------------------------------------------
+def _drawn(count=8, seed=77):
+    from conformance.suites import base
+    from conformance.suites import sharded as suite_mod
+
+    return base.draw(suite_mod.strategy("sharded", None, 8), count, seed)
+
+
+def test_a_case_file_is_data_that_rebuilds_the_same_program(tmp_path):
+    from conformance import hunt
+
+    for case in _drawn():
+        path = tmp_path / "case.json"
+        hunt.write_case(case, str(path))
+        doc = json.loads(path.read_text())           # plain JSON: arrays as base64 .npy bytes
+        assert doc["format"] == hunt.CASE_FORMAT and doc["case_id"] == case.case_id
+        back = hunt.read_case(str(path))
+        assert back.source == case.source and back.case_id == case.case_id and back.policies == case.policies
+        assert hunt.program_digest(back) == hunt.program_digest(case)
+
+
+class _Payload:
+    """A pickle that would create a file if it were ever unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_database_entries_that_are_not_programs_are_skipped_and_counted(tmp_path):
+    import pickle
+
+    from conformance import hunt
+
+    cases = _drawn()
+    good = hunt._entry({"seed": 77, "count": 8, "index": 2, "devices": 8, "shrink": []}, cases[2])
+    marker = tmp_path / "ran"
+    doc = json.loads(good)
+    blobs = [good, b"\x00\xffgarbage", pickle.dumps(_Payload(str(marker))), b"[1, 2]", b'{"format": 1}',
+             json.dumps(dict(doc, index=9)).encode(),                           # out of range
+             json.dumps(dict(doc, program="sha256:" + "0" * 64)).encode(),     # another program now
+             json.dumps(dict(doc, devices=64)).encode()]                       # more devices than the hunt
+    got, origins, skipped = hunt.replay(blobs, 8)
+    assert [hunt.program_digest(c) for c in got] == [doc["program"]]
+    assert origins == {cases[2].case_id: {"seed": 77, "count": 8, "index": 2, "devices": 8, "shrink": []}}
+    assert skipped == {"unreadable": 5, "stale": 1, "foreign": 1} and not marker.exists()
+
+
+def test_a_shrunk_program_is_stored_as_its_path_through_the_candidates():
+    from conformance import hunt
+    from conformance.suites.sharded import candidates
+
+    case = next(c for c in _drawn() if len(list(candidates(c))) >= 2)
+    step1 = list(candidates(case))[1]
+    accepted = [step1] + list(candidates(step1))[:1]
+    path = hunt._shrink_path(case, accepted)
+    assert path is not None and path[0] == 1 and len(path) == len(accepted)
+    # derived again from the strategy (the drawn case at its own index, then the path)
+    idx = [hunt.program_digest(c) for c in _drawn()].index(hunt.program_digest(case))
+    entry = hunt._entry({"seed": 77, "count": 8, "index": idx, "devices": 8, "shrink": path}, accepted[-1])
+    got, _, skipped = hunt.replay([entry], 8)
+    assert not skipped and hunt.program_digest(got[0]) == hunt.program_digest(accepted[-1])
+
+
+def _fake_workers(fail):
+    """A stand-in for `workers.run_in_workers`: each task's result at once (no XLA), an "error" of
+    the XLA compile with message fail[case_id] for the listed cases; stops after two batches."""
+    from conformance.report.results import CaseResult
+
+    def run_in_workers(tasks, *, more, **_):
+        batches = 0
+        for batch in more:
+            for task, _entry in batch:
+                msg = fail.get(task.case_id)
+                if msg is None:
+                    yield CaseResult(case_id=task.case_id, suite="sharded", family="sharded", dtype=task.dtype,
+                                     status="pass")
+                else:
+                    yield CaseResult(case_id=task.case_id, suite="sharded", family="sharded", dtype=task.dtype,
+                                     status="error", message=msg,
+                                     details={"failure": {"side": "xla", "exception": "ValueError", "message": msg},
+                                              "traceback": 'File "x.py", line 1, in f\n    exe = low.compile()\n'})
+            batches += bool(batch)
+            if batches >= 2:
+                return
+    return run_in_workers
+
+
+def test_a_rerun_on_the_same_report_keeps_the_number_of_a_replayed_finding(tmp_path, monkeypatch):
+    from conformance import hunt
+
+    rep = tmp_path / "hunt"
+    quiet = lambda *a, **k: None  # noqa: E731
+    # what a hunt with seed=5 draws first: a batch of its master generator's first seed
+    target = _drawn(hunt.BATCH, random.Random(5).randrange(2 ** 32))[0].case_id
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({target: "planted compile error"}))
+    r1 = hunt.hunt(minutes=5, report_dir=str(rep), seed=5, processes=1, shrink_seconds=0, out=quiet)
+    assert [(f.number, f.earlier) for f in r1.findings] == [(1, False)]
+    first = sorted(os.listdir(rep / "findings"))
+    assert [n.split(".")[-1] for n in first] == ["json", "py", "txt"] and first[0].startswith("001-compile-")
+
+    # the rerun (another seed) replays the program first: the same signature keeps finding 001,
+    # and a new signature gets the next number
+    lines = []
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({target: "planted compile error"}))
+    r2 = hunt.hunt(minutes=5, report_dir=str(rep), seed=6, processes=1, shrink_seconds=0, out=lines.append)
+    assert any("replaying 1 failing program" in ln for ln in lines)
+    assert [(f.number, f.earlier, f.path) for f in r2.findings] == [(1, True, str(rep / "findings" / first[1]))]
+    assert sorted(os.listdir(rep / "findings")) == first
+    summary = json.loads((rep / "hunt.json").read_text())
+    assert summary["database"] == {"replayed": 1, "skipped": {}} and summary["findings"][0]["number"] == 1
+
+    second = next(c.case_id for c in _drawn(hunt.BATCH, random.Random(7).randrange(2 ** 32)) if c.case_id != target)
+    monkeypatch.setattr(hunt.workers, "run_in_workers",
+                        _fake_workers({target: "planted compile error", second: "another planted error"}))
+    r3 = hunt.hunt(minutes=5, report_dir=str(rep), seed=7, processes=1, shrink_seconds=0, out=quiet)
+    assert sorted((f.number, f.earlier) for f in r3.findings) == [(1, True), (2, False)]
+    assert len(os.listdir(rep / "findings")) == 6
+
+
+def test_a_database_entry_that_is_not_a_case_does_not_stop_a_hunt(tmp_path, monkeypatch):
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from conformance import hunt
+
+    rep = tmp_path / "hunt"
+    db = DirectoryBasedExampleDatabase(str(rep / "examples"))
+    for blob in (b"not json", b'{"format": "conformance-hunt-entry-1"}', b"\x80\x04K\x01."):
+        db.save(hunt.DB_KEY, blob)
+    lines = []
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({}))
+    r = hunt.hunt(minutes=5, report_dir=str(rep), seed=1, processes=1, shrink_seconds=0, out=lines.append)
+    assert r.programs >= 1 and r.database == {"replayed": 0, "skipped": {"unreadable": 3}}
+    assert any("skipped 3 example-database entries" in ln for ln in lines)
+
+
+def test_check_runs_a_case_file_and_refuses_a_pickle(tmp_path):
+    import pickle
+
+    from conformance import hunt
+
+    case = _drawn(1, 3)[0]
+    assert hunt.check_in_subprocess(case, 8, timeout=300, with_xfails=True) is None, case.case_id
+    marker = tmp_path / "ran"
+    bad = tmp_path / "case.pkl"
+    bad.write_bytes(pickle.dumps(_Payload(str(marker))))
+    p = subprocess.run([sys.executable, "-m", "conformance.hunt", "--check", str(bad)], capture_output=True,
+                       text=True, timeout=300, cwd=ROOT, env=_env())
+    assert p.returncode == 2 and "not a hunt case file" in p.stderr and not marker.exists()
