@@ -14,10 +14,10 @@ unless given ``compile_cache=``). No stored state may bend a verdict, so:
   every PJRT plugin's installed files, the project's staging code and version). An entry written
   by other code is never read, and one written by a faulty compiler is never read by a fixed one.
 * **Verified before trusted.** A change that touches no file (a site hook that patches the compile
-  step) keeps both keys. So in every process the first executable of each case family that comes
-  from the cache is compiled again with the cache off and the two optimized modules compared
-  (`HitVerifier`); any difference stops the cache for the rest of the process and the run says so
-  in one line.
+  step) keeps both keys. So the first executable of each case family that comes from the cache in
+  a run is compiled again with the cache off and the two optimized modules compared
+  (`HitVerifier`); any difference stops the cache in every process of the run for the rest of it,
+  and the run says so in one line.
 * **Data, never code, and checked.** Each entry is JAX's bytes behind a header holding the sha256
   of the identity, the key and the bytes (`DigestCache`): an entry that is torn, flipped, copied
   under another key or from another identity is a miss (recompiled, counted in the run's summary),
@@ -34,6 +34,7 @@ import json
 import os
 import re
 import tempfile
+import time
 
 from conformance.engine import code_identity
 
@@ -57,14 +58,16 @@ def default_dir() -> str | None:
     return os.path.join(base, "refsim-conformance", "xla")
 
 
-def enable(path: str) -> str:
+def enable(path: str) -> str | None:
     """Cache every compiled executable under `path` (created if missing), in the folder of the code
     that runs now, in this process and in worker processes started after this call (through the
-    environment). Returns that folder.
+    environment). Returns that folder; a `path` of "off" (`OFF`) enables nothing and returns None.
 
     Every entry is kept, however fast it compiled: the suite's programs compile in tens of
     milliseconds each, below JAX's default threshold of one second.
     """
+    if str(path).strip().lower() in OFF:
+        return None
     folder, settings, env = _settings(path)
     os.environ.update(env)   # spawned workers read these when they import jax, and in `install_from_env`
     import jax  # not at the top: the CLI imports this module before the platform is configured
@@ -79,7 +82,9 @@ def worker_environment(path: str) -> dict:
     """The environment variables `enable(path)` sets for the worker processes it starts (JAX's
     cache settings, read when they import jax; the identity and events file, read by
     `install_from_env`), without changing anything in this process: for workers started before it
-    enables the cache (`conformance.engine.workers.start(env=...)`). Creates the folder."""
+    enables the cache (`conformance.engine.workers.start(env=...)`). Creates the folder. "off": {}."""
+    if str(path).strip().lower() in OFF:
+        return {}
     return _settings(path)[2]
 
 
@@ -137,10 +142,11 @@ def _event(kind: str, **fields) -> None:
 
 
 def run_events(path: str | None = None) -> dict:
-    """This run's cache events so far: ``{"bad_entries": N, "verified": N, "invalidated": [reason, ...],
-    "bad": [reason, ...]}`` (the first few reasons)."""
+    """This run's cache events so far: ``{"bad_entries": N, "verified": N, "verify_seconds": S,
+    "invalidated": [reason, ...], "bad": [reason, ...]}`` (the first few reasons; S: the seconds the
+    verifying compiles took, summed over the processes)."""
     path = path or os.environ.get(EVENTS_ENV)
-    out = {"bad_entries": 0, "verified": 0, "invalidated": [], "bad": []}
+    out = {"bad_entries": 0, "verified": 0, "verify_seconds": 0.0, "invalidated": [], "bad": []}
     if not path:
         return out
     try:
@@ -159,9 +165,29 @@ def run_events(path: str | None = None) -> dict:
                 out["bad"].append(str(e.get("reason")))
         elif e.get("event") == "verified":
             out["verified"] += 1
+            out["verify_seconds"] += float(e.get("seconds") or 0.0)
         elif e.get("event") == "invalidated" and len(out["invalidated"]) < 5:
             out["invalidated"].append(str(e.get("reason")))
     return out
+
+
+def end_run() -> dict:
+    """This run's events (`run_events`), then its events file and markers removed: the next run in
+    this process starts afresh."""
+    events = run_events()
+    path = os.environ.get(EVENTS_ENV)
+    for base, p in list(_EVENTS.items()):
+        if p == path:
+            del _EVENTS[base]
+    if path:
+        import shutil
+
+        shutil.rmtree(path + ".verified", ignore_errors=True)
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return events
 
 
 def summary_line(events: dict) -> str | None:
@@ -254,8 +280,8 @@ def _install_digest_cache(identity: str) -> None:
 # -- verification of cache hits ---------------------------------------------------------------------
 class HitVerifier:
     """`xla_backend.cache`'s check of an executable JAX read from its persistent cache: the first
-    such hit of each scope (the case family the runner names) in this process is compiled again
-    with the cache off and the optimized modules compared. On a difference the cache is switched
+    such hit of each scope (the case family the runner names) in the run (the first process to meet
+    it checks it) is compiled again with the cache off and the optimized modules compared. On a difference the cache is switched
     off in this process (the run's summary says so) and the fresh executable is used."""
 
     def __init__(self):
@@ -265,26 +291,75 @@ class HitVerifier:
     def __call__(self, scope, executable, recompile_fn):
         import jax
 
+        if self.failed is None and _invalidated_in_run():
+            # another process of this run found the cache untrustworthy: nothing from it is used here either
+            self.failed = "another process of this run found a cached executable that differs from a fresh compile"
+            jax.config.update("jax_enable_compilation_cache", False)
+            return recompile_fn()
         if self.failed is not None or scope in self.checked:
             return executable
         self.checked.add(scope)
+        if not _first_in_run(scope):
+            return executable   # another process of this run checks this family
         jax.config.update("jax_enable_compilation_cache", False)
+        t0 = time.perf_counter()
         try:
             fresh = recompile_fn()
         finally:
             jax.config.update("jax_enable_compilation_cache", True)
-        if _module_text(fresh) == _module_text(executable):
-            _event("verified", scope=scope)
+        same = _module_text(fresh) == _module_text(executable)
+        seconds = time.perf_counter() - t0
+        if same:
+            _event("verified", scope=scope, seconds=seconds)
             return executable
         self.failed = (f"the cached executable of a {scope} case differs from a fresh compile of the same "
                        "lowered module: the compiler changed without a change to its files")
-        _event("invalidated", scope=scope, reason=self.failed)
+        _event("invalidated", scope=scope, reason=self.failed, seconds=seconds)
+        _mark_invalidated()
         jax.config.update("jax_enable_compilation_cache", False)
         return fresh
 
 
 _DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}|,?\s*stack_frame_id=\d+")
+
+
+def _run_folder() -> str | None:
+    events = os.environ.get(EVENTS_ENV)
+    return None if not events else events + ".verified"
+
+
+def _invalidated_in_run() -> bool:
+    folder = _run_folder()
+    return folder is not None and os.path.exists(os.path.join(folder, "INVALIDATED"))
+
+
+def _mark_invalidated() -> None:
+    folder = _run_folder()
+    if folder is not None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            open(os.path.join(folder, "INVALIDATED"), "w").close()
+        except OSError:
+            pass
+
+
+def _first_in_run(scope: str) -> bool:
+    """Whether this process is the first of the run to check `scope` (a marker file created
+    exclusively beside the run's events file; True where there is none)."""
+    folder = _run_folder()
+    if folder is None:
+        return True
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd = os.open(os.path.join(folder, hashlib.sha256(scope.encode()).hexdigest()[:32]),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
 
 
 def _module_text(executable) -> str:

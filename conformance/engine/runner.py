@@ -15,10 +15,10 @@ first (the command line starts them while its platform preflight runs: `started_
 thread of the parent draws family by family while its main thread hands each family's tasks out
 as soon as it is drawn, in plan order, and takes each result the moment it comes; each worker
 holds its next task already (`conformance.engine.workers`), so none waits while the parent
-draws. With `plan_cache` a rerun reads the drawn plan back (`conformance.engine.plan.PlanCache`),
-and with `compile_cache` each program's executable
-(`conformance.engine.compile_cache.ExecutableStore`, keyed before tracing), so it neither draws,
-traces, lowers nor compiles an unchanged case. `data_per_program` runs each drawn structure with
+draws. With `compile_cache` a rerun loads each program's executable from JAX's persistent cache
+instead of compiling it, in a folder keyed on the code that compiles it and with every hit of a new
+family verified (`conformance.engine.compile_cache`); every case is drawn, traced and lowered on
+every run, so nothing stored can answer for a program or a compiler that changed. `data_per_program` runs each drawn structure with
 more data sets on its one executable (`conformance.engine.plan.with_data`). The reporters start
 once the whole plan is drawn (they are told its case count first); results that came before are
 replayed to them in the order they came.
@@ -42,6 +42,7 @@ from conformance.verdict import xfails as xfails_mod
 from conformance.report.results import CaseResult, summarize
 from conformance.suites import SUITES, base, selected
 from conformance.suites import module as suite_module
+from xla_backend import cache as compiled_cache
 
 __all__ = ["DEFAULT_CASE_TIMEOUT", "DEFAULT_DATA_PER_PROGRAM", "DEFAULT_EXAMPLES", "Interrupted", "MAX_EXAMPLES", "RunOptions", "RunResult",
            "interruptible", "plan_chunks", "plan_tasks", "run", "run_options", "run_task", "write_repro"]
@@ -127,12 +128,13 @@ def run_task(task, xla=None, entry: xfails_mod.Entry | None = None, *, repro_dir
     x0 = timing.xla_counters()
     phases: dict = {}
     if isinstance(task, base.ProgramTask):
-        out, failing = _run_program(task, xla, entry, phases)
+        with compiled_cache.scope(task.family):
+            out, failing = _run_program(task, xla, entry, phases)
     else:
         failing = None
         workers.step("check")   # refsim and XLA together: a death here is no XLA abort an entry can expect
         try:
-            with timing.timed(phases, "checks"):
+            with timing.timed(phases, "checks"), compiled_cache.scope(task.family):
                 out = task.check(xla)
         except Exception as e:  # noqa: BLE001 - a crashing check is the case's result
             reason = unsupported_reason(e)
@@ -424,8 +426,7 @@ class RunOptions:
     ``xfails/<platform>.txt``; strict_xfails: stale or too-broad entries fail the run.
     processes: None runs the cases in this process, K in K worker processes. shrink_seconds:
     time to shrink each failure (0: none). compile_cache: a folder for the compiled-program
-    caches (`conformance.engine.compile_cache`; None leaves JAX's setting alone). plan_cache:
-    a folder for drawn plans (`conformance.engine.plan.PlanCache`; None: draw every time).
+    cache (`conformance.engine.compile_cache`; None leaves JAX's setting alone).
     data_per_program: data sets per compiled program structure (None: each suite's default,
     `conformance.suites.base.DATA_VARIANTS`). shard: (K, N) or "K/N". plan_extra: entries added
     to the plan record. executor: ``executor(todo, opts)`` yielding CaseResults instead of
@@ -454,7 +455,6 @@ class RunOptions:
     plan_extra: dict | None = None
     executor: object = None
     case_timeout: float | None = None
-    plan_cache: str | None = None
     data_per_program: int | None = None
     started_workers: object = None
 
@@ -502,7 +502,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         report_dir=None, progress: bool = True, xla=None, resume: bool = False, xfails=None, processes=None,
         shrink_seconds: float = SHRINK_SECONDS, console=None, compile_cache=None,
         strict_xfails: bool = False, shard=None, plan_extra: dict | None = None, executor=None,
-        case_timeout: float | None = None, plan_cache=None, data_per_program: int | None = None,
+        case_timeout: float | None = None, data_per_program: int | None = None,
         started_workers=None) -> RunResult:
     """Run the selected suites on `platform` with `devices` devices; return every CaseResult and the summary.
 
@@ -519,10 +519,8 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
     the next case (`conformance.engine.workers`; `python -m conformance run` uses one per CPU core by
     default); they start before the cases are drawn and run them as they are drawn, except with
     `resume` or `executor`, which draw the whole plan first. compile_cache: a folder for JAX's
-    persistent compilation cache and the executable cache (`conformance.engine.compile_cache`), so
-    a rerun skips XLA's tracing, lowering and compiles; None leaves JAX's setting alone.
-    plan_cache: a folder where the drawn plan is kept (`conformance.engine.plan.PlanCache`), so a
-    rerun of the same plan identity skips drawing; None draws every time. data_per_program: data
+    persistent compilation cache, keyed on the code that compiles (`conformance.engine.compile_cache`),
+    so a rerun skips XLA's compiles; None leaves JAX's setting alone. data_per_program: data
     sets each drawn program structure runs with on one executable (None: each suite's own).
     strict_xfails: stale xfails entries (listed cases that all agreed, or, in a run of every
     suite, entries no case matched) and too-broad ones make the run fail (`summary["ok"]`).
@@ -547,7 +545,7 @@ def run(*, suite="all", examples: int = DEFAULT_EXAMPLES, seed: int = 0, platfor
         suite=suite, examples=examples, seed=seed, platform=platform, devices=devices, report_dir=report_dir,
         progress=progress, xla=xla, resume=resume, xfails=xfails, processes=processes,
         shrink_seconds=shrink_seconds, console=console, compile_cache=compile_cache, strict_xfails=strict_xfails,
-        shard=shard, plan_extra=plan_extra, executor=executor, case_timeout=case_timeout, plan_cache=plan_cache,
+        shard=shard, plan_extra=plan_extra, executor=executor, case_timeout=case_timeout,
         data_per_program=data_per_program, started_workers=started_workers))
 
 
@@ -749,11 +747,6 @@ class _Run:
         drawn = plan_chunks(o.suite, examples=o.examples, seed=o.seed, devices=o.devices)
         if o.data_per_program is not None:
             drawn = (plan_mod.with_data(chunk, o.data_per_program, o.seed) for chunk in drawn)
-        if o.plan_cache is not None:   # a rerun of the same plan reads it back instead of drawing it
-            cache = plan_mod.PlanCache(o.plan_cache)
-            identity = dict(suite=",".join(selected(o.suite)), seed=o.seed, examples=o.examples, devices=o.devices,
-                            platform=o.platform, **_versions())
-            drawn = cache.chunks(cache.key(identity, o.data_per_program), drawn)
         return plan_mod.select_shard_chunks(counted(drawn), shard_kn)
 
     def dispatch(self, chunks):
@@ -886,6 +879,10 @@ class _Run:
         work = sum(summary["phases"].values())
         summary["compile_share"] = summary["phases"]["xla_compile"] / work if work > 0 else 0.0
         cover(summary, self.plan["case_ids"], results, why=None if stopped is None else _stopped_by(stopped))
+        if self.compile_cache is not None:
+            from conformance.engine import compile_cache as cc
+
+            summary["compile_cache_events"] = cc.end_run()
         for r in self.reporters:
             r.finish(summary)
         return summary

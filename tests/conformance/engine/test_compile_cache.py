@@ -285,3 +285,27 @@ def test_data_per_program_adds_refills_of_the_same_structure():
                 [(np.shape(a), np.asarray(a).dtype) for a in g[0].args]
     assert plan_mod.with_data([task], 2, seed=0)[0].variants == task.variants
     assert plan_mod.with_data([task], None, seed=0)[0] is task
+
+
+def test_a_family_is_checked_once_per_run_and_an_invalidation_reaches_every_process(enabled):
+    import jax
+
+    v = compile_cache.HitVerifier()
+    calls = []
+
+    def recompile():
+        calls.append(1)
+        return "fresh"
+
+    assert compile_cache._first_in_run("fam") and not compile_cache._first_in_run("fam")  # another process took it
+    assert v("fam", "cached", recompile) == "cached" and calls == []                       # so this one does not
+    compile_cache._mark_invalidated()                                                      # as another process would
+    assert v("other", "cached", recompile) == "fresh" and calls == [1]
+    assert not jax.config.jax_enable_compilation_cache
+    assert v("third", "cached", recompile) == "cached"   # the cache is off here: no further hit can come
+
+
+def test_off_enables_nothing_and_creates_no_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert compile_cache.worker_environment("off") == {} and compile_cache.enable("OFF") is None
+    assert os.listdir(tmp_path) == []

@@ -45,10 +45,10 @@ def test_the_command_line_builds_the_options():
                                           "--compile-cache", "off", "--processes", "1"])
     opts = cli.run_options(args, devices=8)
     assert (opts.examples, opts.seed, opts.devices, opts.data_per_program, opts.processes) == (3, 2, 8, 5, 1)
-    assert opts.compile_cache is None and opts.plan_cache is None
+    assert opts.compile_cache is None
     args = cli.build_parser().parse_args(["run", "--compile-cache", "/tmp/some-cache"])
     opts = cli.run_options(args, devices=8)
-    assert opts.compile_cache == "/tmp/some-cache" and opts.plan_cache == "/tmp/some-cache/plans"
+    assert opts.compile_cache == "/tmp/some-cache"
 
 
 def test_the_summary_compile_share_is_a_share_of_the_work_as_the_phase_line():
