@@ -146,10 +146,17 @@ def test_no_module_of_the_project_unpickles_what_it_reads_back():
                 if not f.endswith(".py"):
                     continue
                 text = open(os.path.join(d, f), encoding="utf-8").read()
-                for bad in ("pickle.load(", "marshal.load", "allow_pickle=True", "shelve."):
-                    if bad in text:
-                        offenders.append(f"{os.path.relpath(os.path.join(d, f), root)}: {bad}")
+                rel = os.path.relpath(os.path.join(d, f), root)
+                for bad in ("pickle.load(", "pickle.loads(", "marshal.load", "allow_pickle=True", "shelve."):
+                    if bad in text and (rel, bad) not in _IPC:
+                        offenders.append(f"{rel}: {bad}")
     assert offenders == []
+
+
+# pickle between live processes of one run, never through a file: the isolated runner's pipe from the child
+# it started, and a distributed job's key-value store between its own processes
+_IPC = {(os.path.join("xla_backend", "isolated.py"), "pickle.loads("),
+        (os.path.join("conformance", "engine", "distributed.py"), "pickle.loads(")}
 
 
 # -- through JAX: a warm cache, a verified hit -------------------------------------------------------
