@@ -70,13 +70,17 @@ def cli_pass(root: str, cache: str, *, examples: int, seed: int = 0, suite: str 
     finally:
         shutil.rmtree(report, ignore_errors=True)
     procs = (summary.get("plan") or {}).get("processes") or 1
+    cache_events = summary.get("compile_cache_events") or {}
+    # the compile cache's identity checks (issue 38): the code identity and the verifying compiles
+    identity_s = float(cache_events.get("identity_seconds") or 0.0) + float(cache_events.get("verify_seconds") or 0.0)
     wall = summary["wall_seconds"]
     return dict(examples=summary["examples"], cases=summary["cases"], wall_s=wall, process_s=process_s, cpu_s=cpu_s,
                 examples_per_s=summary["examples_per_second"], processes=procs,
                 busy_share=busy / (procs * wall) if wall else 0.0,
                 cpu_ms_per_example=1000 * cpu_s / max(1, summary["examples"]),
                 examples_per_minute=60 * summary["examples"] / process_s, phases=summary.get("phases"),
-                by_status=summary.get("by_status"), exit=p.returncode)
+                by_status=summary.get("by_status"), exit=p.returncode, identity_checks_s=identity_s,
+                verified_families=int(cache_events.get("verified") or 0))
 
 
 def _median(xs):
@@ -119,7 +123,10 @@ def summarize(runs: dict, commits: dict, *, examples: int, passes: int, suite: s
     recs = []
     for v, rs in runs.items():
         med = {k: _median([r[k] for r in rs]) for k in ("examples_per_s", "cpu_ms_per_example", "busy_share",
-                                                          "examples_per_minute", "process_s", "wall_s")}
+                                                          "examples_per_minute", "process_s", "wall_s", "cpu_s")}
+        med["identity_checks_s"] = _median([r.get("identity_checks_s", 0.0) for r in rs])
+        med["identity_share"] = _median([r.get("identity_checks_s", 0.0) / r["cpu_s"] if r["cpu_s"] else 0.0
+                                         for r in rs])
         recs.append(dict(bench="conformance_reruns", variant=v, commit=commits[v], suite=suite, examples_option=examples,
                          passes=passes, examples=rs[0]["examples"], cases=rs[0]["cases"],
                          processes=rs[0]["processes"], each=[{k: r[k] for k in r if k != "phases"} for r in rs],
@@ -183,12 +190,14 @@ def targets(recs: list[dict]) -> list[tuple]:
 
 def show(recs: list[dict]) -> None:
     rows = [(r["variant"], r["commit"], r["processes"], r["examples"], f"{r['examples_per_s']:.1f}",
-             f"{r['cpu_ms_per_example']:.1f}", f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
-             ", ".join(f"{x['process_s']:.0f}" for x in r["each"]))
+             f"{r['cpu_ms_per_example']:.1f}", ", ".join(f"{x['cpu_s']:.1f}" for x in r["each"]),
+             f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
+             ", ".join(f"{x['process_s']:.0f}" for x in r["each"]),
+             f"{r.get('identity_checks_s', 0.0):.2f} ({100 * r.get('identity_share', 0.0):.1f}%)")
             for r in recs if r.get("bench") == "conformance_reruns"]
     C.table("conformance reruns (medians of interleaved passes)",
-            ["variant", "commit", "workers", "examples", "examples/s", "CPU ms/example", "workers busy",
-             "examples/min", "process s (each pass)"], rows)
+            ["variant", "commit", "workers", "examples", "examples/s", "CPU ms/example", "CPU s (each pass)",
+             "workers busy", "examples/min", "process s (each pass)", "identity checks s (share of CPU)"], rows)
     rows = targets(recs)
     if rows:
         C.table("issue 29 targets", ["target", "measured", "met"], [(a, b, "yes" if c else "NO") for a, b, c in rows])

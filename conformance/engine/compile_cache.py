@@ -46,6 +46,8 @@ OFF = ("off", "none", "no", "0")
 ENTRY_MAGIC = b"refsim-conformance-entry-1\n"   # the header's first line; the next 64 bytes: the digest
 FOLDER_PREFIX = "xla-"
 MEMO = "file-digests.json"
+MEMO_ENV = "CONFORMANCE_FILE_DIGESTS"   # where the file digests are remembered (default: `memo_path()`)
+VERIFY_PER_RUN = 16                     # families whose first cache hit a run compiles again
 
 
 def default_dir() -> str | None:
@@ -56,6 +58,16 @@ def default_dir() -> str | None:
         return None if value.strip().lower() in OFF else value
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "refsim-conformance", "xla")
+
+
+def memo_path() -> str:
+    """Where this machine's file digests are remembered: ``$CONFORMANCE_FILE_DIGESTS``, else
+    ``file-digests.json`` in the user's cache folder (not in a compile-cache folder: the digests are
+    of this machine's files, and a new cache folder should not hash jaxlib again)."""
+    if os.environ.get(MEMO_ENV):
+        return os.environ[MEMO_ENV]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "refsim-conformance", MEMO)
 
 
 def enable(path: str) -> str | None:
@@ -89,6 +101,7 @@ def worker_environment(path: str) -> dict:
 
 
 _EVENTS: dict = {}   # base folder -> this run's events file (one per process that enables a cache)
+_IDENTITY_SECONDS = [0.0]   # spent computing the code identity in this process
 
 
 def _settings(path: str) -> tuple[str, dict, dict]:
@@ -98,7 +111,9 @@ def _settings(path: str) -> tuple[str, dict, dict]:
     except OSError as e:
         raise ValueError(f"compile_cache={base!r} cannot be created ({e}); pass a writable folder, or "
                          "--compile-cache off.") from None
-    digest = code_identity.identity_digest(os.path.join(base, MEMO))
+    t0 = time.perf_counter()
+    digest = code_identity.identity_digest(memo_path())
+    _IDENTITY_SECONDS[0] += time.perf_counter() - t0
     folder = os.path.join(base, FOLDER_PREFIX + digest[:32])
     os.makedirs(folder, exist_ok=True)
     if base not in _EVENTS:
@@ -143,10 +158,12 @@ def _event(kind: str, **fields) -> None:
 
 def run_events(path: str | None = None) -> dict:
     """This run's cache events so far: ``{"bad_entries": N, "verified": N, "verify_seconds": S,
-    "invalidated": [reason, ...], "bad": [reason, ...]}`` (the first few reasons; S: the seconds the
-    verifying compiles took, summed over the processes)."""
+    "identity_seconds": I, "invalidated": [reason, ...], "bad": [reason, ...]}`` (the first few reasons;
+    S: the seconds the verifying compiles took, summed over the processes; I: this process's seconds
+    computing the code identity)."""
     path = path or os.environ.get(EVENTS_ENV)
-    out = {"bad_entries": 0, "verified": 0, "verify_seconds": 0.0, "invalidated": [], "bad": []}
+    out = {"bad_entries": 0, "verified": 0, "verify_seconds": 0.0, "identity_seconds": _IDENTITY_SECONDS[0],
+           "invalidated": [], "bad": []}
     if not path:
         return out
     try:
