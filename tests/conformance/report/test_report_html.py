@@ -1,4 +1,5 @@
 """The HTML page: summary, failures with layouts, per-device grid and escaped reproducer."""
+import html
 import html.parser
 
 import numpy as np
@@ -171,3 +172,121 @@ def test_missing_reproducer_and_bad_layout_are_reported_not_raised(tmp_path):
 def test_every_must_be_a_positive_int(tmp_path):
     with pytest.raises(ValueError, match=r"every=-1; pass how many cases"):
         HtmlReporter(tmp_path / "r.html", every=-1)
+
+
+# -- a page a person reads: the failures first, each said once ------------------------------
+def _shrunk_like_the_engine(tmp_path):
+    """The record the runner writes after shrinking: the message is the report plus the shrink note."""
+    case, result, repro = _broken_failure(tmp_path)
+    note = "shrunk to psum[small] (arg 0: float32[2, 4])"
+    result.details.shrunk = note
+    result.message = f"{result.details.report}\n{note}"
+    return case, result, repro
+
+
+def _busy_run(failures):
+    """Many passing families, unsupported cases and expected failures around `failures`."""
+    rs = [CaseResult(f"psum[fam{i}]", "collectives", f"fam{i}", "float32", "pass", examples=10) for i in range(40)]
+    rs += [CaseResult(f"pbroadcast[{i}]", "collectives", "pbroadcast", "float32", "unsupported",
+                      message="XLA:CPU has no pbroadcast lowering\nsecond line") for i in range(3)]
+    rs += [CaseResult(f"pmax[{i}]", "collectives", "pmax", "float32", "xfail", message="NaN ignored\nby XLA:CPU")
+           for i in range(3)]
+    return rs[:20] + list(failures) + rs[20:]
+
+
+def _outside_repro(page: str) -> str:
+    """The page's text with the reproducers taken out (a reproducer may quote the case)."""
+    import re
+
+    return re.sub(r'<pre class="repro"[^>]*>.*?</pre>', "", page, flags=re.S)
+
+
+def test_failures_come_first_with_a_list_linking_to_each(tmp_path):
+    _, first, _ = _shrunk_like_the_engine(tmp_path)
+    second = CaseResult("scan[a]", "programs", "scan", "int32", "error", message="ValueError: boom",
+                        details={"traceback": "Traceback (most recent call last):\nValueError: boom",
+                                 "exception_type": "ValueError"})
+    rs = _busy_run([first, second])
+    page = render_page(rs, PLAN, summarize(rs, wall_seconds=1.0, compile_seconds=0.0))
+    at = {k: page.index(k) for k in ('<h1 id="top">', 'id="failures"', '<ol class="failures">', 'id="case-0"',
+                                     'id="case-1"', 'id="run"', 'id="summary"', 'id="unsupported"', 'id="xfail"')}
+    assert list(at.values()) == sorted(at.values()), at
+    assert "DISAGREE" in page[:at['id="failures"']] and "1 fail, 1 error, 40 pass" in page[:at['id="failures"']]
+    parsed = _parse(page)
+    ids = [a["id"] for _, a in parsed.tags if "id" in a]
+    assert len(ids) == len(set(ids)), ids
+    links = [a["href"][1:] for t, a in parsed.tags if t == "a" and a.get("href", "").startswith("#")]
+    assert {"case-0", "case-1", "failures", "run", "summary", "unsupported", "xfail", "top"} <= set(links)
+    assert set(links) <= set(ids), set(links) - set(ids)
+    # the list says what went wrong, in one line each
+    assert "4 mismatching element(s) on 1 device(s)" in page[at['<ol class="failures">']:at['id="case-0"']]
+    assert "ValueError" in page[at['<ol class="failures">']:at['id="case-0"']]
+
+
+def test_the_mismatch_text_is_shown_once_before_the_layouts(tmp_path):
+    case, result, _ = _shrunk_like_the_engine(tmp_path)
+    page = render_page([result], PLAN)
+    shown = html.unescape(_outside_repro(page))
+    report = result.details.report
+    for line in {line.strip() for line in report.splitlines() if line.strip()}:
+        assert shown.count(line) == report.count(line), line   # no second copy (message, "Case")
+    assert shown.count("shrunk to psum[small]") == 1
+    section = page[page.index('id="case-0"'):]
+    assert section.index("Mismatches per device") < section.index('<pre class="report">') < section.index("Layouts")
+    assert section.index('<pre class="report">') < section.index('class="layout"')
+
+
+def test_a_description_the_report_lacks_is_kept(tmp_path):
+    r = CaseResult("c", "collectives", "psum", "float32", "fail", message="values differ",
+                   details={"report": "values differ", "description": "case: c\nmesh: 2x4"})
+    section = render_page([r], PLAN).split('id="case-0"')[1]
+    assert section.count("values differ") == 1 and "<h4>Case</h4><pre>case: c\nmesh: 2x4</pre>" in section
+
+
+def test_distinct_layouts_get_distinct_colours(tmp_path):
+    from refsim.layouts.mesh import Mesh as _Mesh
+
+    mesh = _Mesh((2, 4), ("x", "y"))
+    specs = {"rows": P("x", None), "cols": P(None, "y"), "both": P("x", "y"), "replicated": P(None, None)}
+    layouts = [layout_entry(k, NamedSharding(mesh, s), (8, 4)) for k, s in specs.items()]
+    r = CaseResult("c", "layouts", "named", "float32", "fail", message="m",
+                   details={"layouts": layouts, "report": "m"})
+    page = render_page([r], PLAN)
+    parsed = _parse(page)
+    fills, current = {}, None
+    for t, a in parsed.tags:
+        if t == "svg" and a.get("class") == "layout":
+            current = len(fills)
+            fills[current] = []
+        elif t == "rect" and current is not None and a.get("fill"):
+            fills[current].append(a["fill"])
+    rows, cols, both, repl = (fills[i] for i in range(4))
+    for f in (rows, cols, both):
+        assert len(set(f)) == len(f) > 1, f          # the blocks of one layout differ
+    assert len(repl) == 1
+    assert len({tuple(sorted(f)) for f in (rows, cols, both, repl)}) == 4   # and the layouts differ
+    assert render_page([r], PLAN) == page              # deterministic
+
+
+def test_layout_tiles_are_sized_to_the_array(tmp_path):
+    entries = [layout_entry("small", NamedSharding(MESH, P("x")), (2,)),
+               layout_entry("big", NamedSharding(MESH, P("x", "y")), (4096, 1024))]
+    r = CaseResult("c", "layouts", "named", "float32", "fail", message="m", details={"layouts": entries})
+    sizes = [(float(a["width"]), float(a["height"])) for t, a in _parse(render_page([r], PLAN)).tags
+             if t == "svg" and a.get("class") == "layout"]
+    (sw, sh), (bw, bh) = sizes
+    assert sw <= 100 and sh <= 30, sizes
+    assert bw <= 361 and bh <= 181, sizes
+
+
+def test_an_incomplete_run_shows_its_failures_first_too(tmp_path):
+    from conformance.report.results import cover
+
+    _, failure, _ = _shrunk_like_the_engine(tmp_path)
+    ok = CaseResult("ppermute[x]", "collectives", "ppermute", "int32", "pass")
+    summary = cover(summarize([ok, failure], wall_seconds=1.0, compile_seconds=0.0),
+                    [ok.case_id, failure.case_id, "psum[missing]"], [ok, failure], why="interrupted by SIGINT")
+    page = render_page([ok, failure], PLAN, summary)
+    assert "INCOMPLETE" in page[:page.index('id="failures"')]
+    assert "psum[missing]" in page[:page.index('id="failures"')]
+    assert page.index('href="#case-0"') < page.index('id="case-0"') < page.index('id="run"')
