@@ -174,8 +174,9 @@ td.l,th.l{text-align:left;font-family:monospace}
 pre{background:#f6f6f6;border:1px solid #ddd;padding:.5em;overflow:auto;max-height:40em;margin:.3em 0}
 pre.report,pre.message{max-height:24em}
 .badge{padding:1px 6px;border-radius:3px;color:#fff;font-size:80%}
-.pass{background:#1a9850}.fail{background:#d73027}.error{background:#7b3294}.timeout{background:#b2182b}
-.xfail{background:#878787}.xpass{background:#e08214}.unsupported{background:#4575b4}
+.badge.pass{background:#1a9850}.badge.fail{background:#d73027}.badge.error{background:#7b3294}
+.badge.timeout{background:#b2182b}.badge.xfail{background:#878787}.badge.xpass{background:#e08214}
+.badge.unsupported{background:#4575b4}
 p.verdict{font-size:1.05em;margin:.2em 0 .6em}nav{font-size:90%;color:#555}
 ol.failures li{margin:.2em 0}ol.failures .why{color:#555;font-size:90%}
 section.case{border-top:2px solid #ccc;margin-top:1em}

@@ -54,7 +54,7 @@ _MEASURE = r"""
     if (rep) rep.textContent.split('\n').forEach(function (l) {
       l = l.trim(); if (l) lines.push([l, count(text, l), count(rep.textContent, l)]);
     });
-    out.sections.push({id: s.id, top: top(s), lines: lines});
+    out.sections.push({id: s.id, top: top(s), lines: lines, background: getComputedStyle(s).backgroundColor});
   });
   document.querySelectorAll('figure.layout svg').forEach(function (g) {
     var r = g.getBoundingClientRect(), fills = [];
@@ -96,6 +96,7 @@ def _check(m: dict, failures: int) -> None:
     bad = [x for x in m["links"] if not (x["exists"] and x["targeted"])]
     assert not bad and {f"case-{n}" for n in range(failures)} <= {x["id"] for x in m["links"]}, bad
     for s in m["sections"]:
+        assert s["background"] == "rgba(0, 0, 0, 0)", s["background"]   # a status colours its badge only
         copies = [(line, shown, said) for line, shown, said in s["lines"] if shown != said]
         assert not copies, f"{s['id']}: mismatch text shown more than once: {copies[:3]}"
     for lay in m["layouts"]:
