@@ -1002,3 +1002,25 @@ def use_partitioner(name: str):
         raise ValueError(f"partitioner={name!r}; this JAX (jax {'.'.join(map(str, jax_version()))}) has "
                          f"{partitioners()}.")
     return config.use_shardy_partitioner(name == "shardy")
+
+
+def persistent_cache_module():
+    """JAX's persistent compilation cache module (`jax._src.compilation_cache`, jax 0.10 to 0.12): it
+    builds its cache with `get_file_cache(path)` on first use and drops it in `reset_cache()`."""
+    from jax._src import compilation_cache
+
+    return compilation_cache
+
+
+def clear_compiled_executables() -> None:
+    """Drop JAX's in-memory executables keyed by the lowered module (`pxla._cached_compilation`,
+    jax 0.10 to 0.12), keeping its trace and lowering caches; everything (`jax.clear_caches`) where
+    that cache is missing."""
+    import jax
+
+    try:
+        from jax._src.interpreters import pxla
+
+        pxla._cached_compilation.cache_clear()
+    except (ImportError, AttributeError):
+        jax.clear_caches()

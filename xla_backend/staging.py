@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from refsim import compat
 from refsim.layouts.mesh import Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
@@ -483,14 +484,13 @@ class Staged:
         return self._lowered[platforms]
 
     def fresh_compile(self):
-        """`call` lowered and compiled anew for these arguments, bypassing every in-memory cache
-        (this object's lowering, JAX's lowering and executable caches): what XLA builds from the
-        module now (`xla_backend.cache.set_hit_check` compares it with a cached executable)."""
-        import jax
-
-        jax.clear_caches()
+        """This lowering compiled anew, past JAX's in-memory executables (the lowering's own and JAX's
+        cache keyed by the module): what XLA builds from the module now
+        (`xla_backend.cache.set_hit_check` compares it with a cached executable)."""
+        compat.clear_compiled_executables()
         with self.context():
-            return self.call.lower(*self.args).compile()
+            # compiler_options (none) keeps the lowering from handing back the executable it holds
+            return self.lower().compile(compiler_options={})
 
 
 def stage(fn: Callable, layout: Layout, args) -> Staged:

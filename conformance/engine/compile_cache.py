@@ -29,6 +29,7 @@ cache. Share a cache folder only between jobs that trust each other.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -252,6 +253,8 @@ class DigestCache:
         return self._base._path
 
     def get(self, key: str):
+        if _passed_by():
+            return None
         stored = self._base.get(key)
         if stored is None:
             return None
@@ -262,6 +265,8 @@ class DigestCache:
         return value
 
     def put(self, key: str, value: bytes) -> None:
+        if _passed_by():
+            return
         self._base.put(key, seal(self.identity, key, bytes(value)))
 
     def clear(self):
@@ -274,7 +279,9 @@ def _install_digest_cache(identity: str) -> None:
     """Make JAX build its persistent cache as a `DigestCache` (JAX's cache module is private; both
     supported versions build it with `get_file_cache(path)` on first use and drop it in
     `reset_cache()`, which this relies on)."""
-    from jax._src import compilation_cache as jcc
+    from refsim import compat
+
+    jcc = compat.persistent_cache_module()
 
     made = getattr(jcc.get_file_cache, "_conformance_identity", None)
     if made == identity:
@@ -306,24 +313,19 @@ class HitVerifier:
         self.failed: str | None = None
 
     def __call__(self, scope, executable, recompile_fn):
-        import jax
-
         if self.failed is None and _invalidated_in_run():
             # another process of this run found the cache untrustworthy: nothing from it is used here either
             self.failed = "another process of this run found a cached executable that differs from a fresh compile"
-            jax.config.update("jax_enable_compilation_cache", False)
+            _OFF[0] = True
             return recompile_fn()
         if self.failed is not None or scope in self.checked:
             return executable
         self.checked.add(scope)
         if not _first_in_run(scope):
             return executable   # another process of this run checks this family
-        jax.config.update("jax_enable_compilation_cache", False)
         t0 = time.perf_counter()
-        try:
+        with bypass():
             fresh = recompile_fn()
-        finally:
-            jax.config.update("jax_enable_compilation_cache", True)
         same = _module_text(fresh) == _module_text(executable)
         seconds = time.perf_counter() - t0
         if same:
@@ -333,8 +335,30 @@ class HitVerifier:
                        "lowered module: the compiler changed without a change to its files")
         _event("invalidated", scope=scope, reason=self.failed, seconds=seconds)
         _mark_invalidated()
-        jax.config.update("jax_enable_compilation_cache", False)
+        _OFF[0] = True
         return fresh
+
+
+# The cache is passed by (reads miss, writes are dropped) while `bypass` is active or once `_OFF`: JAX's own
+# switch, jax_enable_compilation_cache, is read once per process by jax 0.12, so it cannot turn the cache
+# off after the first compile.
+_BYPASS = [0]
+_OFF = [False]
+
+
+@contextlib.contextmanager
+def bypass():
+    """Inside, nothing is read from or written to the cache (`DigestCache`) in this process: a
+    compile that must not be answered from it, or must not leave its result in it."""
+    _BYPASS[0] += 1
+    try:
+        yield
+    finally:
+        _BYPASS[0] -= 1
+
+
+def _passed_by() -> bool:
+    return _OFF[0] or _BYPASS[0] > 0
 
 
 _DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")

@@ -18,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import sys
 from typing import Callable, Iterable
 
 import ml_dtypes
 import numpy as np
 
+from conformance.faults import firing, split
 from refsim import compat as _compat
 from xla_backend import cache
 
@@ -38,6 +40,8 @@ class Fault:
     replaces (`make_rule` returns the wrong rule); `patch` is for a fault outside the lowering
     tables (a context manager factory). `cpu` is False where XLA:CPU cannot run the targeted
     op at all (no CPU lowering or thunk), so only an accelerator run can kill the fault.
+    `inline`: the rule is lowered where its equation is, never as JAX's cached per-equation
+    function, so it sees the ops that define its operands (`conformance.faults.split`).
     """
 
     name: str
@@ -46,25 +50,40 @@ class Fault:
     make_rule: Callable | None = None
     patch: Callable | None = None
     cpu: bool = True
+    inline: bool = False
+
+    @property
+    def targets(self) -> str:
+        """What the fault acts on, in words (for the warning of a block where it never fired)."""
+        if self.primitives:
+            return f"JAX's lowering of {', '.join(self.primitives)}: {self.summary}"
+        return self.summary
 
 
 FAULTS: dict[str, Fault] = {}
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleEnv:
-    """What `make_rule` gets besides the rule it replaces: the primitive's name and the
-    original (unfaulted) default rules of other primitives it may delegate to."""
+    """What `make_rule` gets besides the rule it replaces: the primitive's name, the
+    original (unfaulted) default rules of other primitives it may delegate to, and `fired()`,
+    which a rule calls when it changed the lowering in a way its result does not show (an
+    attribute edited in place); every other change is seen without it (`_counted`)."""
 
     primitive: str
     originals: dict
+    fired: Callable[[], None] = _nothing
 
 
-def _fault(name, summary, primitives=(), *, cpu=True, patch=None):
+def _fault(name, summary, primitives=(), *, cpu=True, patch=None, inline=False):
     def register(make_rule):
         if name in FAULTS:
             raise ValueError(f"fault {name!r} is registered twice")
-        FAULTS[name] = Fault(name, summary, tuple(primitives), make_rule, patch, cpu)
+        FAULTS[name] = Fault(name, summary, tuple(primitives), make_rule, patch, cpu, inline)
         return make_rule
     return register
 
@@ -261,6 +280,9 @@ def _all_gather_reversed(orig, env):
 def _reduce_scatter_wrong_dim(orig, env):
     def rule(ctx, x, *, scatter_dimension, axis_name, axis_index_groups, axis_size, tiled, **kw):
         (aval_in,), (aval_out,) = ctx.avals_in, ctx.avals_out
+        if all(d == 1 for d in aval_in.shape[:scatter_dimension]):   # the major dimension is the right one
+            return orig(ctx, x, scatter_dimension=scatter_dimension, axis_name=axis_name,
+                        axis_index_groups=axis_index_groups, axis_size=axis_size, tiled=tiled, **kw)
         n = axis_size
         total = math.prod(aval_in.shape)
         flat_in = aval_in.update(shape=(n, total // n))
@@ -347,7 +369,7 @@ def _axis_index_reversed(orig, env):
     def rule(ctx, *, axis_name, **kw):
         out = orig(ctx, axis_name=axis_name, **kw)
         n = _group_size(ctx, axis_name)
-        return _post(ctx, out, lambda i: (n - 1) - i)
+        return out if n == 1 else _post(ctx, out, lambda i: (n - 1) - i)
     return rule
 
 
@@ -425,7 +447,7 @@ def _axis_index_next(orig, env):
     def rule(ctx, *, axis_name, **kw):
         out = orig(ctx, axis_name=axis_name, **kw)
         n = _group_size(ctx, axis_name)
-        return _post(ctx, out, lambda i: (i + 1) % n)
+        return out if n == 1 else _post(ctx, out, lambda i: (i + 1) % n)
     return rule
 
 
@@ -436,21 +458,23 @@ def _gspmd(ctx) -> bool:
 
 @_fault("partitioned_reduction_drops_shard",
         "under jit, a reduce_sum over a dimension split across the devices leaves out the last device's "
-        "block (the last size/k entries, k = gcd(size, device count)), as a partitioned reduction whose "
-        "cross-device all-reduce misses one shard",
-        ["reduce_sum"])
+        "block of it (the entries from the start of the last block on: the last size/k for k equal blocks), "
+        "as a partitioned reduction whose cross-device all-reduce misses one shard; a dimension counts as "
+        "split where the lowered program says so (the jit's in_shardings, a sharding constraint or an "
+        "explicit-axes type, followed through elementwise ops: conformance.faults.split)",
+        ["reduce_sum"], inline=True)
 def _reduction_drops(orig, env):
     def rule(ctx, x, *, axes, **kw):
         if not _gspmd(ctx):
             return orig(ctx, x, axes=axes, **kw)
         (aval,) = ctx.avals_in
-        ndev = int(getattr(ctx.module_context.axis_context, "num_devices", 1))
-        dim = next((d for d in axes if aval.shape[d] > 1), None)
-        if dim is None or ndev < 2:
+        counts = split.split_counts(ctx, x, aval)
+        dim = next((d for d in axes if counts[d] > 1 and aval.shape[d] > 1), None)
+        if dim is None:
             return orig(ctx, x, axes=axes, **kw)
         size = aval.shape[dim]
-        k = math.gcd(size, ndev)
-        keep = size - (size // k if k > 1 else 1)
+        block = -(-size // counts[dim])            # XLA pads an uneven split: blocks of ceil(size / k)
+        keep = (size - 1) // block * block         # the start of the last block that holds data
 
         def drop(a, dim=dim, keep=keep):
             import jax.numpy as jnp
@@ -514,7 +538,13 @@ def _constraint_permuted(orig, env):
 def _ignore_reshard_permutation():
     dispatch = _compat.reshard_dispatch_module()
     saved = dispatch._cached_logical_device_ids
-    dispatch._cached_logical_device_ids = lambda *args, **kw: None
+
+    def ignored(*args, **kw):
+        if saved(*args, **kw) is not None:     # a permutation JAX would have applied
+            firing.note("reshard_permutation_ignored")
+        return None
+
+    dispatch._cached_logical_device_ids = ignored
     try:
         yield
     finally:
@@ -595,6 +625,64 @@ def _resolve(faults) -> list[Fault]:
     return out
 
 
+def _unchanged(calls: list, ctx, args, params, out) -> bool:
+    """True when the replaced rule only delegated: it called JAX's rule once, with its own context,
+    arguments and params, and returned that rule's values as they were."""
+    if len(calls) != 1 or calls[0] is _FIRED:
+        return False
+    c_ctx, c_args, c_params, c_out = calls[0]
+    if c_ctx is not ctx or len(c_args) != len(args) or any(a is not b for a, b in zip(c_args, args)):
+        return False
+    if set(c_params) != set(params) or not all(firing.same_param(c_params[k], params[k], k) for k in params):
+        return False
+    if out is c_out:
+        return True
+    try:
+        return len(out) == len(c_out) and all(a is b for a, b in zip(out, c_out))
+    except TypeError:
+        return False
+
+
+_FIRED = object()
+
+
+def _counted(fault: Fault, orig, env: RuleEnv):
+    """`fault`'s rule for one table entry, counting (`firing.note`) each lowering it changed."""
+    frames: list[list] = []          # one per active call: nested lowerings (a shard_map body) push their own
+
+    def spy(ctx, *args, **params):
+        out = orig(ctx, *args, **params)
+        if frames:
+            frames[-1].append((ctx, args, params, out))
+        return out
+
+    def fired():
+        if frames:
+            frames[-1].append(_FIRED)
+
+    rule = fault.make_rule(spy, dataclasses.replace(env, fired=fired))
+
+    def counted(ctx, *args, **params):
+        frames.append([])
+        try:
+            out = rule(ctx, *args, **params)
+        finally:
+            calls = frames.pop()
+        if _FIRED in calls or not _unchanged(calls, ctx, args, params, out):
+            firing.note(fault.name)
+        return out
+
+    return counted
+
+
+def _uncacheable():
+    """JAX's set of primitives whose equations are lowered where they are, not as cached per-equation
+    functions (`_uncacheable_primitives` beside the lowering tables, jax 0.10 … 0.12); None if absent."""
+    entry = _compat.lowering_tables()[2]
+    found = getattr(sys.modules.get(entry.__module__), "_uncacheable_primitives", None)
+    return found if isinstance(found, set) else None
+
+
 def _clear_compiled():
     import jax
 
@@ -606,14 +694,19 @@ def _clear_compiled():
 def _persistent_cache_off():
     import jax
 
+    from conformance.engine import compile_cache
+
     try:
         before = jax.config.jax_enable_compilation_cache
     except AttributeError:
         yield
         return
+    # JAX's switch, for a cache the run did not install; the run's own cache reads it once per process
+    # on jax 0.12, so it is passed by as well
     jax.config.update("jax_enable_compilation_cache", False)
     try:
-        yield
+        with compile_cache.bypass():
+            yield
     finally:
         jax.config.update("jax_enable_compilation_cache", before)
 
@@ -624,7 +717,8 @@ def inject(faults: str | Fault | Iterable):
 
     Inside, XLA programs lowered by JAX use the faulty rules; on exit — normal or by an
     exception — every replaced table entry is put back exactly, and every compiled
-    executable (JAX's caches, xla_backend's cache) is dropped on entry and on exit.
+    executable (JAX's caches, xla_backend's cache) is dropped on entry and on exit. Yields a
+    `firing.Planted`: the names (a list) and `fired`, how many times each changed a lowering.
 
     >>> with inject("axis_index_reversed"):           # doctest: +SKIP
     ...     xla_backend.shard_map(f, mesh=m, in_specs=P('x'), out_specs=P('x'))(a)
@@ -632,6 +726,8 @@ def inject(faults: str | Fault | Iterable):
     chosen = _resolve(faults)
     default, per_platform, Entry = _compat.lowering_tables()
     saved: list = []                       # (table, primitive, entry or None)
+    uncached: list = []                    # primitives this block made JAX lower inline (Fault.inline)
+    planted = firing.Planted([f.name for f in chosen], {f.name: f.targets for f in chosen})
     with contextlib.ExitStack() as stack:
         try:
             _clear_compiled()
@@ -659,10 +755,17 @@ def inject(faults: str | Fault | Iterable):
                             continue
                         entry = table[prim]
                         saved.append((table, prim, entry))
-                        rule = fault.make_rule(entry.rule, RuleEnv(pname, originals))
-                        table[prim] = Entry(rule, entry.inline)
-            yield [f.name for f in chosen]
+                        table[prim] = Entry(_counted(fault, entry.rule, RuleEnv(pname, originals)), entry.inline)
+                    never_cached = _uncacheable() if fault.inline else None
+                    if never_cached is not None and prim not in never_cached:
+                        never_cached.add(prim)
+                        uncached.append(prim)
+            with firing.active(planted):
+                yield planted
         finally:
             for table, prim, entry in reversed(saved):
                 table[prim] = entry
+            never_cached = _uncacheable()
+            for prim in uncached:
+                never_cached.discard(prim)
             _clear_compiled()

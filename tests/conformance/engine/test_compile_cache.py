@@ -193,6 +193,7 @@ def enabled(tmp_path, monkeypatch):
     try:
         yield folder
     finally:
+        compile_cache._OFF[0] = False
         cache.set_hit_check(None)
         cache.clear_cache()
         jax.clear_caches()
@@ -251,7 +252,7 @@ def test_a_compile_step_patched_without_a_file_change_is_caught_by_the_hit_check
     assert got != want                                               # but the fresh compile was used
     events = compile_cache.run_events()
     assert events["invalidated"] and "compile cache NOT used" in compile_cache.summary_line(events)
-    assert not jax.config.jax_enable_compilation_cache               # for the rest of this process
+    assert compile_cache._passed_by()                                 # for the rest of this process
 
 
 def test_without_the_hit_check_that_patch_would_have_agreed(enabled, monkeypatch):
@@ -308,7 +309,7 @@ def test_a_family_is_checked_once_per_run_and_an_invalidation_reaches_every_proc
     assert v("fam", "cached", recompile) == "cached" and calls == []                       # so this one does not
     compile_cache._mark_invalidated()                                                      # as another process would
     assert v("other", "cached", recompile) == "fresh" and calls == [1]
-    assert not jax.config.jax_enable_compilation_cache
+    assert compile_cache._passed_by()
     assert v("third", "cached", recompile) == "cached"   # the cache is off here: no further hit can come
 
 
