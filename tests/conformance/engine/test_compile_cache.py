@@ -317,3 +317,12 @@ def test_off_enables_nothing_and_creates_no_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert compile_cache.worker_environment("off") == {} and compile_cache.enable("OFF") is None
     assert os.listdir(tmp_path) == []
+
+
+def test_a_run_verifies_at_most_its_budget_of_families(enabled, monkeypatch):
+    monkeypatch.setenv(compile_cache.VERIFY_ENV, "2")
+    assert [compile_cache._first_in_run(f"family{i}") for i in range(4)] == [True, True, False, False]
+    monkeypatch.setenv(compile_cache.VERIFY_ENV, "all")
+    assert compile_cache._first_in_run("family9")
+    monkeypatch.delenv(compile_cache.VERIFY_ENV)
+    assert compile_cache.verify_per_run() == compile_cache.VERIFY_PER_RUN
