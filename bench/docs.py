@@ -250,14 +250,26 @@ def _reruns(recs: list) -> str:
              "%.1f (%s)" % (r["examples_per_s"], ", ".join("%.1f" % x["examples_per_s"] for x in r["each"])),
              f"{r['cpu_ms_per_example']:.1f}", ", ".join(f"{x['cpu_s']:.0f}" for x in r["each"]),
              f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
-             ", ".join(f"{x['process_s']:.0f}" for x in r["each"]))
+             ", ".join(f"{x['process_s']:.0f}" for x in r["each"]),
+             "-" if "identity_checks_s" not in r else
+             f"{r['identity_checks_s']:.2f} ({100 * r.get('identity_share', 0.0):.1f}%)")
             for r in recs if r.get("bench") == "conformance_reruns"]
     text = _md_table(["variant", "commit", "workers", "cases", "examples", "examples/s, median (each pass)",
                       "CPU ms per example", "CPU s (each pass)", "workers busy", "examples per minute",
-                      "process wall s (each pass)"], rows)
+                      "process wall s (each pass)", "identity checks CPU s (share of the run's CPU)"], rows)
     side = [r for r in recs if r.get("bench") == "conformance_reruns"]
     if side:
         text += f"\n\n{side[0]['passes']} interleaved passes; medians."
+    by = {r["variant"]: r for r in side}
+    if "rerun" in by and "baseline rerun" in by and "identity_checks_s" in by["rerun"]:
+        rr, br = by["rerun"], by["baseline rerun"]
+        text += (f" The compile cache's identity checks (the code identity and the verifying compiles of at most "
+                 f"`VERIFY_PER_RUN` families, `conformance.engine.compile_cache`) took {rr['identity_checks_s']:.2f} "
+                 f"CPU-s of this commit's rerun, {100 * rr.get('identity_share', 0.0):.1f}% of its CPU. The rerun as a "
+                 f"whole costs {rr['cpu_s'] / br['cpu_s']:.2f}x the baseline rerun's CPU ({rr['cpu_s']:.1f} against "
+                 f"{br['cpu_s']:.1f} s): the baseline read back its drawn plan and each case's executable under a key "
+                 "computed before tracing, which a changed JAX or a monkeypatch could not change; this commit draws, "
+                 "traces and lowers every case on every run and lets only JAX's module-keyed cache skip the compile.")
     return text
 
 
@@ -426,6 +438,21 @@ def load(paths) -> list[dict]:
     return recs
 
 
+KEEP_MARKER = "<!-- bench.docs keeps everything below this line: sections written by hand from other bench commands -->"
+
+
+def kept_tail(path: str) -> str:
+    """The part of the page at `path` from `KEEP_MARKER` on (sections written by hand from the output
+    of bench commands this renderer does not know), or the marker alone where the page has none."""
+    try:
+        with open(path) as fh:
+            old = fh.read()
+    except OSError:
+        return "\n" + KEEP_MARKER + "\n"
+    i = old.find(KEEP_MARKER)
+    return "\n" + (old[i:] if i >= 0 else KEEP_MARKER + "\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.docs", description=__doc__.splitlines()[0])
     ap.add_argument("figures", nargs="+", help="JSON lines written by `python -m bench --json FILE` (one or more)")
@@ -437,6 +464,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.out:
+        text += kept_tail(args.out)
         with open(args.out, "w") as fh:
             fh.write(text)
     else:

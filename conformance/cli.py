@@ -133,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shrink-seconds", type=_seconds, default=SHRINK_SECONDS,
                      help=f"time to shrink each failure with hypothesis (default {SHRINK_SECONDS:g}; 0: no shrinking)")
     run.add_argument("--compile-cache", metavar="DIR|off", default=None,
-                     help="JAX's persistent compilation cache, the executables and the drawn plans, so a rerun "
-                          "skips drawing, tracing, lowering and compiling (default: $CONFORMANCE_COMPILE_CACHE or "
-                          "~/.cache/refsim-conformance/xla; 'off': none)")
+                     help="JAX's persistent compilation cache, in a folder keyed on the content of JAX's, jaxlib's "
+                          "and the plugins' files, so a rerun skips XLA's compiles (default: "
+                          "$CONFORMANCE_COMPILE_CACHE or ~/.cache/refsim-conformance/xla; 'off': none)")
     run.add_argument("--data-per-program", type=_positive, default=DEFAULT_DATA_PER_PROGRAM, metavar="N",
                      help=f"data sets (special values, rounding data, random) each drawn program structure runs "
                           f"with on its one compiled executable (default {DEFAULT_DATA_PER_PROGRAM}; at least what "

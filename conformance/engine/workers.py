@@ -271,8 +271,8 @@ class Drawn:
 
     `run_in_workers(more_ready=...)` waits on it (`fileno`) beside its workers and takes the next
     list only when `ready`, so the parent hands a worker its next task the moment the worker sends
-    a result, even in the middle of a long draw (a family of hypothesis draws, the plan cache's
-    write): no worker waits while the parent draws. Iterating it gives the lists in order
+    a result, even in the middle of a long draw (a family of hypothesis draws): no worker waits
+    while the parent draws. Iterating it gives the lists in order
     (blocking until the next is drawn); an exception of the drawing is raised there. `close` stops
     the thread after the list it is drawing (a daemon thread: it never holds the process open).
     """
@@ -564,7 +564,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     os.close(fd)
     xplat.configure(platform, devices)
     xplat.share_accelerator()
-    compile_cache.install_from_env()   # the parent's executable store, if it enabled one
+    compile_cache.install_from_env()   # the parent's compile cache checks, if it enabled a cache
     tune_gc()
     with contextlib.ExitStack() as stack:
         if fault is not None:
