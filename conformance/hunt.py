@@ -56,6 +56,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,13 +70,17 @@ import numpy as np
 import refsim
 from conformance.cli import _cores, _Parser, _positive, _seconds, _seed, _timeout
 from conformance.engine import runner, workers
+from conformance.findings import Finding, earlier_findings, print_findings, write_causes, write_record
 from conformance.report import open_report_dir, prepare_report_dir, timing
 from conformance.report.results import CaseResult, Failure, summarize
 from conformance.suites import base
 from conformance.suites import sharded as suite_mod
 from conformance.suites.base import ProgramTask
-from conformance.strategies.sharded import Graph, make_case
-from conformance.suites.sharded import candidates, shrink_case
+from conformance.strategies.sharded import OPS, Graph, make_case, sharded_programs
+from conformance.suites.sharded import candidates
+from conformance.upstream import report as upstream_report
+from conformance.upstream.causes import cause_key
+from conformance.upstream.shrink import greedy
 from conformance.verdict import xfails as xfails_mod
 from xla_backend import platform as xplat
 
@@ -94,22 +99,6 @@ SHARDING_OPS = ("with_sharding_constraint", "reshard")
 
 
 @dataclasses.dataclass
-class Finding:
-    """One distinct failure: its signature, how often it was seen, and where its reproducer is."""
-
-    stage: str
-    op: str
-    error: str
-    count: int
-    case_id: str
-    status: str
-    path: str | None = None
-    message: str = ""
-    number: int = 0        # its NNN in findings/
-    earlier: bool = False  # first written by an earlier hunt on this report folder
-
-
-@dataclasses.dataclass
 class HuntResult:
     """What a hunt did: programs run, minutes, whether it was cut short, and the distinct failures."""
 
@@ -120,6 +109,8 @@ class HuntResult:
     report_dir: str | None
     generator_errors: list = dataclasses.field(default_factory=list)
     database: dict = dataclasses.field(default_factory=dict)
+    seed: int | None = None
+    causes: list = dataclasses.field(default_factory=list)
 
 
 # -- classifying a result -------------------------------------------------------------------------
@@ -304,7 +295,8 @@ def _origin_of(blob: bytes, devices: int) -> dict:
     except (UnicodeDecodeError, ValueError):
         raise ValueError("unreadable") from None
     keys = {"format", "suite", "seed", "count", "index", "devices", "shrink", "program"}
-    if not isinstance(doc, dict) or doc.get("format") != DB_FORMAT or set(doc) != keys:
+    # "ops": drawn by a hunt restricted to those ops (--ops); absent: the suite's whole strategy
+    if not isinstance(doc, dict) or doc.get("format") != DB_FORMAT or set(doc) - {"ops"} != keys:
         raise ValueError("unreadable")
 
     def whole(v, lo, hi):
@@ -314,11 +306,15 @@ def _origin_of(blob: bytes, devices: int) -> dict:
           and whole(doc["index"], 0, doc["count"]) and whole(doc["devices"], 1, 1 << 16)
           and isinstance(doc["shrink"], list) and len(doc["shrink"]) <= 256
           and all(whole(k, 0, 4096) for k in doc["shrink"])
-          and isinstance(doc["program"], str) and re.fullmatch(r"sha256:[0-9a-f]{64}", doc["program"]))
+          and isinstance(doc["program"], str) and re.fullmatch(r"sha256:[0-9a-f]{64}", doc["program"])
+          and ("ops" not in doc or isinstance(doc["ops"], list) and 0 < len(doc["ops"]) <= len(OPS)
+               and all(isinstance(o, str) for o in doc["ops"])))
     if not ok:
         raise ValueError("unreadable")
     if doc["devices"] > devices:
         raise ValueError("foreign")   # its meshes may need more devices than this hunt has
+    if any(o not in OPS for o in doc.get("ops", ())):
+        raise ValueError("stale")     # an op this version's strategy does not draw
     return doc
 
 
@@ -332,10 +328,9 @@ def replay(blobs, devices: int) -> tuple[list, dict, dict]:
     for blob in blobs:
         try:
             doc = _origin_of(blob, devices)
-            key = (doc["seed"], doc["count"], doc["devices"])
+            key = (doc["seed"], doc["count"], doc["devices"], tuple(doc.get("ops", ())))
             if key not in batches:
-                batches[key] = base.draw(suite_mod.strategy("sharded", None, doc["devices"]), doc["count"],
-                                         doc["seed"])
+                batches[key] = base.draw(_strategy(doc["devices"], doc.get("ops")), doc["count"], doc["seed"])
             drawn = batches[key]
             if doc["index"] >= len(drawn):
                 raise ValueError("stale")
@@ -355,7 +350,7 @@ def replay(blobs, devices: int) -> tuple[list, dict, dict]:
             skipped["stale"] = skipped.get("stale", 0) + 1
             continue
         cases.append(case)
-        origins[case.case_id] = {k: doc[k] for k in ("seed", "count", "index", "devices", "shrink")}
+        origins[case.case_id] = {k: doc[k] for k in ("seed", "count", "index", "devices", "shrink", "ops") if k in doc}
     return cases, origins, skipped
 
 
@@ -372,40 +367,6 @@ def _shrink_path(case, accepted: list) -> list | None:
         path.append(k)
         cur = options[k]
     return path
-
-
-# -- findings an earlier hunt wrote to this report folder -------------------------------------------
-_FINDING_NAME = re.compile(r"^(\d+)-.*\.txt$")
-
-
-def earlier_findings(findings_dir: str) -> tuple[dict, int]:
-    """({(stage, op, error): Finding} of the findings in `findings_dir`, the highest number used)."""
-    known, top = {}, 0
-    try:
-        names = sorted(os.listdir(findings_dir))
-    except OSError:
-        return known, top
-    for name in names:
-        num = re.match(r"^(\d+)-", name)
-        if num:
-            top = max(top, int(num.group(1)))
-        m = _FINDING_NAME.match(name)
-        if not m:
-            continue
-        try:
-            with open(os.path.join(findings_dir, name), encoding="utf-8") as fh:
-                fields = dict(ln.split(": ", 1) for ln in fh.read().split("\n\n", 1)[0].splitlines() if ": " in ln)
-        except (OSError, UnicodeDecodeError):
-            continue
-        if not {"stage", "op", "error"} <= set(fields):
-            continue
-        sig = (fields["stage"], fields["op"], fields["error"])
-        if sig in known:
-            continue
-        py = os.path.join(findings_dir, name[:-4] + ".py")
-        known[sig] = Finding(*sig, 0, fields.get("case", ""), fields.get("status", ""),
-                             py if os.path.exists(py) else None, number=int(m.group(1)), earlier=True)
-    return known, top
 
 
 # -- running one case in a fresh process (shrinking exceptions and crashes) ------------------------
@@ -453,24 +414,51 @@ def _check_main(path: str, with_xfails: bool = False) -> int:
     return 0
 
 
+# -- shrinking a new finding: fewest ops, then fewest devices --------------------------------------
 def _shrink_out_of_process(case, sig: tuple, devices: int, seconds: float):
-    """(`case` cut down (`conformance.suites.sharded.shrink_case`) while a fresh process running
-    the variant still fails with the same stage and error class, the positions in `candidates`
-    that lead to it or None)."""
-    accepted = []
+    """(`case` cut down while a fresh process running the variant still fails with the same stage
+    and error class: first its op graph and layouts (`conformance.suites.sharded.candidates`, the
+    positions of which are returned for the example database, or None), then its mesh
+    (`conformance.upstream.shrink.fewer_devices`) and the graph again, the variant returned last)."""
+    stop = time.monotonic() + seconds
 
     def same(cand) -> bool:
         got = check_in_subprocess(cand, devices, timeout=max(30.0, seconds))
-        ok = got is not None and got[0] == sig[0] and got[2] == sig[2]
-        if ok:   # shrink_case takes each variant that still fails as its next start
-            accepted.append(cand)
-        return ok
+        return got is not None and got[0] == sig[0] and got[2] == sig[2]
 
-    small = shrink_case(case, same, seconds)
-    return small, _shrink_path(case, accepted)
+    small, steps = greedy(case, same, seconds / 2, cuts=(candidates,))
+    smallest, _ = greedy(small, same, max(0.0, stop - time.monotonic()))
+    return small, [pos for _, pos in steps], smallest
 
 
-# -- the hunt -------------------------------------------------------------------------------------
+def _shrink_values(case, devices: int, seconds: float):
+    """(the op-shrunk case, its `candidates` path, the smallest case) of a case whose values
+    disagree, cut down in one fresh process (`conformance.upstream.helper shrink`: refsim and XLA
+    side by side, JAX started once); the last variant it printed, if a variant killed it."""
+    lines: list = []
+    with tempfile.TemporaryDirectory(prefix="conformance-hunt-") as tmp:
+        src = os.path.join(tmp, "case.json")
+        write_case(case, src)
+        env = dict(os.environ, XLA_BACKEND_DEVICES=str(devices))
+        try:
+            p = subprocess.run([sys.executable, "-m", "conformance.upstream.helper", "shrink", src, "--seconds",
+                                str(seconds), "--devices", str(devices)], capture_output=True, text=True,
+                               timeout=seconds + 180, env=env)
+            lines = p.stdout.splitlines()
+        except subprocess.TimeoutExpired as e:
+            lines = (e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or "").splitlines()
+    latest, small, path = case, None, None
+    for line in lines:
+        try:
+            if line.startswith("STEP "):
+                latest = case_from_data(json.loads(line[len("STEP "):]))
+            elif line.startswith("PATH "):
+                small, path = latest, json.loads(line[len("PATH "):])
+        except ValueError:   # a line cut short by a dying process
+            break
+    return (case, None, latest) if small is None else (small, path, latest)
+
+
 def _reproducer(case, path: str) -> None:
     """Write `case`'s reproducer: refsim's values embedded, or (refsim cannot run it) none, so the
     script shows JAX's own error."""
@@ -484,6 +472,7 @@ def _reproducer(case, path: str) -> None:
         fh.write(text)
 
 
+# -- the hunt -------------------------------------------------------------------------------------
 class _Stop:
     """SIGINT / SIGTERM: the first asks the hunt to stop drawing and finish; the second interrupts."""
 
@@ -506,32 +495,90 @@ class _Stop:
             signal.signal(s, h)
 
 
-def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int | None = None, processes: int = 1,
-         xfails=None, devices: int = 8, platform: str = "cpu", database=None, shrink_seconds: float = 60.0,
-         case_timeout: float = 300.0, out=print) -> HuntResult:
-    """Draw and run programs of `suite` for `minutes`; return the distinct failures (see the module)."""
+class _Progress:
+    """A line on stderr every `every` seconds (0: never): programs done and their rate, findings
+    (new / known), the other failures, time left. Plain lines: no terminal needed."""
+
+    def __init__(self, every: float, stream, budget: str):
+        self.every, self.stream, self.budget = every, stream, budget
+        self.t0 = self.last = time.monotonic()
+        self.done, self.statuses, self.shown = 0, {}, None
+
+    def result(self, res) -> None:
+        self.done += 1
+        self.statuses[res.status] = self.statuses.get(res.status, 0) + 1
+
+    def tick(self, found: dict, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.every or (now - self.last < self.every and not force):
+            return
+        state = (self.done, len(found), tuple(sorted(self.statuses.items())))
+        if force and state == self.shown:
+            return   # the closing line would repeat the last one
+        self.last, self.shown = now, state
+        dt = now - self.t0
+        new = sum(1 for f in found.values() if f.known is None)
+        other = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()) if s != "pass")
+        print(f"hunt {int(dt) // 60}:{int(dt) % 60:02d} | {self.done} programs ({self.done / max(dt, 1e-9):.2f}/s) | "
+              f"{len(found)} finding(s): {new} new, {len(found) - new} known | {other or 'no failures'} | {self.budget}",
+              file=self.stream, flush=True)
+
+
+def _strategy(devices: int, ops):
+    """The sharded suite's strategy, or its programs drawn from `ops` alone (``--ops``)."""
+    if not ops:
+        return suite_mod.strategy("sharded", None, devices)
+    return sharded_programs(ops=tuple(ops), max_devices=devices)
+
+
+def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=None, seed: int | None = None,
+         processes: int = 1, xfails=None, devices: int = 8, platform: str = "cpu", database=None,
+         shrink_seconds: float = 60.0, case_timeout: float = 300.0, programs: int | None = None, ops=None,
+         upstream: bool = True, progress_every: float = 5.0, progress_stream=None, out=print) -> HuntResult:
+    """Draw and run programs of `suite` for `minutes` (or until `programs` have been drawn, or
+    both: whichever ends first); return the distinct failures (see the module). seed: the draws'
+    seed (None: a random one, recorded); ops: draw programs of these `OPS` only; upstream: write
+    each finding's plain-JAX script and issue body; progress_every: seconds between progress
+    lines on `progress_stream` (default stderr; 0: none)."""
     if suite != "sharded":
         raise ValueError(f"suite={suite!r}: hunting draws from a suite's strategy; 'sharded' is the one built "
                          "for it.")
-    if not minutes > 0:
+    if minutes is None and programs is None:
+        raise ValueError("pass minutes= (a time budget), programs= (a program budget) or both.")
+    if minutes is not None and not minutes > 0:
         raise ValueError(f"minutes={minutes!r}; pass a positive number of minutes.")
+    if programs is not None and (isinstance(programs, bool) or not isinstance(programs, int) or programs < 1):
+        raise ValueError(f"programs={programs!r}; pass a positive whole number of programs.")
+    if ops:
+        ops = tuple(dict.fromkeys(ops))
+        bad = [o for o in ops if o not in OPS]
+        if bad:
+            raise ValueError(f"ops={bad!r} are not ops the sharded strategy draws; pick from "
+                             f"conformance.strategies.sharded.OPS ({', '.join(sorted(OPS)[:6])}, ...).")
     xplat.configure(platform, devices)
+    if seed is None:   # recorded, so the hunt can be repeated
+        seed = random.SystemRandom().randrange(_MAX_SEED)
 
     report_dir = report_dir or tempfile.mkdtemp(prefix="conformance-hunt-")
     prepare_report_dir(report_dir)
     findings_dir = os.path.join(report_dir, "findings")
     os.makedirs(findings_dir, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="conformance-hunt-repros-")   # the workers' reproducers, before a finding takes one
     db = DirectoryBasedExampleDatabase(database or os.path.join(report_dir, "examples"))
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
-    master = random.Random(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
-    deadline = time.monotonic() + minutes * 60
+    master = random.Random(seed)
+    deadline = time.monotonic() + minutes * 60 if minutes is not None else float("inf")
+    budget = " · ".join(x for x in ((f"{minutes:g} min" if minutes is not None else ""),
+                                    (f"{programs} programs" if programs is not None else "")) if x)
+    progress = _Progress(progress_every, progress_stream or sys.stderr, f"budget {budget}, seed {seed}")
     t0 = time.perf_counter()
     by_id: dict = {}
     stop = _Stop()
-    counts = {"sent": 0, "done": 0}
+    counts = {"sent": 0, "done": 0, "drawn": 0}
     generator_errors: list = []
     origins: dict = {}     # case id -> how the strategy draws it (the example database's entry)
     database: dict = {"replayed": 0, "skipped": {}}
+    results, found = [], {}
 
     def batch_tasks(cases, s, drawn_as=None):
         tasks = base.group_tasks("sharded", cases, seed=s, shrink_of=lambda c: ("sharded", c.family, c.dtype),
@@ -542,7 +589,8 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                 origins[t.case_id] = drawn_as[t.case_id]
             else:
                 i = next(i for i, c in enumerate(cases) if c.case_id == t.case_id)
-                origins[t.case_id] = {"seed": s, "count": BATCH, "index": i, "devices": devices, "shrink": []}
+                origins[t.case_id] = {"seed": s, "count": BATCH, "index": i, "devices": devices, "shrink": []} \
+                    | ({"ops": list(ops)} if ops else {})
         counts["sent"] += len(tasks)
         return [(t, xf.lookup(t.case_id)) for t in tasks]
 
@@ -556,30 +604,36 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
         if again:
             out(f"replaying {len(again)} failing program(s) from the example database first")
             yield batch_tasks(again, 0, drawn_as)
-        strategy = suite_mod.strategy("sharded", None, devices)
-        while not stop.asked and time.monotonic() < deadline:
+        strategy = _strategy(devices, ops)
+        while not stop.asked and time.monotonic() < deadline and (programs is None or counts["drawn"] < programs):
+            progress.tick(found)
             if counts["sent"] - counts["done"] > 2 * processes:
                 # the workers are busy: draw the next batch when they have taken most of this one
                 time.sleep(0.05)
                 yield []
                 continue
-            s = master.randrange(2 ** 32)
+            s = master.randrange(_MAX_SEED)
             try:
                 cases = base.draw(strategy, BATCH, s)
             except Exception as e:  # noqa: BLE001 - a generator defect is a finding, not the hunt's end
                 generator_errors.append(f"seed {s}: {type(e).__name__}: {e}")
                 out(f"the strategy failed to draw a batch (seed {s}): {type(e).__name__}: {str(e).splitlines()[0]}")
                 continue
+            if programs is not None:   # the budget's last batch: its first programs only, so a seed and
+                cases = cases[:programs - counts["drawn"]]   # a budget name the same programs every time
+            counts["drawn"] += len(cases)
             yield batch_tasks(cases, s)
 
     plan = dict(platform=platform, devices=devices, suite=suite, seed=seed, mode="hunt", minutes=minutes,
-                processes=processes, xfails=xf.source, **runner._versions())
+                programs=programs, ops=list(ops) if ops else None, processes=processes, xfails=xf.source,
+                **runner._versions())
     reporters = open_report_dir(report_dir)
     for r in reporters:
-        r.start(dict(plan, cases=0))
-    results, found = [], {}
+        r.start(dict(plan))
     known, numbered = earlier_findings(findings_dir)   # a rerun on this folder keeps their numbers
-    opts = dict(repro_dir=os.path.join(report_dir, "repros"), devices=devices, shrink_seconds=shrink_seconds, seed=0)
+    opts = dict(repro_dir=scratch, devices=devices, shrink_seconds=shrink_seconds, seed=0)
+    rec = dict(db=db, findings_dir=findings_dir, devices=devices, shrink_seconds=shrink_seconds, out=out,
+               upstream=upstream, platform=platform, timeout=case_timeout, ops=ops)
     interrupted = False
     with stop:
         try:
@@ -594,107 +648,139 @@ def hunt(*, minutes: float, suite: str = "sharded", report_dir=None, seed: int |
                         "ops": [list(p) for p in case.op_patterns], "transform": case.transform,
                         "axis_types": case.axis_types, "partitioner": case.partitioner,
                         "mesh": list(case.mesh.axis_sizes)}
+                sig = signature(res, case)
+                if sig is not None:
+                    if sig in found:
+                        found[sig].count += 1
+                    elif sig in known:
+                        found[sig] = dataclasses.replace(known[sig], count=1, case_id=res.case_id, status=res.status)
+                        out(f"known failure [{sig[0]}] {sig[1]}: {sig[2]}\n  case {res.case_id}\n  finding "
+                            f"{known[sig].number:03d} of an earlier hunt on this folder: {known[sig].folder}")
+                    else:
+                        numbered += 1
+                        found[sig] = _record(sig, res, case, number=numbered, origin=origins.get(res.case_id), **rec)
+                    # one reproducer per finding, in its folder: the worker's copy goes
+                    _discard(res.repro_path, scratch)
+                    res.repro_path = found[sig].path
+                progress.result(res)
                 results.append(res)
                 for r in reporters:
                     r.case_finished(res)
-                sig = signature(res, case)
-                if sig is None:
-                    continue
-                if sig in found:
-                    found[sig].count += 1
-                    continue
-                if sig in known:
-                    found[sig] = dataclasses.replace(known[sig], count=1, case_id=res.case_id, status=res.status)
-                    out(f"known failure [{sig[0]}] {sig[1]}: {sig[2]}\n  case {res.case_id}\n  finding "
-                        f"{known[sig].number:03d} of an earlier hunt on this folder: {known[sig].path}")
-                    continue
-                numbered += 1
-                found[sig] = _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out,
-                                     number=numbered, origin=origins.get(res.case_id))
+                progress.tick(found)
         except KeyboardInterrupt:
             interrupted = True
+    progress.tick(found, force=True)
+    shutil.rmtree(scratch, ignore_errors=True)
     partial = stop.asked or interrupted
     wall = time.perf_counter() - t0
     summary = summarize(results, wall_seconds=wall, compile_seconds=sum(r.compile_seconds for r in results))
     runner._xfail_summary(summary, xf, results, False, complete=False)
-    summary["plan"] = dict(plan, cases=len(results))
+    summary["plan"] = dict(plan)
     summary["phases"] = timing.totals(results, 0.0)
-    summary["hunt"] = {"partial": partial, "programs": len(results), "minutes": wall / 60,
-                       "findings": [dataclasses.asdict(f) for f in found.values()],
-                       "generator_errors": generator_errors, "database": database}
+    # the share of the work (summed over the workers, as the phase line counts it), not of the wall time
+    work = sum(summary["phases"].values())
+    summary["compile_share"] = summary["phases"].get("xla_compile", 0.0) / work if work > 0 else 0.0
+    groups = write_causes(findings_dir, list(found.values())) if found else []
+    summary["hunt"] = {"partial": partial, "seed": seed, "programs": len(results), "minutes": wall / 60,
+                       "budget": {"minutes": minutes, "programs": programs}, "ops": list(ops) if ops else None,
+                       "findings": [dataclasses.asdict(f) for f in sorted(found.values(), key=lambda f: f.number)],
+                       "new": sum(1 for f in found.values() if f.known is None),
+                       "known": sum(1 for f in found.values() if f.known is not None),
+                       "causes": groups, "generator_errors": generator_errors, "database": database}
     for r in reporters:
         r.finish(summary)
-    result = HuntResult(len(results), wall / 60, partial, list(found.values()), report_dir, generator_errors,
-                        database)
+    result = HuntResult(len(results), wall / 60, partial, sorted(found.values(), key=lambda f: f.number), report_dir,
+                        generator_errors, database, seed, groups)
     with open(os.path.join(report_dir, "hunt.json"), "w", encoding="utf-8") as fh:
         json.dump(summary["hunt"] | {"report_dir": report_dir, "plan": summary["plan"]}, fh, indent=1, default=str)
     return result
 
 
-def _record(sig, res, case, db, findings_dir, devices, shrink_seconds, out, *, number: int,
-            origin: dict | None = None) -> Finding:
-    """A new distinct failure, finding `number`: shrink it (exceptions and crashes out of process),
-    write its reproducer and case file to `findings_dir` now, keep how the strategy draws it
-    (`origin`, and the shrinking path) in the example database."""
+def _discard(path, scratch: str) -> None:
+    if path and os.path.dirname(os.path.abspath(path)) == os.path.abspath(scratch):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _record(sig, res, case, *, db, findings_dir, devices, shrink_seconds, out, number: int, upstream: bool,
+            platform: str, timeout: float, ops=None, origin: dict | None = None) -> Finding:
+    """A new distinct failure, finding `number`: shrink it to the fewest ops and devices that
+    still fail the same way (`_shrink_values` for wrong values, `_shrink_out_of_process` for the
+    rest), write its folder (`conformance.findings`) now, with its plain-JAX script and issue body
+    (`conformance.upstream.report.write`), and keep how the strategy draws it (`origin`, and the
+    shrinking path) in the example database."""
     stage, op, error = sig
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{number:03d}-{stage}-{op}")[:80]
-    path = os.path.join(findings_dir, slug + ".py")
-    note = ""
+    folder = os.path.join(findings_dir, slug)
+    os.makedirs(folder, exist_ok=True)
+    text = res.details.fatal_line or (res.details.signature or {}).get("message") or res.message or ""
+    finding = Finding(stage, op, error, 1, res.case_id, res.status, None,
+                      res.message.splitlines()[0] if res.message else "", number=number, folder=folder)
+    smallest = case
     if case is not None:
-        small, steps = case, []
-        if res.status == "fail" and res.repro_path:
-            with open(res.repro_path, encoding="utf-8") as src, open(path, "w", encoding="utf-8") as dst:
-                dst.write(src.read())
-        else:
-            if shrink_seconds > 0:
-                small, steps = _shrink_out_of_process(case, sig, devices, shrink_seconds)
-                note = "" if small is case else f"shrunk to {small.case_id}"
-            _reproducer(small, path)
-        write_case(small, os.path.join(findings_dir, slug + ".json"))
+        small, path = case, []
+        if shrink_seconds > 0:
+            if res.status == "fail":
+                small, path, smallest = _shrink_values(case, devices, shrink_seconds)
+            else:
+                small, path, smallest = _shrink_out_of_process(case, sig, devices, shrink_seconds)
+        if smallest is not case:
+            finding.note = (f"shrunk from {len(case.op_patterns)} op(s), {len(case.graph.outs)} output(s) on "
+                            f"{case.mesh.size} device(s) to {len(smallest.op_patterns)}, {len(smallest.graph.outs)} "
+                            f"on {smallest.mesh.size}")
+        finding.path = os.path.join(folder, "repro.py")
+        _reproducer(smallest, finding.path)
+        write_case(smallest, os.path.join(folder, "case.json"))
+        finding.digest = program_digest(smallest)
         if origin is not None:
-            if steps is None:   # the shrunk program cannot be named by its path: keep the drawn one
-                small, steps = case, []
-            db.save(DB_KEY, _entry(dict(origin, shrink=list(origin["shrink"]) + steps), small))
-    else:
-        path = None
-    with open(os.path.join(findings_dir, slug + ".txt"), "w", encoding="utf-8") as fh:
-        fh.write(f"stage: {stage}\nop: {op}\nerror: {error}\ncase: {res.case_id}\nstatus: {res.status}\n{note}\n\n"
-                 f"{res.message}\n")
-    out(f"new failure [{stage}] {op}: {error}\n  case {res.case_id}\n  reproducer: {path}")
-    return Finding(stage, op, error, 1, res.case_id, res.status, path,
-                   res.message.splitlines()[0] if res.message else "", number=number)
-
-
-def print_findings(result: HuntResult, out=print) -> None:
-    """The closing table: one row per distinct failure."""
-    state = "partial hunt (stopped by a signal)" if result.partial else "hunt"
-    out(f"{state}: {result.programs} programs in {result.minutes:.1f} min, {len(result.findings)} distinct failure(s)")
-    if result.findings:
-        out(f"{'stage':<24} {'count':>5}  {'op':<28} error")
-        for f in sorted(result.findings, key=lambda f: (f.stage, f.op)):
-            out(f"{f.stage:<24} {f.count:>5}  {f.op[:28]:<28} {f.error[:90]}")
-            if f.path:
-                out(f"{'':<24} {'':>5}  reproducer: {f.path}" + (" (an earlier hunt's finding)" if f.earlier else ""))
-    for err in result.generator_errors:
-        out(f"strategy defect (a batch could not be drawn): {err.splitlines()[0]}")
-    out(f"report: {result.report_dir}/results.jsonl, {result.report_dir}/findings/, {result.report_dir}/hunt.json")
+            if path is None:   # the shrunk program cannot be named by its path: keep the drawn one
+                small, path = case, []
+            db.save(DB_KEY, _entry(dict(origin, shrink=list(origin["shrink"]) + path), small))
+    finding.cause = cause_key(stage, op, error, text=text, op_patterns=getattr(smallest, "op_patterns", ()))
+    if case is not None and upstream and stage != "refsim":
+        rep = upstream_report.write(folder, smallest, number=number, stage=stage, stage_record=res.details.stage,
+                                    platform=platform, timeout=timeout,
+                                    found_with=f"drawn from the ops {', '.join(ops)}" if ops else "")
+        finding.upstream = rep.to_json()
+        if rep.known is not None:
+            finding.known, finding.known_why = rep.known.number, rep.known.why
+        first = next((rep.outcomes[p] for p in rep.failing), None)
+        if first is not None and stage != "crash":   # the plain script's own message names the cause best
+            finding.cause = cause_key(stage, op, error, text=first.fatal_line or first.message,
+                                      op_patterns=smallest.op_patterns)
+    write_record(finding)
+    out(f"new failure [{stage}] {op}: {error}\n  case {res.case_id}" + (f"\n  {finding.note}" if finding.note else "")
+        + f"\n  {finding.verdict()}\n  folder: {folder}")
+    return finding
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="python -m conformance hunt",
-                 description="Draw random programs for N minutes; keep every distinct failure with its reproducer.")
-    ap.add_argument("--minutes", type=float, required=True, help="how long to hunt")
+                 description="Draw random programs for N minutes (or M programs); keep every distinct failure with "
+                             "its reproducer, a plain-JAX script and an issue body.")
+    ap.add_argument("--minutes", type=float, help="how long to hunt")
+    ap.add_argument("--programs", type=_positive, help="how many programs to draw (with --seed: the same programs "
+                                                       "every time)")
     ap.add_argument("--suite", default="sharded", choices=["sharded"], help="the suite whose strategy draws programs")
+    ap.add_argument("--ops", metavar="OP[,OP...]", help="draw programs of these ops only "
+                                                       "(conformance.strategies.sharded.OPS), e.g. slice,pad")
     ap.add_argument("--report", metavar="DIR", help="results.jsonl, junit.xml, report.html, findings/, hunt.json")
-    ap.add_argument("--seed", type=_seed, default=None, help="seed of the draws (default: random)")
+    ap.add_argument("--seed", type=_seed, default=None, help="seed of the draws (default: random, printed and recorded "
+                                                            "in hunt.json)")
     ap.add_argument("--processes", type=_positive, default=_cores(), help="worker processes (default: one per core)")
-    ap.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt)")
+    ap.add_argument("--xfails", metavar="FILE", help="expected failures (default xfails/<platform>.txt; an empty "
+                                                    "file expects nothing, so known bugs are found again)")
     ap.add_argument("--devices", type=_positive, default=8, help="virtual CPU devices (default 8)")
     ap.add_argument("--platform", default="cpu", help="JAX platform (default cpu)")
     ap.add_argument("--database", metavar="DIR", help="hypothesis example database of failing programs "
                                                      "(default DIR/examples)")
     ap.add_argument("--shrink-seconds", type=_seconds, default=60.0, help="time to shrink each new failure")
     ap.add_argument("--case-timeout", type=_timeout, default=300.0, help="seconds before a case counts as a hang")
+    ap.add_argument("--no-upstream", action="store_true", help="no plain-JAX script or UPSTREAM.md per finding")
+    ap.add_argument("--progress-every", type=_seconds, default=5.0, help="seconds between progress lines on stderr "
+                                                                        "(0: none)")
     return ap
 
 
@@ -703,13 +789,18 @@ def main(argv=None) -> int:
     if argv[:1] == ["--check"]:
         return _check_main(argv[1], "--xfails" in argv[2:])
     args = build_parser().parse_args(argv)
-    if not args.minutes > 0:
+    if args.minutes is None and args.programs is None:
+        print("error: pass --minutes N, --programs N or both", file=sys.stderr)
+        return 2
+    if args.minutes is not None and not args.minutes > 0:
         print("error: --minutes must be > 0", file=sys.stderr)
         return 2
     try:
         result = hunt(minutes=args.minutes, suite=args.suite, report_dir=args.report, seed=args.seed,
                       processes=args.processes, xfails=args.xfails, devices=args.devices, platform=args.platform,
-                      database=args.database, shrink_seconds=args.shrink_seconds, case_timeout=args.case_timeout)
+                      database=args.database, shrink_seconds=args.shrink_seconds, case_timeout=args.case_timeout,
+                      programs=args.programs, ops=args.ops.split(",") if args.ops else None,
+                      upstream=not args.no_upstream, progress_every=args.progress_every)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -243,9 +243,10 @@ def test_a_shrunk_program_is_stored_as_its_path_through_the_candidates():
     assert not skipped and hunt.program_digest(got[0]) == hunt.program_digest(accepted[-1])
 
 
-def _fake_workers(fail):
+def _fake_workers(fail, batches_max=2, phases=None):
     """A stand-in for `workers.run_in_workers`: each task's result at once (no XLA), an "error" of
-    the XLA compile with message fail[case_id] for the listed cases; stops after two batches."""
+    the XLA compile with message fail[case_id] for the listed cases; stops after `batches_max`
+    batches (None: when the hunt stops drawing); a passing result has `phases` (seconds by phase)."""
     from conformance.report.results import CaseResult
 
     def run_in_workers(tasks, *, more, **_):
@@ -255,14 +256,15 @@ def _fake_workers(fail):
                 msg = fail.get(task.case_id)
                 if msg is None:
                     yield CaseResult(case_id=task.case_id, suite="sharded", family="sharded", dtype=task.dtype,
-                                     status="pass")
+                                     status="pass", phases=dict(phases or {}),
+                                     compile_seconds=(phases or {}).get("xla_compile", 0.0))
                 else:
                     yield CaseResult(case_id=task.case_id, suite="sharded", family="sharded", dtype=task.dtype,
                                      status="error", message=msg,
                                      details={"failure": {"side": "xla", "exception": "ValueError", "message": msg},
                                               "traceback": 'File "x.py", line 1, in f\n    exe = low.compile()\n'})
             batches += bool(batch)
-            if batches >= 2:
+            if batches_max is not None and batches >= batches_max:
                 return
     return run_in_workers
 
@@ -272,21 +274,26 @@ def test_a_rerun_on_the_same_report_keeps_the_number_of_a_replayed_finding(tmp_p
 
     rep = tmp_path / "hunt"
     quiet = lambda *a, **k: None  # noqa: E731
+    kw = dict(processes=1, shrink_seconds=0, upstream=False, progress_every=0, out=quiet)
     # what a hunt with seed=5 draws first: a batch of its master generator's first seed
     target = _drawn(hunt.BATCH, random.Random(5).randrange(2 ** 32))[0].case_id
     monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({target: "planted compile error"}))
-    r1 = hunt.hunt(minutes=5, report_dir=str(rep), seed=5, processes=1, shrink_seconds=0, out=quiet)
+    r1 = hunt.hunt(minutes=5, report_dir=str(rep), seed=5, **kw)
     assert [(f.number, f.earlier) for f in r1.findings] == [(1, False)]
     first = sorted(os.listdir(rep / "findings"))
-    assert [n.split(".")[-1] for n in first] == ["json", "py", "txt"] and first[0].startswith("001-compile-")
+    assert first[0].startswith("001-compile-") and first[1:] == ["CAUSES.md"]
+    folder = rep / "findings" / first[0]
+    # one folder per finding, each file once (no second copy under repros/)
+    assert sorted(os.listdir(folder)) == ["case.json", "finding.json", "repro.py"]
+    assert not (rep / "repros").exists()
 
     # the rerun (another seed) replays the program first: the same signature keeps finding 001,
     # and a new signature gets the next number
     lines = []
     monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({target: "planted compile error"}))
-    r2 = hunt.hunt(minutes=5, report_dir=str(rep), seed=6, processes=1, shrink_seconds=0, out=lines.append)
+    r2 = hunt.hunt(minutes=5, report_dir=str(rep), seed=6, **dict(kw, out=lines.append))
     assert any("replaying 1 failing program" in ln for ln in lines)
-    assert [(f.number, f.earlier, f.path) for f in r2.findings] == [(1, True, str(rep / "findings" / first[1]))]
+    assert [(f.number, f.earlier, f.path) for f in r2.findings] == [(1, True, str(folder / "repro.py"))]
     assert sorted(os.listdir(rep / "findings")) == first
     summary = json.loads((rep / "hunt.json").read_text())
     assert summary["database"] == {"replayed": 1, "skipped": {}} and summary["findings"][0]["number"] == 1
@@ -294,9 +301,9 @@ def test_a_rerun_on_the_same_report_keeps_the_number_of_a_replayed_finding(tmp_p
     second = next(c.case_id for c in _drawn(hunt.BATCH, random.Random(7).randrange(2 ** 32)) if c.case_id != target)
     monkeypatch.setattr(hunt.workers, "run_in_workers",
                         _fake_workers({target: "planted compile error", second: "another planted error"}))
-    r3 = hunt.hunt(minutes=5, report_dir=str(rep), seed=7, processes=1, shrink_seconds=0, out=quiet)
+    r3 = hunt.hunt(minutes=5, report_dir=str(rep), seed=7, **kw)
     assert sorted((f.number, f.earlier) for f in r3.findings) == [(1, True), (2, False)]
-    assert len(os.listdir(rep / "findings")) == 6
+    assert len(os.listdir(rep / "findings")) == 3
 
 
 def test_a_database_entry_that_is_not_a_case_does_not_stop_a_hunt(tmp_path, monkeypatch):
@@ -310,7 +317,8 @@ def test_a_database_entry_that_is_not_a_case_does_not_stop_a_hunt(tmp_path, monk
         db.save(hunt.DB_KEY, blob)
     lines = []
     monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({}))
-    r = hunt.hunt(minutes=5, report_dir=str(rep), seed=1, processes=1, shrink_seconds=0, out=lines.append)
+    r = hunt.hunt(minutes=5, report_dir=str(rep), seed=1, processes=1, shrink_seconds=0, upstream=False,
+                  progress_every=0, out=lines.append)
     assert r.programs >= 1 and r.database == {"replayed": 0, "skipped": {"unreadable": 3}}
     assert any("skipped 3 example-database entries" in ln for ln in lines)
 
@@ -328,3 +336,78 @@ def test_check_runs_a_case_file_and_refuses_a_pickle(tmp_path):
     p = subprocess.run([sys.executable, "-m", "conformance.hunt", "--check", str(bad)], capture_output=True,
                        text=True, timeout=300, cwd=ROOT, env=_env())
     assert p.returncode == 2 and "not a hunt case file" in p.stderr and not marker.exists()
+
+
+# -- a hunt you can repeat and watch (issue 41) -----------------------------------------------------
+def _case_ids(rep):
+    rows = [json.loads(ln) for ln in (rep / "results.jsonl").read_text().splitlines()]
+    return [r["case_id"] for r in rows if r["type"] == "case"]
+
+
+def test_the_same_seed_and_program_budget_draw_the_same_programs(tmp_path, monkeypatch):
+    from conformance import hunt
+
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({}, batches_max=None))
+    kw = dict(processes=1, shrink_seconds=0, upstream=False, progress_every=0, out=lambda *a: None)
+    a = hunt.hunt(programs=11, seed=31, report_dir=str(tmp_path / "a"), **kw)
+    b = hunt.hunt(programs=11, seed=31, report_dir=str(tmp_path / "b"), **kw)
+    assert a.programs == b.programs == 11 and a.seed == b.seed == 31
+    assert _case_ids(tmp_path / "a") == _case_ids(tmp_path / "b")
+    hunt.hunt(programs=11, seed=32, report_dir=str(tmp_path / "c"), **kw)
+    assert _case_ids(tmp_path / "a") != _case_ids(tmp_path / "c")
+    # no seed given: a random one, recorded, and it repeats the hunt
+    r = hunt.hunt(programs=9, report_dir=str(tmp_path / "d"), **kw)
+    summary = json.loads((tmp_path / "d" / "hunt.json").read_text())
+    assert isinstance(summary["seed"], int) and summary["seed"] == r.seed and summary["plan"]["seed"] == r.seed
+    hunt.hunt(programs=9, seed=r.seed, report_dir=str(tmp_path / "e"), **kw)
+    assert _case_ids(tmp_path / "d") == _case_ids(tmp_path / "e")
+    assert summary["budget"] == {"minutes": None, "programs": 9}
+
+
+def test_a_hunt_restricted_to_ops_draws_only_those_ops(tmp_path, monkeypatch):
+    from conformance import hunt
+
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({}, batches_max=None))
+    hunt.hunt(programs=8, seed=3, ops=["cumsum", "pad"], report_dir=str(tmp_path / "r"), processes=1,
+              shrink_seconds=0, upstream=False, progress_every=0, out=lambda *a: None)
+    rows = [json.loads(ln) for ln in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
+    ops = {op for r in rows if r["type"] == "case" for op, _ in r["details"]["program"]["ops"]}
+    assert ops and ops <= {"cumsum", "pad", "pad_neg_interior", "with_sharding_constraint", "reshard"}
+    with pytest.raises(ValueError, match="not ops the sharded strategy draws"):
+        hunt.hunt(programs=1, ops=["no_such_op"], report_dir=str(tmp_path / "s"), out=lambda *a: None)
+
+
+def test_progress_lines_go_to_stderr_with_no_terminal(tmp_path, monkeypatch):
+    import io
+
+    from conformance import hunt
+
+    target = _drawn(hunt.BATCH, random.Random(4).randrange(2 ** 32))[2].case_id
+    monkeypatch.setattr(hunt.workers, "run_in_workers", _fake_workers({target: "planted compile error"},
+                                                                       batches_max=None))
+    stream = io.StringIO()   # not a terminal
+    hunt.hunt(programs=16, seed=4, report_dir=str(tmp_path / "r"), processes=1, shrink_seconds=0, upstream=False,
+              progress_every=1e-6, progress_stream=stream, out=lambda *a: None)
+    lines = stream.getvalue().splitlines()
+    assert lines and all(ln.startswith("hunt ") for ln in lines)
+    last = lines[-1]
+    assert "16 programs (" in last and "/s)" in last and "1 finding(s): 1 new, 0 known" in last, last
+    assert "1 error" in last and "budget 16 programs, seed 4" in last
+
+
+def test_the_report_counts_programs_and_the_compile_share_of_the_work(tmp_path, monkeypatch):
+    from conformance import hunt
+
+    # two workers compiling at once: 3 s of compiling out of 4 s of work per program, in less wall time
+    monkeypatch.setattr(hunt.workers, "run_in_workers",
+                        _fake_workers({}, batches_max=None, phases={"xla_compile": 3.0, "refsim": 1.0}))
+    rep = tmp_path / "r"
+    hunt.hunt(programs=5, seed=2, report_dir=str(rep), processes=2, shrink_seconds=0, upstream=False,
+              progress_every=0, out=lambda *a: None)
+    rows = [json.loads(ln) for ln in (rep / "results.jsonl").read_text().splitlines()]
+    summary = next(r for r in rows if r["type"] == "summary")
+    assert summary["cases"] == 5 and summary["compile_share"] == pytest.approx(0.75)
+    page = (rep / "report.html").read_text()
+    assert '<th class="l">cases</th><td class="l">0</td>' not in page
+    assert '<th class="l">cases</th><td class="l">5</td>' in page
+    assert '<th class="l">time compiling</th><td class="l">75%</td>' in page
