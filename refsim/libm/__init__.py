@@ -18,7 +18,11 @@ float type narrower than float64 (float32, float16, bfloat16, float8) are widene
 float64, evaluated there, and rounded **once** to their type, so float32 results are the
 correctly rounded ones except where the float64 value falls within ~1 ulp64 of a float32
 rounding boundary (about one input in 2**28). bfloat16 / float8 go through float32 with
-round-to-odd, which makes the two roundings one.
+round-to-odd, which makes the two roundings one. That is `evaluate_exact`; `evaluate` gives
+its bits faster for one narrow operand of exp, exp2, expm1, log, log2, log1p, tanh, logistic,
+rsqrt and sin (`refsim.libm.fast`: NumPy's float64 function, kept only where the rounding to
+the operand's type is the same for every value within 2**-42 of it, so whatever last bits the
+host's float64 libm gives; the exact path for the rest, about one element in 2**17).
 
 erf, erfc, erf_inv, lgamma and digamma are SciPy's (`scipy.special`) scalar kernels
 evaluated in float64: SciPy does not dispatch on the CPU, so they are the same on every host
@@ -32,6 +36,7 @@ import scipy.special as _sp
 
 from refsim.libm import _dd
 from refsim.libm import explog as _e
+from refsim.libm import fast as _fast
 from refsim.libm import hyper as _h
 from refsim.libm import trig as _t
 
@@ -102,10 +107,11 @@ def round_once(y: np.ndarray, dtype) -> np.ndarray:
         return _round_to_odd_f32(y).astype(dtype)  # ml_dtypes would go through float32 (twice)
 
 
-def evaluate(name: str, *operands: np.ndarray) -> np.ndarray:
+def evaluate_exact(name: str, *operands: np.ndarray) -> np.ndarray:
     """`name` (a jaxpr primitive name in NAMES) on same-shaped or broadcastable operands of
-    the first operand's float type: computed in float64, rounded once to that type.
-    Complex operands: NumPy's complex function in their type."""
+    the first operand's float type: computed in float64 with refsim's own functions (SciPy's
+    for SCIPY), rounded once to that type. Complex operands: NumPy's complex function in
+    their type. The exact path: `evaluate` gives the same bits, faster where it can."""
     xs = [np.asarray(x) for x in operands]
     dtype = xs[0].dtype
     with np.errstate(all="ignore"):
@@ -120,4 +126,15 @@ def evaluate(name: str, *operands: np.ndarray) -> np.ndarray:
         return round_once(out.reshape(shape), dtype)
 
 
-__all__ = ["FUNCTIONS", "NAMES", "SCIPY", "evaluate", "round_once"]
+def evaluate(name: str, *operands: np.ndarray) -> np.ndarray:
+    """`evaluate_exact(name, *operands)`, bit for bit: for one float32 / float16 / bfloat16 /
+    float8 operand of a function in `fast.KERNELS`, through the fast path (NumPy's float64
+    function, kept only where its rounding to the operand's type is decided whatever the
+    host's last bits; refsim/libm/fast.py), else the exact path."""
+    xs = [np.asarray(x) for x in operands]
+    if _fast.applies(name, xs):
+        return _fast.evaluate(name, xs[0], evaluate_exact, round_once)
+    return evaluate_exact(name, *xs)
+
+
+__all__ = ["FUNCTIONS", "NAMES", "SCIPY", "evaluate", "evaluate_exact", "round_once"]
