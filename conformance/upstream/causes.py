@@ -28,7 +28,7 @@ def numbers_dropped(text: str, lines: int = 1) -> str:
     kept = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()][:lines]
     out = " / ".join(kept)
     out = re.sub(r"^F\d{4} [\d:.]+\s+\d+ ", "", out)       # glog's prefix: date, time, thread
-    out = re.sub(r"0x[0-9a-fA-F]+", "0x_", out)
+    out = re.sub(r"0x[0-9a-fA-F]+", "ADDR", out)
     out = re.sub(r"\d+", "N", out)
     return out[:200]
 

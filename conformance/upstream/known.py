@@ -68,12 +68,17 @@ class KnownBug:
 
 @dataclasses.dataclass(frozen=True)
 class Match:
+    """A finding is known bug `number`: `why`; `also` lists other entries the same evidence names
+    (two entries of one root cause, e.g. a CHECK reached with and without a gradient)."""
+
     number: int
     title: str
     why: str
+    also: tuple = ()
 
     def text(self) -> str:
-        return f"known: found-bugs {self.number} ({self.title}): {self.why}"
+        more = f" (also {', '.join(map(str, self.also))})" if self.also else ""
+        return f"known: found-bugs {self.number}{more} ({self.title}): {self.why}"
 
 
 def _ops(text: str) -> set:
@@ -173,4 +178,7 @@ def match(bugs: list, *, version: str, kind: str, text: str = "", cls: str = "",
             exact.append(Match(bug.number, bug.title, f"wrong values from a program of {' + '.join(sorted(core))} "
                                                       f"alone{need}, ops the entry names ({', '.join(sorted(bug.ops))})"))
     found = exact or loose
-    return found[0] if found else None
+    if not found:
+        return None
+    also = tuple(dict.fromkeys(m.number for m in found[1:] if m.number != found[0].number))
+    return dataclasses.replace(found[0], also=also)
