@@ -65,7 +65,16 @@ with an empty compilation cache ("cold"), this commit again on the cache the col
 included, interpreter start-up not). The phases are the cold pass's work split by
 `conformance.report.timing`; with one worker per core they overlap, so they add up to more than the wall
 time.""",
-    "reruns": """Four variants of `python -m conformance run --examples 20 --seed 0 --shrink-seconds 0` (defaults
+    "reruns": """The baseline of this table is `f218ed1`, the last commit whose reruns read back the drawn plan
+(pickled) and each case's executable under a key computed before tracing: caches that a changed JAX,
+jaxlib or plugin under the same version string, or a monkeypatch, could not change (issue 38). This
+commit draws, traces and lowers every case on every run, keeps only JAX's module-keyed executables in a
+folder named by the content of the compiler's files, and verifies the first cache hit of up to 8
+families per run; the table gives what that costs a rerun and the identity checks' share of it. The
+paragraphs after the description of the variants are issue 29's history, measured against its own
+baseline `1528a474` (its tables are in git history: docs/performance.md at `fc7a688`).
+
+Four variants of `python -m conformance run --examples 20 --seed 0 --shrink-seconds 0` (defaults
 otherwise: one worker per core, the default `--data-per-program`), each a fresh process, in
 interleaved passes: the baseline commit on an empty `--compile-cache` folder ("baseline cold"), this
 commit on an empty one ("cold"), the baseline again on the folder its cold pass filled ("baseline
@@ -86,7 +95,7 @@ XLA side 1.03, compare 0.26) and 0.88 ms at `b72d096` (0.30, 0.48, 0.11): one wr
 structure instead of one per data set, a checked read-back plan per (sharding, shape), per-jaxpr interpreter
 plans, and a comparison that checks every device's bits at once. The data-per-minute target still
 reads below 3× at equal wall time at load 1 to 3: 2.62× at 1.20× the baseline's wall time at
-`30cf13b`, 2.88× at 1.09× at `17b4c5a`, 2.97× at 1.06× at `9469c60` (the table; workers and the
+`30cf13b`, 2.88× at 1.09× at `17b4c5a`, 2.97× at 1.06× at `9469c60` (that time's table; workers and the
 command line freeze what they imported and collect young objects every 10,000 allocations instead of
 700, and a process keeps 64 program wrappers instead of 4,096: 1.0 GB instead of 1.5 GB in one
 process). Why it stays short, measured 2026-11-26 16:55 to 17:00 on `bd29bd7` with the 64-wrapper

@@ -72,7 +72,8 @@ def cli_pass(root: str, cache: str, *, examples: int, seed: int = 0, suite: str 
     procs = (summary.get("plan") or {}).get("processes") or 1
     cache_events = summary.get("compile_cache_events") or {}
     # the compile cache's identity checks (issue 38): the code identity and the verifying compiles
-    identity_s = float(cache_events.get("identity_seconds") or 0.0) + float(cache_events.get("verify_seconds") or 0.0)
+    identity_s = None if "compile_cache_events" not in summary else \
+        float(cache_events.get("identity_seconds") or 0.0) + float(cache_events.get("verify_seconds") or 0.0)
     wall = summary["wall_seconds"]
     return dict(examples=summary["examples"], cases=summary["cases"], wall_s=wall, process_s=process_s, cpu_s=cpu_s,
                 examples_per_s=summary["examples_per_second"], processes=procs,
@@ -124,9 +125,9 @@ def summarize(runs: dict, commits: dict, *, examples: int, passes: int, suite: s
     for v, rs in runs.items():
         med = {k: _median([r[k] for r in rs]) for k in ("examples_per_s", "cpu_ms_per_example", "busy_share",
                                                           "examples_per_minute", "process_s", "wall_s", "cpu_s")}
-        med["identity_checks_s"] = _median([r.get("identity_checks_s", 0.0) for r in rs])
-        med["identity_share"] = _median([r.get("identity_checks_s", 0.0) / r["cpu_s"] if r["cpu_s"] else 0.0
-                                         for r in rs])
+        if all(r.get("identity_checks_s") is not None for r in rs):   # a commit without them records none
+            med["identity_checks_s"] = _median([r["identity_checks_s"] for r in rs])
+            med["identity_share"] = _median([r["identity_checks_s"] / r["cpu_s"] if r["cpu_s"] else 0.0 for r in rs])
         recs.append(dict(bench="conformance_reruns", variant=v, commit=commits[v], suite=suite, examples_option=examples,
                          passes=passes, examples=rs[0]["examples"], cases=rs[0]["cases"],
                          processes=rs[0]["processes"], each=[{k: r[k] for k in r if k != "phases"} for r in rs],
@@ -169,23 +170,21 @@ def run(quick: bool = False) -> list[dict]:
 
 
 def targets(recs: list[dict]) -> list[tuple]:
-    """(target, measured, met) of issue 29 from a side by side's records."""
+    """(target, measured, met) from a side by side's records: the rerun's CPU per example, and issue
+    38's bound on the compile cache's identity checks. (Issue 29's targets were ratios against the
+    commit before its work; its figures are in git history, docs/performance.md at fc7a688.)"""
     t = next((r for r in recs if r.get("bench") == "conformance_reruns_targets"), None)
-    if t is None:
+    rerun = next((r for r in recs if r.get("bench") == "conformance_reruns" and r.get("variant") == "rerun"), None)
+    if t is None or rerun is None:
         return []
-    each = lambda xs: ", ".join(f"{x:.2f}x" for x in xs)  # noqa: E731
-    return [
-        ("rerun CPU per example <= 7 ms (whole process tree)",
-         f"{t['rerun_cpu_ms_per_example']:.1f} ms (baseline {t['baseline_rerun_cpu_ms_per_example']:.1f} ms)",
-         t["rerun_cpu_ms_per_example"] <= 7),
-        ("rerun examples/s >= 2x the baseline's rerun", f"{t['rerun_speedup']:.2f}x (per pass: "
-         f"{each(t['rerun_speedup_each'])})", t["rerun_speedup"] >= 2),
-        ("workers busy >= 95% of a cold run's wall time", f"{100 * t['cold_busy_share']:.0f}% (baseline "
-         f"{100 * t['baseline_cold_busy_share']:.0f}%)", t["cold_busy_share"] >= 0.95),
-        ("data examples checked per minute of a cold default run >= 3x the baseline's, at equal or lower wall time",
-         f"{t['cold_data_per_minute_ratio']:.2f}x (per pass: {each(t['cold_data_per_minute_ratio_each'])}), "
-         f"wall {t['cold_wall_ratio']:.2f}x", t["cold_data_per_minute_ratio"] >= 3 and t["cold_wall_ratio"] <= 1),
-    ]
+    rows = [("rerun CPU per example <= 7 ms (whole process tree)",
+             f"{t['rerun_cpu_ms_per_example']:.1f} ms (baseline {t['baseline_rerun_cpu_ms_per_example']:.1f} ms)",
+             t["rerun_cpu_ms_per_example"] <= 7)]
+    if "identity_share" in rerun:
+        rows.append(("the compile cache's identity checks <= 10% of a rerun's CPU (issue 38)",
+                     f"{100 * rerun['identity_share']:.1f}% ({rerun['identity_checks_s']:.2f} CPU-s)",
+                     rerun["identity_share"] <= 0.10))
+    return rows
 
 
 def show(recs: list[dict]) -> None:
@@ -193,14 +192,14 @@ def show(recs: list[dict]) -> None:
              f"{r['cpu_ms_per_example']:.1f}", ", ".join(f"{x['cpu_s']:.1f}" for x in r["each"]),
              f"{100 * r['busy_share']:.0f}%", f"{r['examples_per_minute']:.0f}",
              ", ".join(f"{x['process_s']:.0f}" for x in r["each"]),
-             f"{r.get('identity_checks_s', 0.0):.2f} ({100 * r.get('identity_share', 0.0):.1f}%)")
+             "-" if "identity_checks_s" not in r else f"{r['identity_checks_s']:.2f} ({100 * r['identity_share']:.1f}%)")
             for r in recs if r.get("bench") == "conformance_reruns"]
     C.table("conformance reruns (medians of interleaved passes)",
             ["variant", "commit", "workers", "examples", "examples/s", "CPU ms/example", "CPU s (each pass)",
              "workers busy", "examples/min", "process s (each pass)", "identity checks s (share of CPU)"], rows)
     rows = targets(recs)
     if rows:
-        C.table("issue 29 targets", ["target", "measured", "met"], [(a, b, "yes" if c else "NO") for a, b, c in rows])
+        C.table("targets", ["target", "measured", "met"], [(a, b, "yes" if c else "NO") for a, b, c in rows])
 
 
 def main(argv=None) -> int:

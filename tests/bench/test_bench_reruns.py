@@ -12,7 +12,7 @@ def test_quick_run_records_a_cold_run_and_a_rerun():
     assert set(by) == {"cold", "rerun"}
     for r in by.values():
         assert r["examples"] > 0 and r["cpu_ms_per_example"] > 0 and 0 <= r["busy_share"] <= 1.5
-    assert by["cold"]["examples"] == by["rerun"]["examples"]     # the same plan, read back
+    assert by["cold"]["examples"] == by["rerun"]["examples"]     # the same plan, drawn again
     assert reruns.targets(recs) == []                             # no baseline: nothing to judge
 
 
@@ -27,12 +27,18 @@ def _rec(variant, eps, cpu_ms, busy, epm, wall):
 def test_targets_are_judged_from_hand_made_records():
     recs = [_rec("baseline cold", 10, 30, 0.8, 600, 60), _rec("cold", 12, 25, 0.96, 1900, 58),
             _rec("baseline rerun", 20, 14, 0.6, 1200, 30), _rec("rerun", 45, 6.5, 0.7, 2400, 15)]
+    # the rerun: 0.65 CPU-s in all (6.5 ms x 100 examples), of which 0.05 s identity checks (7.7%)
+    recs[3].update(identity_checks_s=0.05, identity_share=0.05 / 0.65, cpu_s=0.65)
+    recs[2].update(cpu_s=1.4)
     recs.append(dict(bench="conformance_reruns_targets", rerun_cpu_ms_per_example=6.5,
                      baseline_rerun_cpu_ms_per_example=14, rerun_speedup=45 / 20, rerun_speedup_each=[2.25],
                      cold_busy_share=0.96, baseline_cold_busy_share=0.8, cold_data_per_minute_ratio=1900 / 600,
                      cold_data_per_minute_ratio_each=[1900 / 600], cold_wall_ratio=58 / 60))
     rows = reruns.targets(recs)
-    assert [ok for _t, _m, ok in rows] == [True, True, True, True]
-    assert rows[1][1] == "2.25x (per pass: 2.25x)"
+    assert [ok for _t, _m, ok in rows] == [True, True]
+    assert rows[0][1] == "6.5 ms (baseline 14.0 ms)" and rows[1][1] == "7.7% (0.05 CPU-s)"
+    recs[3].update(identity_share=0.2)
+    assert [ok for _t, _m, ok in reruns.targets(recs)] == [True, False]
     table = bench_docs._reruns(recs)
-    assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 1 | 70% | 2400 | 15 |" in table
+    assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 1 | 70% | 2400 | 15 | 0.05 (20.0%) |" in table
+    assert "| baseline rerun | `abc` | 2 | 10 | 100 | 20.0 (20.0) | 14.0 | 1 | 60% | 1200 | 30 | - |" in table
