@@ -99,10 +99,26 @@ def _confirm(script: str, values: list, timeout: float) -> tuple[bool, str]:
     return bool(doc["agree"]), "; ".join(doc["differences"])[:600]
 
 
+_READABLE = {"pad_neg_interior": "a pad with a negative edge and interior padding", "jnp_pad": "jnp.pad",
+             "at_get": "x.at[i].get", "any_all": "jnp.any / jnp.all", "tile_repeat": "jnp.tile / jnp.repeat",
+             "tril_triu": "jnp.tril / jnp.triu", "unreduced_sum": "a sum into an unreduced sharding"}
+
+
+def _readable(op: str) -> str:
+    """An op of the strategy's table in words a JAX engineer knows."""
+    if op in _READABLE:
+        return _READABLE[op]
+    if op.startswith("shard_map_"):
+        return f"a shard_map with {op[len('shard_map_'):]}"
+    if op.startswith("scatter_"):
+        return f"x.at[i].{op[len('scatter_'):]}"
+    return op
+
+
 def _ops_text(case) -> str:
     ops = [op for op in dict.fromkeys(op for op, _ in case.op_patterns)]
     core = [op for op in ops if op not in ("with_sharding_constraint", "reshard")] or ops or ["identity"]
-    text = " + ".join(core)
+    text = " + ".join(map(_readable, core))
     if case.transform in ("grad", "vjp"):
         text = f"the {'gradient' if case.transform == 'grad' else 'pullback (vjp)'} of {text}"
     elif case.transform == "vmap":
