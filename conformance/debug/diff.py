@@ -31,10 +31,13 @@ def ulp_error(expected, actual) -> np.ndarray:
         return np.maximum(ulp_error(e.real, a.real), ulp_error(e.imag, a.imag))
     if not _is_float(e.dtype):
         return abs_error(e, a)
-    e, a = np.broadcast_arrays(np.ascontiguousarray(e), np.ascontiguousarray(a.astype(e.dtype)))
-    dist = np.abs(_ordered(np.ascontiguousarray(e)).astype(np.float64) - _ordered(np.ascontiguousarray(a)))
+    shape = np.broadcast_shapes(e.shape, a.shape)
+    # ravel, not ascontiguousarray: that makes a 0-d value (a per-device scalar) 1-d
+    e = np.broadcast_to(e, shape).ravel()
+    a = np.broadcast_to(a.astype(e.dtype), shape).ravel()
+    dist = np.abs(_ordered(e).astype(np.float64) - _ordered(a))
     ne, na = np.isnan(e.astype(np.float64)), np.isnan(a.astype(np.float64))
-    return np.where(ne & na, 0.0, np.where(ne | na, np.inf, dist))
+    return np.where(ne & na, 0.0, np.where(ne | na, np.inf, dist)).reshape(shape)
 
 
 def abs_error(expected, actual) -> np.ndarray:
@@ -136,6 +139,15 @@ def differing_ranges(mask: np.ndarray, limit: int = 16) -> list[str]:
     return text
 
 
+def first_differing(mask, limit: int = 3) -> list[tuple]:
+    """The index tuples of the first `limit` True elements of `mask`, in row-major order; a 0-d
+    mask (a per-device scalar, such as a loss) has the one index `()`."""
+    mask = np.asarray(mask, dtype=bool)
+    if mask.ndim == 0:      # np.argwhere reads a 0-d array as 1-d: its index would be (0,)
+        return [()] if mask else []
+    return [tuple(int(i) for i in loc) for loc in np.argwhere(mask)[:limit]]
+
+
 def _boxes(mask: np.ndarray) -> list[tuple]:
     if mask.ndim == 0:
         return [()] if mask else []
@@ -162,10 +174,9 @@ def device_lines(result, max_ulp: float, max_devices: int, *, positions: bool = 
         where = f"device {dev} (mesh position {dd.position})" if positions else f"device {dev}"
         lines.append(f"    {where}: {dd.bad} of {dd.expected.size} elements differ at "
                      f"{', '.join(dd.ranges(max_ulp))}")
-        for loc in np.argwhere(dd.bad_mask(max_ulp))[:3]:
-            loc = tuple(int(v) for v in loc)
-            lines.append(f"      element {list(loc)}: refsim {dd.expected[loc].item()!r}, "
-                         f"xla {dd.actual[loc].item()!r}")
+        for loc in first_differing(dd.bad_mask(max_ulp)):
+            lines.append(f"      element {list(loc)}: refsim {np.asarray(dd.expected)[loc].item()!r}, "
+                         f"xla {np.asarray(dd.actual)[loc].item()!r}")
     if len(result.differing) > max_devices:
         lines.append(f"    ... {len(result.differing) - max_devices} more devices differ")
     return lines

@@ -140,7 +140,15 @@ class Explanation:
 
 
 def _num(v):
-    return None if v is None else (float(v) if np.isfinite(v) else str(v))
+    """A value as JSON: a bool or an integer as itself, a finite float as a number, NaN / inf as the
+    string Python writes, a complex as {"real": ..., "imag": ...} of those."""
+    if v is None or isinstance(v, (bool, np.bool_)):
+        return None if v is None else bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (complex, np.complexfloating)):
+        return {"real": _num(float(v.real)), "imag": _num(float(v.imag))}
+    return float(v) if np.isfinite(v) else str(float(v))
 
 
 def _check_tolerances(max_ulp, rtol) -> None:

@@ -81,7 +81,7 @@ def per_device(a, b, device_ids, rule: Rule) -> tuple[bool, dict, list]:
         bad = ulp > rule.max_ulp
         if rule.rtol and a.dtype.kind in "fc":
             with np.errstate(all="ignore"):
-                rel = diff.abs_error(a, b).reshape(n, -1) <= rule.rtol * (1 + np.abs(a.astype(np.float64)).reshape(n, -1))
+                rel = diff.abs_error(a, b).reshape(n, -1) <= rule.rtol * (1 + np.abs(a).astype(np.float64).reshape(n, -1))
             bad &= ~rel
     else:
         bad = T.bad_elements(a, b, rule.bound(a)).reshape(n, -1)
