@@ -2,8 +2,9 @@
 
 Prints the bisect report (equation, source line, inputs' layouts, per-device grid, the
 differing index ranges; a device_put case, which has no equations, is compared device by device) and optionally writes HTML/SVG/PNG pictures and refsim's
-intermediate values. Exit status: 0 when both sides agree, 1 on a divergence, 2 when the
-file cannot be used.
+intermediate values. `--plant NAME` plants a fault of `conformance.faults` on XLA's side for the
+run (`conformance.faults.catalogue`) and says on stderr whether it fired. Exit status: 0 when both
+sides agree, 1 on a divergence, 2 when the file or an argument cannot be used.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import refsim
 from conformance import validation
 from conformance.debug import loader, picture
+from conformance.faults import catalogue
 
 
 def build_parser(prog: str = "python -m conformance bisect") -> argparse.ArgumentParser:
@@ -31,10 +33,13 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
     p.add_argument("--svg", metavar="PATH", help="write the device grid as SVG")
     p.add_argument("--png", metavar="PATH", help="write the device grid as PNG (needs matplotlib)")
     p.add_argument("--runner", metavar="MODULE:NAME",
-                   help="the XLA-side runner (default conformance.debug.region:xla_runner); e.g. "
-                        "conformance.faults.jaxpr:reverse_first_ppermute plants a miscompile. For a "
-                        "device_put case it is called as runner(x, source, target) (default "
-                        "conformance.debug.movement:xla_device_put)")
+                   help="the XLA-side runner, called as runner(region, args) for each prefix (default "
+                        "conformance.debug.region:isolated_runner: XLA compiles and runs the prefix in a worker "
+                        "process, so a fatal XLA CHECK is reported as a crash; conformance.debug.region:xla_runner "
+                        "compiles in this process); e.g. conformance.faults.jaxpr:reverse_first_ppermute plants a "
+                        "miscompile (as --plant jaxpr:reversed_ppermute does). For a device_put case it is called "
+                        "as runner(x, source, target) (default conformance.debug.movement:xla_device_put)")
+    catalogue.add_plant_option(p, "bisect")
     p.add_argument("--intermediates", metavar="DIR",
                    help="also dump refsim's value of every equation as .npz files into DIR")
     return p
@@ -58,7 +63,17 @@ def main(argv=None) -> int:
         print(f"error: --runner {args.runner}: {e}", file=sys.stderr)
         return 2
     try:
-        result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
+        plants = catalogue.resolve(args.plant, "bisect")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if runner is not None and any(getattr(f, "stage", None) == "jaxpr" for f in plants):
+        print(f"error: --runner {args.runner} and --plant {' '.join(args.plant)} both choose the runner; give "
+              "one of them", file=sys.stderr)
+        return 2
+    try:
+        with catalogue.planted(plants, lambda line: print(line, file=sys.stderr)):
+            result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
     except (NotImplementedError, RuntimeError, ValueError) as e:
         if "unreduced" not in str(e):
             raise

@@ -15,8 +15,15 @@ or a list of them, for a ``with`` block, dispatching on the fault's stage (`stag
 of `FAULTS` or a `Fault` (such as `numerics.DOT_GENERAL_BF16`) at lowering, a runner of `jaxpr`
 for `bisect`, an edit of `compiler` for `explain`. refsim never lowers, so it still computes the
 right answer while XLA runs the wrong one. `lowering.inject` is the lowering stage's own step.
+
+`inject` yields a `Planted`: the names planted (a list) and `fired`, how many times each changed
+what XLA compiled or ran (`firing`); a fault that never fired in its block is reported with a
+`FaultNotFired` warning. `catalogue` names every fault for the command line (`--plant NAME` of
+`check`, `explain` and `bisect`).
 """
+from conformance.faults.firing import FaultNotFired, NothingToEdit, Planted
 from conformance.faults.lowering import FAULTS, Fault, RuleEnv, apply, names
 from conformance.faults.stages import STAGES, inject, mark, stage_of
 
-__all__ = ["FAULTS", "STAGES", "Fault", "RuleEnv", "apply", "inject", "mark", "names", "stage_of"]
+__all__ = ["FAULTS", "STAGES", "Fault", "FaultNotFired", "NothingToEdit", "Planted", "RuleEnv", "apply", "inject",
+           "mark", "names", "stage_of"]

@@ -21,6 +21,8 @@ import re
 
 import numpy as np
 
+from conformance.faults import firing
+from conformance.faults.firing import NothingToEdit
 from conformance.faults.lowering import Fault
 from conformance.faults.stages import mark
 from refsim import compat
@@ -42,8 +44,8 @@ def reversed_permute_pairs(text: str) -> str:
 
     out, n = _PAIRS.subn(flip, text)
     if not n:
-        raise ValueError("reversed_permute_pairs: the module has no collective_permute to edit; plant a fault "
-                         "in a program that calls lax.ppermute.")
+        raise NothingToEdit("reversed_permute_pairs: the module has no collective_permute to edit; plant a fault "
+                            "in a program that calls lax.ppermute.")
     return out
 
 
@@ -53,8 +55,8 @@ def _body_edit(collective: str, new_op: str):
     def edit(text: str) -> str:
         out, n = pattern.subn(rf"\1stablehlo.{new_op}", text, count=1)
         if not n:
-            raise ValueError(f"the module has no summing {collective} to edit; plant this fault in a program "
-                             f"that calls {'lax.psum' if collective == 'all_reduce' else 'lax.psum_scatter'}.")
+            raise NothingToEdit(f"the module has no summing {collective} to edit; plant this fault in a program "
+                                f"that calls {'lax.psum' if collective == 'all_reduce' else 'lax.psum_scatter'}.")
         return out
 
     return edit
@@ -92,8 +94,8 @@ def permute_to_missing_device(text: str) -> str:
     module XLA gets is invalid, and its verifier rejects it (a compile crash)."""
     out, n = _FIRST_PAIR.subn(lambda m: f"source_target_pairs = dense<[[{m.group(1)}, 4096]", text, count=1)
     if not n:
-        raise ValueError("permute_to_missing_device: the module has no collective_permute to edit; plant it in a "
-                         "program that calls lax.ppermute.")
+        raise NothingToEdit("permute_to_missing_device: the module has no collective_permute to edit; plant it in "
+                            "a program that calls lax.ppermute.")
     return out
 
 
@@ -103,6 +105,7 @@ def _permute_to_missing_device(orig, env):
         op = res[0].owner
         op.attributes["source_target_pairs"] = compat.mlir_ir().DenseIntElementsAttr.get(
             np.array([[0, 4096]], np.int64))
+        env.fired()        # edited in place: the result alone does not show it
         return res
 
     return rule
@@ -113,27 +116,39 @@ PERMUTE_TO_MISSING_DEVICE = Fault("ppermute_to_missing_device",
                                   ("ppermute",), _permute_to_missing_device)
 
 
-def _planted_check(phase):
+def _planted_check(phase, name: str):
+    """The patch of a planted CHECK: the worker of `xla_backend.isolated` aborts in `phase`; each run
+    that died of it counts as a firing of fault `name`."""
+
     @contextlib.contextmanager
     def patch():
-        before = isolated.PLANTED_CHECK
-        isolated.PLANTED_CHECK = phase
+        before, run = isolated.PLANTED_CHECK, isolated.run
+
+        def counted(*args, **kw):
+            answer = run(*args, **kw)
+            if answer.get("crashed") and "planted fatal CHECK" in f"{answer.get('error', '')}{answer.get('stderr', '')}":
+                firing.note(name)
+            return answer
+
+        isolated.PLANTED_CHECK, isolated.run = phase, counted
         try:
             yield
         finally:
-            isolated.PLANTED_CHECK = before
+            isolated.PLANTED_CHECK, isolated.run = before, run
 
     return patch
 
 
-XLA_CHECK_IN_COMPILE = Fault("xla_check_in_compile", "XLA's compile ends its process with a failed CHECK",
-                             patch=_planted_check("compile"))
-XLA_CHECK_IN_EXECUTE = Fault("xla_check_in_execute", "running the executable ends its process with a failed CHECK",
-                             patch=_planted_check("execute"))
+XLA_CHECK_IN_COMPILE = Fault("xla_check_in_compile", "XLA's compile (in explain's and bisect's worker process) "
+                             "ends its process with a failed CHECK", patch=_planted_check("compile", "xla_check_in_compile"))
+XLA_CHECK_IN_EXECUTE = Fault("xla_check_in_execute", "running the executable (in explain's and bisect's worker "
+                             "process) ends its process with a failed CHECK",
+                             patch=_planted_check("execute", "xla_check_in_execute"))
 
 
 def xla_check_on(op: str, phase: str = "compile") -> Fault:
     """XLA's `phase` ends its process with a failed CHECK, for modules that contain `op` (e.g.
     "stablehlo.collective_permute"): bisect must name the equation that brings the op in."""
-    return Fault(f"xla_check_on_{op}", f"XLA's {phase} fails a CHECK on modules with {op}",
-                 patch=_planted_check((phase, op)))
+    name = f"xla_check_on_{op}"
+    return Fault(name, f"XLA's {phase} (in explain's and bisect's worker process) fails a CHECK on modules with {op}",
+                 patch=_planted_check((phase, op), name))

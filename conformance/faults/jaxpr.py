@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from conformance.debug.region import Region, Runner, xla_runner
+from conformance.faults import firing
 from conformance.faults.stages import mark
 
 
@@ -21,39 +22,51 @@ def _position(region: Region, where) -> int | None:
     return next((i for i, e in enumerate(eqns) if e.primitive.name == where), None)
 
 
-def rewrite(where, change: Callable[[dict], dict], runner: Runner = xla_runner) -> Runner:
+def rewrite(where, change: Callable[[dict], dict], runner: Runner = xla_runner, *, name: str | None = None) -> Runner:
     """A runner compiling the region with equation `where` (an index, or the first equation of a
-    primitive name) bound with params `change(params)`."""
+    primitive name) bound with params `change(params)`; each prefix it changes counts as a firing
+    (`conformance.faults.firing`) of fault `name` (default "rewrite WHERE")."""
+    name = name or f"rewrite {where!r}"
 
     def run(region: Region, args):
         i = _position(region, where)
         if i is not None:
             eqn = region.jaxpr.eqns[i]
-            region = region.with_eqn(i, eqn.replace(params=change(dict(eqn.params))))
+            params = dict(eqn.params)
+            new = change(dict(params))
+            if set(new) != set(params) or not all(firing.same_param(new[k], params[k], k) for k in new):
+                firing.note(name)
+                region = region.with_eqn(i, eqn.replace(params=new))
         return runner(region, args)
 
-    return mark("jaxpr", f"rewrite {where!r}")(run)
+    return mark("jaxpr", name, f"equation {where!r} (an index, or the first of that primitive)")(run)
+
+
+def _named(base: str, where, default) -> str:
+    return base if where == default else f"{base}({where!r})"
 
 
 def reversed_ppermute(where="ppermute") -> Runner:
     """XLA runs ppermute `where` with every (source, target) pair reversed."""
-    return rewrite(where, lambda p: {**p, "perm": tuple((t, s) for s, t in p["perm"])})
+    return rewrite(where, lambda p: {**p, "perm": tuple((t, s) for s, t in p["perm"])},
+                   name=_named("reversed_ppermute", where, "ppermute"))
 
 
 def regrouped_psum(where="psum", groups=None) -> Runner:
     """XLA runs psum `where` with `axis_index_groups=groups` (default: each group's members rotated
-    by one across groups, so every group changes)."""
+    by one across groups, so every group changes; a psum with fewer than two groups is left as it
+    is, and the runner does not fire)."""
 
     def change(p):
         g = groups
         if g is None:
             old = p["axis_index_groups"]
             if not old or len(old) < 2:
-                raise ValueError("regrouped_psum needs groups= for a psum without at least two axis_index_groups.")
+                return p
             g = tuple(tuple(old[(k + (j == 0)) % len(old)][j] for j in range(len(old[k]))) for k in range(len(old)))
         return {**p, "axis_index_groups": tuple(tuple(x) for x in g)}
 
-    return rewrite(where, change)
+    return rewrite(where, change, name=_named("regrouped_psum", where, "psum"))
 
 
 reverse_first_ppermute = reversed_ppermute("ppermute")

@@ -6,7 +6,8 @@ they first diverge, the op, its source line and the per-device errors; `--json` 
 JSON object instead. `--corpus` runs every program of `conformance.cases.corpus` and prints how
 many interpret and agree at each stage, naming the ops refsim.stablehlo lacks; `--coverage`
 counts the ops of every module of the corpus, the examples/ models, the op catalogue and drawn
-programs that refsim.stablehlo runs.
+programs that refsim.stablehlo runs. `--plant NAME` plants a fault of `conformance.faults` on
+XLA's side for the run (`conformance.faults.catalogue`) and says on stderr whether it fired.
 Exit status: 0 when every stage agrees, 1 on a divergence, 2 when the input cannot be used.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from conformance.debug.explain import explain
 from conformance.debug.explain.corpus_check import check_corpus, summary
 from conformance.debug.explain.coverage import collect, coverage
 from conformance.debug.explain.stages import STAGES
+from conformance.faults import catalogue
 
 
 def build_parser(prog: str = "python -m conformance explain") -> argparse.ArgumentParser:
@@ -39,12 +41,23 @@ def build_parser(prog: str = "python -m conformance explain") -> argparse.Argume
                         "catalogue and drawn programs that refsim.stablehlo runs (exit 1 when one is missing)")
     p.add_argument("--drawn", type=int, default=1, metavar="N",
                    help="with --coverage: programs drawn per family of the programs generator (default 1)")
+    catalogue.add_plant_option(p, "explain")
     return p
 
 
 def main(argv=None) -> int:
     p = build_parser()
     args = p.parse_args(argv)
+    try:
+        plants = catalogue.resolve(args.plant, "explain")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with catalogue.planted(plants, lambda line: print(line, file=sys.stderr)):
+        return _run(args)
+
+
+def _run(args) -> int:
     if args.corpus:
         return _corpus(args)
     if args.coverage:

@@ -120,7 +120,7 @@ def test_a_reproducer_written_by_check_is_accepted_by_explain_and_bisect(tmp_pat
 
 EXPLICIT_SOURCE = '''\
 def f(a):
-    s = jnp.sum(jax.sharding.reshard(a, P()), axis=0, keepdims=True)
+    s = jnp.sum(jax.sharding.reshard(a, P("x")), axis=0, keepdims=True)
     return (jnp.matmul(jnp.swapaxes(s, -1, -2), s, out_sharding=P("y")),)
 '''
 
@@ -148,6 +148,6 @@ def test_a_reproducer_on_an_explicit_mesh_is_explained_on_that_mesh(tmp_path):
     assert loader.load(str(path)).mesh.axis_types == (AxisType.Explicit,) * 2
     assert stage_of_reproducer(str(path)) == {**stage_of_reproducer(str(path)), "diverged_in": None,
                                               "headline": "all stages agree"}
-    with faults.inject("partitioned_reduction_drops_shard"):   # the sum over x leaves out a shard
+    with faults.inject("partitioned_reduction_drops_shard"):   # the sum over the split dimension x leaves out a shard
         stage = stage_of_reproducer(str(path))
     assert stage.get("diverged_in") == "lowering" and ":2" in stage.get("source", ""), stage

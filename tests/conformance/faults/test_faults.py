@@ -394,8 +394,9 @@ def test_inject_dispatches_on_the_stage_and_removes_everything_after():
     assert all_faults.stage_of(compiler.reversed_permute_pairs) == "compiler"
     runner = jaxpr.reversed_ppermute()
     assert all_faults.stage_of(runner) == "jaxpr"
-    with all_faults.inject([compiler.reversed_permute_pairs, compiler.all_reduce_sum_as_max, runner]) as names:
-        assert names == ["reversed_permute_pairs", "all_reduce_sum_as_max", "rewrite 'ppermute'"]
+    planted = [compiler.reversed_permute_pairs, compiler.all_reduce_sum_as_max, runner]
+    with all_faults.inject(planted, warn=False) as names:      # nothing runs: none fires
+        assert names == ["reversed_permute_pairs", "all_reduce_sum_as_max", "reversed_ppermute"]
         assert xla_side.PLANTED_EDITS == [compiler.reversed_permute_pairs, compiler.all_reduce_sum_as_max]
         assert region.planted_runner is runner
     assert xla_side.PLANTED_EDITS == [] and region.planted_runner is None
