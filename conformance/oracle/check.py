@@ -33,6 +33,7 @@ from conformance.oracle import policy as policy_mod
 from conformance.oracle import program as prog
 from conformance.oracle import factorizations, reproduce, vectors
 from conformance.oracle.program import NotCheckable
+from conformance.verdict import allowed as allowed_mod
 from conformance.verdict import compare
 from conformance.verdict.elements import abs_diff, is_float
 from refsim import array as refsim_array
@@ -88,6 +89,9 @@ class CheckResult:
     seconds: dict
     repro_path: str | None = None
     notes: list = dataclasses.field(default_factory=list)  # platform_notes: likely documented causes
+    #: the allowed set's lines (conformance.verdict.allowed): per output its verdict counts and
+    #: worst |xla - exact| / bound, outputs without a bound rule, the relaxations used
+    bounds: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -106,6 +110,7 @@ class CheckResult:
         lines = [f"{head}: {self.name} ({self.entry}) on {p.get('platform')} with {p.get('devices')} devices, "
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]
         lines += ["  " + o.line() for o in self.outputs]
+        lines += ["  " + b for b in self.bounds]
         if not self.ok:
             c = self.comparison
             lines.append(f"  MISMATCH ({len(c.mismatches)} found) in {c.outputs} output(s), {c.devices} device "
@@ -334,7 +339,7 @@ def _summaries(ref, xla, pols, where, paths, indices=None, cmp=None) -> list:
     out = []
     differing = None if cmp is None else {m.output for m in cmp.mismatches}
     for k, (e, a, p) in enumerate(zip(ref, xla, pols)):
-        scaled = isinstance(p, policy_mod.ScaledBound)
+        scaled = isinstance(p, (policy_mod.ScaledBound, allowed_mod.AllowedSet))
         allowed = float(p.allowed(e.dtype)) if scaled else 0.0
         exact_ok = differing is not None and -1 not in differing and k not in differing and isinstance(p, compare.Exact)
         diff = 0.0 if exact_ok else _max_diff(e, a)
@@ -511,12 +516,17 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     except Exception as e:  # noqa: BLE001 - a refsim-side failure is reported, never hidden
         raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     t_pol = time.perf_counter()
+    mode, policy = policy, ("auto" if isinstance(policy, str) and policy in policy_mod.AUTO_POLICIES else policy)
     pols = policy_mod.choose(ref, traced.primitives, policy, ulps)
+    bound_notes, bounds_result = [], None
     if policy == "auto":
         xla, pols = vectors.apply(traced.closed, ref, xla, pols, ulps)
         pols = factorizations.apply(traced.closed, ref, xla, pols, conditions, ulps)
+        pols, bound_notes, bounds_result = policy_mod.allowed_set(traced.closed, traced.flat_args, ref, pols, mode)
     t_cmp = time.perf_counter()
     cmp = compare.compare(ref, xla, tolerances=pols)
+    if bounds_result is not None and not cmp.ok:
+        pols, cmp = _explain_bounds(traced, ref, pols, xla, cmp, bounds_result)
     if policy == "auto" and not cmp.ok:
         why = _numerically_unstable(traced.flat_args, ref, pols, cmp)
         if why:
@@ -532,7 +542,38 @@ def finish(traced, out, *, name: str, entry: str, policy="auto", ulps: int = pol
     res = CheckResult(name=name, entry=entry, comparison=cmp, outputs=summaries,
                       provenance=_provenance(ref), seconds=secs)
     res.notes = platform_notes.notes(res.provenance["platform"], traced.closed.jaxpr, res.ok)
+    res.bounds = _bound_lines(pols, xla, paths, indices, bound_notes)
     return res, ref, pols
+
+
+# -- the allowed set's report (conformance.verdict.allowed) ------------------------------------------
+def _explain_bounds(traced, ref, pols, xla, cmp, result):
+    """On a disagreement of an allowed-set output: which ops dominate the failing elements'
+    bounds (a walk in explain mode), written into the policies' text and compared again
+    (the verdict is the same; the mismatch text names the derivation)."""
+    allowed = allowed_mod
+    failing = {m.output for m in cmp.mismatches}
+    if not any(isinstance(p, allowed.AllowedSet) and k in failing for k, p in enumerate(pols)):
+        return pols, cmp
+    try:
+        texts = allowed.explain_disagreements(traced.closed, traced.flat_args, pols, xla,
+                                              relaxations=result.relaxations)
+    except Exception:  # noqa: BLE001 - the verdict stands without the derivation
+        return pols, cmp
+    if not texts:
+        return pols, cmp
+    pols = [dataclasses.replace(p, derivation=texts[k]) if k in texts else p for k, p in enumerate(pols)]
+    return pols, compare.compare(ref, xla, tolerances=pols)
+
+
+def _bound_lines(pols, xla, paths, indices, notes) -> list:
+    lines = []
+    for v in allowed_mod.verdicts(pols, xla):
+        k = v.index
+        idx = indices[k] if indices is not None and k < len(indices) else k
+        v.index = idx
+        lines.append(v.line(paths[k] if k < len(paths) else ""))
+    return lines + list(notes)
 
 
 # -- device_put: a reshard is data movement, exact ------------------------------------------------

@@ -188,3 +188,32 @@ def choose(outputs, primitives, policy="auto", ulps: int = DEFAULT_ULPS) -> list
         floating = compare._is_float(a.dtype)
         out.append(ScaledBound.of(a, ulps) if floating and inexact else compare.EXACT)
     return out
+
+
+# -- the allowed set (issue 39): per-element bounds where the program has bound rules ---------------
+#: `policy=` values that choose the automatic policies: "auto" (the allowed set with the platform's
+#: declared relaxations), "spec" (the allowed set without them: an element that agrees only under a
+#: relaxation disagrees), "heuristic" (the scaled bound alone, as before the allowed set).
+AUTO_POLICIES = ("auto", "spec", "heuristic")
+
+
+def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cpu"):
+    """(policies, notes, bound result or None): each output `choose` held to the plain scaled
+    bound gets `conformance.verdict.allowed.AllowedSet` where every primitive it depends on has a
+    bound rule (else it keeps the scaled bound and a note names the primitive). A failure of the
+    bound walk itself leaves every policy as it was, with a note."""
+    from conformance.verdict import allowed
+
+    if policy == "heuristic":
+        return pols, [], None
+    candidates = [type(p) is ScaledBound for p in pols]
+    if not any(candidates):
+        return pols, [], None
+    relax = () if policy == "spec" else None
+    try:
+        out, notes, result = allowed.build(closed, flat_args, ref, candidates, pols, relaxations=relax,
+                                           platform=platform)
+    except Exception as e:  # noqa: BLE001 - the heuristic still judges; the note says why
+        return pols, [f"allowed set not computed ({type(e).__name__}: {str(e).splitlines()[0][:160]}): "
+                      "held to the heuristic"], None
+    return out, notes, result

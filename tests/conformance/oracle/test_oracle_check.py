@@ -49,6 +49,10 @@ def test_float_program_gets_the_scaled_bound_and_data_movement_stays_exact():
     assert res.ok and res.policies == ["exact"] and res.entry == "jit(shard_map)"
     g = jax.jit(lambda a: jnp.tanh(a @ a.T), out_shardings=NamedSharding(MESH, P("x")))
     res = conformance.check(g, _placed(x, P("x", "y")))
+    # per element the allowed set (issue 39), tighter here than the scaled bound, which
+    # policy="heuristic" still applies alone
+    assert res.ok and res.policies[0].startswith("allowed set") and res.outputs[0].allowed > 0
+    res = conformance.check(g, _placed(x, P("x", "y")), policy="heuristic")
     assert res.ok and res.policies[0].startswith("scaled bound") and res.outputs[0].allowed > 0
 
 

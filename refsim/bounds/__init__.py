@@ -1,0 +1,80 @@
+"""Per-element bounds: the allowed set of a JAX program (docs/comparison.md, "The allowed set").
+
+`evaluate(closed_jaxpr, args)` walks the jaxpr a second time, after refsim's own evaluation,
+and gives every output element a center (its value computed in float64) and an absolute bound:
+every result the specification allows -- half an ulp for each IEEE-exact operation, the
+platform's accuracy for transcendentals, any order and tree of additions in reductions, dots
+and all-reduces -- lies within the bound of the center, propagated through the program by
+each operation's local derivatives. A NaN bound marks an undecidable element (a comparison,
+branch or rounding to an integer decided by values closer than their bounds); an `Unknown`
+output depends on a primitive without a bound rule (`Unknown.reasons` names it).
+
+One rule per primitive, in `refsim.bounds.registry.BOUND_RULES` (modules under
+`refsim.bounds.rules`); platform accuracy and relaxations in `refsim.bounds.platform`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import pkgutil
+
+import numpy as np
+
+from refsim.bounds import platform
+from refsim.bounds.registry import BOUND_RULES, BCtx, register
+from refsim.bounds.values import BVal, Unknown
+
+__all__ = ["BOUND_RULES", "BVal", "BoundResult", "Unknown", "evaluate", "platform", "register"]
+
+
+@functools.lru_cache(maxsize=None)
+def load_rules() -> dict:
+    """Import every rule module once; the table."""
+    from refsim.bounds import rules
+
+    for info in sorted(pkgutil.iter_modules(rules.__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"refsim.bounds.rules.{info.name}")
+    return BOUND_RULES
+
+
+@dataclasses.dataclass
+class BoundResult:
+    """The walk's outcome: one `BVal` or `Unknown` per output (global view), the relaxations
+    that widened some bound (name -> labels of the equations), and in explain mode the labels
+    of the ops that `BVal.dom` ids refer to."""
+
+    outputs: list
+    relaxations: frozenset
+    used: dict
+    ops: list
+
+
+def _global(x):
+    """An input's global value (a refsim.Array's, checked for replicas), or None."""
+    if hasattr(x, "shards"):
+        try:
+            return np.asarray(x)
+        except Exception:  # noqa: BLE001 - replicas that disagree, unreduced partial values
+            return None
+    return np.asarray(x)
+
+
+def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False) -> BoundResult:
+    """Centers and bounds of every output of `closed` (a ClosedJaxpr) on `args` (its flat
+    inputs: ndarrays or refsim.Arrays, global view). `relaxations`: names from
+    `platform.RELAXATIONS` in force; `explain`: also track which op dominates each bound."""
+    load_rules()
+    from refsim.bounds import walk
+
+    bctx = BCtx(relaxations=frozenset(relaxations), explain=explain)
+    ins = []
+    for a, v in zip(args, closed.jaxpr.invars):
+        g = _global(a)
+        if g is None:
+            ins.append(Unknown(frozenset({"an input without one global value"})))
+        else:
+            ins.append(walk.from_value(g, walk.dtype_of(v), bctx))
+    outs = walk.eval_closed(bctx, closed, ins)
+    return BoundResult(outs, frozenset(relaxations), {k: sorted(v) for k, v in bctx.used.items()}, list(bctx.ops))

@@ -1,0 +1,97 @@
+"""What the platform under test may do beyond IEEE's correctly rounded result: the accuracy
+of its transcendental functions, and its declared relaxations.
+
+**Transcendentals.** StableHLO leaves the accuracy of exp, log, tanh, ... to the
+implementation, and XLA documents none for XLA:CPU. The figures here are the largest
+distance from the correctly rounded result measured on XLA:CPU by ``python -m bench.accuracy``
+(200000 samples per op and dtype over the op's domain, seed 0, jax 0.10.2 and 0.12.0, x86-64:
+`refsim.interpreter.accuracy.ACCURACY`, column ``xla_vs_correct`` for float32; float64 from
+``refsim_vs_xla_f64`` plus refsim's own one), doubled plus one as a margin for inputs the
+sample missed: ``ulps = 2 * measured + 1``, and the result may be that many ulps of the
+compute type from the exact value, plus half an ulp of a narrower output type (bfloat16 and
+float16 are computed in float32 and rounded). Outside the measured domain of the
+trigonometric functions (|x| > 1e4: range reduction) the result is undecidable.
+
+**Relaxations.** What an implementation does beyond the spec is a named relaxation that
+widens the bound of the operations it covers; `RELAXATIONS` states each with its source.
+A report names every relaxation that widened some element's bound and which elements agree
+only because of it (`conformance.verdict.allowed`).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from refsim.interpreter.accuracy import ACCURACY
+
+
+@dataclasses.dataclass(frozen=True)
+class Relaxation:
+    name: str
+    covers: str
+    source: str
+    documented: bool
+
+
+RELAXATIONS = {
+    "xla-cpu-ftz": Relaxation(
+        "xla-cpu-ftz",
+        "every float operation: a result or operand below float32's smallest normal (float64's for "
+        "float64) may be read or written as zero (denormals-are-zero / flush-to-zero)",
+        "observed on XLA:CPU, jax 0.10.2 and 0.12 (conformance.verdict.platform_models, model "
+        "xla-cpu-arith: jax.jit(lambda a: a * 2**30)(np.float32(1e-40)) gives 0)", documented=False),
+    "xla-reciprocal-division": Relaxation(
+        "xla-reciprocal-division",
+        "a division whose divisor is a constant or a broadcast value: computed as a multiplication by "
+        "the divisor's rounded reciprocal (one more rounding: u of the result)",
+        "XLA's algebraic simplifier, xla/hlo/transforms/simplifiers/algebraic_simplifier.cc "
+        "('A / Const => A * (1 / Const)', 'A / Broadcast(B) => A * Broadcast((1 / B))'); not in XLA's "
+        "documentation (StableHLO's divide is IEEE division). Plain JAX, XLA:CPU: pmean of int32 9 over "
+        "5 devices gives 1.8000001 (9 * fl(0.2)), where 9 / 5 rounds to 1.8", documented=False),
+    "xla-rsqrt-division": Relaxation(
+        "xla-rsqrt-division",
+        "a division by a square root: computed as a multiplication by rsqrt (rsqrt's platform accuracy "
+        "instead of sqrt's correct rounding)",
+        "XLA's algebraic simplifier ('A / Sqrt(B) => A * Rsqrt(B)'; openxla/xla#40844 skips it for f64 "
+        "only); not in XLA's documentation", documented=False),
+}
+
+#: The relaxations in force by default per platform (all of XLA:CPU's: the report names each
+#: one an element needed; pass relaxations=() for the spec alone).
+DEFAULT = {"xla-cpu": frozenset(RELAXATIONS), "cpu": frozenset(RELAXATIONS)}
+
+
+def default_relaxations(platform: str) -> frozenset:
+    return DEFAULT.get(platform, frozenset())
+
+
+#: Trigonometric functions: measured on |x| <= 1e4 only (range reduction beyond).
+TRIG_DOMAIN = 1e4
+
+
+def _measured(op: str, dtype) -> int | None:
+    acc = ACCURACY.get(op)
+    if acc is None:
+        return None
+    if np.dtype(dtype) == np.float64:
+        return int(acc.refsim_vs_xla_f64) + 1
+    return int(acc.xla_vs_correct)
+
+
+def transcendental_ulps(op: str, dtype) -> int | None:
+    """The ulps (of float64 for float64, else of float32) the platform's `op` may be from the
+    exact value (module docstring); None where nothing was measured (no bound rule)."""
+    m = _measured(op, dtype)
+    if m is None:
+        return None
+    return 2 * m + 1
+
+
+def table_rows() -> list[tuple[str, int, int, int, int]]:
+    """(op, measured float32, allowed float32, measured float64, allowed float64) for docs."""
+    rows = []
+    for op in sorted(ACCURACY):
+        m32, m64 = _measured(op, np.float32), _measured(op, np.float64)
+        rows.append((op, m32, 2 * m32 + 1, m64, 2 * m64 + 1))
+    return rows

@@ -1,0 +1,89 @@
+"""The bound-rule table: one rule per JAX primitive, keyed by primitive name (as refsim's
+value rules are, `refsim.interpreter.registry`), filled by `register`.
+
+A rule is called as ``rule(bctx, eqn, ins)`` with the equation (its params exactly as JAX
+binds them, ``eqn.params``) and one `BVal` per operand, and returns one `BVal` (or `Unknown`)
+per result. A rule registered with ``structural=True`` (calls, control flow, shard_map) also
+receives `Unknown` operands and decides what they make of its results; for any other rule an
+`Unknown` operand makes every result `Unknown`. A primitive without a rule makes what depends
+on it `Unknown`, naming it: the verdict then falls back to the heuristic for those outputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from refsim.interpreter.registry import Context
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    rule: Callable[..., Any]
+    structural: bool = False
+
+
+BOUND_RULES: dict[str, Entry] = {}
+
+
+def register(*names: str, structural: bool = False):
+    """Decorator registering a bound rule under one or more primitive names (a duplicate raises)."""
+
+    def deco(fn):
+        for name in names:
+            if name in BOUND_RULES:
+                old = BOUND_RULES[name].rule
+                raise ValueError(f"primitive {name!r} already has a bound rule ({old.__module__}.{old.__qualname__}); "
+                                 "remove one of the two registrations.")
+            BOUND_RULES[name] = Entry(fn, structural)
+        return fn
+
+    return deco
+
+
+@dataclasses.dataclass
+class BCtx:
+    """Where a bound rule runs: `nm` leading mesh dims of every value, the region's `mesh`
+    (None in global view), the platform relaxations in force (`relaxations`: names from
+    `refsim.bounds.platform.RELAXATIONS`), and what the walk records: `used` (relaxation name ->
+    labels of the equations whose bound it widened), `missing` (primitives without a rule) and,
+    in explain mode, `ops` (one label per equation that contributed latitude, by op id)."""
+
+    nm: int = 0
+    mesh: Any = None
+    relaxations: frozenset = frozenset()
+    platform: str = "xla-cpu"
+    explain: bool = False
+    used: dict = dataclasses.field(default_factory=dict)
+    ops: list = dataclasses.field(default_factory=list)
+    op_ids: dict = dataclasses.field(default_factory=dict)
+    constants: set = dataclasses.field(default_factory=set)
+
+    def region(self, nm: int, mesh) -> "BCtx":
+        """The context of a manual region (shard_map body): the same records, other mesh dims."""
+        return dataclasses.replace(self, nm=nm, mesh=mesh)
+
+    def rule_context(self) -> Context:
+        """A refsim value-rule Context for the same mesh dims (data movement, collectives)."""
+        return Context(nm=self.nm, mesh=self.mesh, extra={})
+
+    def label(self, eqn) -> str:
+        from refsim import compat
+
+        where = compat.eqn_source_line(eqn)
+        return f"{eqn.primitive.name}" + (f" at {where}" if where else "")
+
+    def op_id(self, eqn) -> int:
+        """The id of `eqn` among the ops that contribute latitude (explain mode)."""
+        key = id(eqn)
+        i = self.op_ids.get(key)
+        if i is None:
+            i = self.op_ids[key] = len(self.ops)
+            self.ops.append(self.label(eqn))
+        return i
+
+    def note(self, relaxation: str, eqn) -> None:
+        """Record that `relaxation` widened the bound of `eqn`."""
+        self.used.setdefault(relaxation, set()).add(self.label(eqn) if eqn is not None else "program inputs")
+
+    def allows(self, relaxation: str) -> bool:
+        return relaxation in self.relaxations

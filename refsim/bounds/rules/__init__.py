@@ -1,0 +1,1 @@
+"""One bound rule per primitive, by family (each module registers its rules on import)."""

@@ -1,0 +1,82 @@
+"""Collectives inside a manual region: sums within Higham's bound for any schedule of the
+all-reduce (docs/comparison.md, SumBound), max / min non-expansive, data movement exact.
+
+refsim's own collective rule (`refsim.interpreter.registry.RULES`) computes each array the
+bound needs: the centers' sum, the bounds' sum, the magnitudes' sum and, from an array of
+ones, each element's group size n.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refsim.bounds import values as V
+from refsim.bounds.registry import register
+from refsim.bounds.rules._common import ERR, move
+from refsim.bounds.rules.reductions import sum_latitude
+from refsim.bounds.values import BVal
+from refsim.interpreter.registry import RULES
+
+
+def _runner(bctx, eqn):
+    rule = RULES[eqn.primitive.name]
+    ctx = bctx.rule_context()
+
+    def run(arrays):
+        out = rule(ctx, *arrays, **eqn.params)
+        return list(out) if eqn.primitive.multiple_results else [out]
+
+    return run
+
+
+def _dtypes(eqn):
+    from refsim.bounds.walk import dtype_of
+
+    return [dtype_of(v) for v in eqn.outvars]
+
+
+@register("psum", "psum_invariant", "reduce_scatter")
+def _psum(bctx, eqn, ins):
+    run = _runner(bctx, eqn)
+    centers = run([x.center for x in ins])
+    ns = run([np.ones(np.shape(x.center)) for x in ins])
+    props = run([x.full_bound() for x in ins]) if any(x.bound is not None for x in ins) else [None] * len(ins)
+    abs_c = run([np.abs(x.center) if V.is_float(x.dtype) else np.zeros(np.shape(x.center)) for x in ins])
+    outs = []
+    for x, c, n, prop, ac, dt in zip(ins, centers, ns, props, abs_c, _dtypes(eqn)):
+        if not V.is_float(dt):
+            outs.append(BVal(c, prop, dt))
+            continue
+        with np.errstate(**ERR):
+            local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+        dom = np.full(np.shape(c), bctx.op_id(eqn), np.int32) if bctx.explain else None
+        outs.append(BVal(c, local if prop is None else prop + local, dt, x.nonneg, dom))
+    return outs
+
+
+@register("pmax", "pmin")
+def _pmax(bctx, eqn, ins):
+    run = _runner(bctx, eqn)
+    centers = run([x.center for x in ins])
+    bounds = [None] * len(ins)
+    if any(x.bound is not None for x in ins):
+        bounds = _runner_named(bctx, eqn, "pmax")([x.full_bound() for x in ins])
+    return [BVal(c, b, dt, x.nonneg) for x, c, b, dt in zip(ins, centers, bounds, _dtypes(eqn))]
+
+
+def _runner_named(bctx, eqn, name):
+    rule = RULES[name]
+    ctx = bctx.rule_context()
+
+    def run(arrays):
+        out = rule(ctx, *arrays, **eqn.params)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    return run
+
+
+def _moved(bctx, eqn, ins):
+    return move(bctx, eqn, ins, range(len(ins)))
+
+
+for _name in ("all_gather", "all_gather_invariant", "ppermute", "all_to_all", "pbroadcast", "pvary"):
+    register(_name)(_moved)

@@ -1,0 +1,164 @@
+"""Reductions: sums in any order and tree (Higham), max / min (exact, non-expansive),
+argmax / argmin (decided where one candidate stands out), cumulative sums and maxima.
+
+A sum of n allowed terms x~_i (each within b_i of c_i), added in any order and tree with
+rounding to the result type, is within ``sum b_i + ((1 + u)**(n - 1) - 1) * sum(|c_i| + b_i)``
+of ``sum c_i`` (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 4.3 /
+section 4.3: any order; accumulating in a wider type only makes it smaller), plus half a
+subnormal per addition and the float64 center's own ``gamma(n)`` rounding.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from refsim.bounds import values as V
+from refsim.bounds.registry import register
+from refsim.bounds.rules._common import ERR, decided, int_rule
+from refsim.bounds.values import BVal
+from refsim.interpreter.registry import RULES
+
+
+def _dtype(eqn):
+    from refsim.bounds.walk import dtype_of
+
+    return dtype_of(eqn.outvars[0])
+
+
+def sum_latitude(n, abs_sum, center_abs_sum, dtype):
+    """The latitude of summing n allowed terms whose magnitudes add to at most `abs_sum`
+    (`center_abs_sum`: the centers' magnitudes, for the float64 center's own rounding)."""
+    u = V.unit_roundoff(dtype)
+    with np.errstate(**ERR):
+        return (V.growth(np.maximum(np.asarray(n) - 1, 0), u) * abs_sum
+                + np.maximum(np.asarray(n) - 1, 0) * V.half_subnormal(dtype)
+                + V.growth(n, 2.0 ** -53) * center_abs_sum)
+
+
+def _dominant_reduced(bctx, eqn, x, axes, total_prop, local):
+    """explain mode: per result element, this op where its latitude is the larger part, else the
+    dominating op of the operand element with the largest bound."""
+    if not bctx.explain:
+        return None
+    full = np.nan_to_num(x.full_bound(), nan=np.inf)
+    dom = np.broadcast_to(x.dom if x.dom is not None else np.int32(-1), full.shape)
+    moved = np.moveaxis(full, axes, range(-len(axes), 0)).reshape(full.shape[:full.ndim - len(axes)] + (-1,))
+    dmoved = np.moveaxis(dom, axes, range(-len(axes), 0)).reshape(moved.shape)
+    pick = np.take_along_axis(dmoved, np.argmax(moved, axis=-1)[..., None], axis=-1)[..., 0]
+    me = bctx.op_id(eqn)
+    return np.where(np.nan_to_num(local, nan=np.inf) >= np.nan_to_num(total_prop, nan=np.inf), me, pick).astype(np.int32)
+
+
+@register("reduce_sum")
+def _reduce_sum(bctx, eqn, ins):
+    (x,) = ins
+    dt = _dtype(eqn)
+    axes = tuple(bctx.nm + a for a in eqn.params["axes"])
+    if not V.is_float(dt):
+        out = RULES["reduce_sum"](bctx.rule_context(), x.center, **eqn.params)
+        b = None if x.bound is None else np.sum(x.full_bound(), axis=axes)
+        return [BVal(out, b, dt)]
+    n = math.prod(np.shape(x.center)[a] for a in axes)
+    with np.errstate(**ERR):
+        c = np.sum(x.center, axis=axes)
+        ac = np.sum(np.abs(x.center), axis=axes)
+        prop = None if x.bound is None else np.sum(x.full_bound(), axis=axes)
+        local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+        bound = local if prop is None else prop + local
+    dom = _dominant_reduced(bctx, eqn, x, axes, prop if prop is not None else 0.0, local)
+    return [BVal(c, bound, dt, x.nonneg, dom)]
+
+
+@register("reduce_max", "reduce_min")
+def _reduce_maxmin(bctx, eqn, ins):
+    (x,) = ins
+    dt = _dtype(eqn)
+    c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
+    axes = tuple(bctx.nm + a for a in eqn.params["axes"])
+    tag = (x, axes)
+    if x.bound is None:
+        return [BVal(c, None, dt, x.nonneg, extreme=tag)]
+    full = x.full_bound()
+    if full.size == 0:
+        return [BVal(c, None, dt, x.nonneg)]
+    with np.errstate(**ERR):
+        b = np.max(full, axis=axes)     # NaN propagates: undecidable
+    dom = _dominant_reduced(bctx, eqn, x, axes, b, np.zeros_like(b)) if bctx.explain else None
+    return [BVal(c, b, dt, x.nonneg, dom, extreme=tag)]
+
+
+@register("reduce_and", "reduce_or", "reduce_xor")
+def _reduce_bits(bctx, eqn, ins):
+    (x,) = ins
+    c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
+    if x.bound is None:
+        return [BVal(c, None, _dtype(eqn))]
+    axes = tuple(bctx.nm + a for a in eqn.params["axes"])
+    return [BVal(c, np.max(x.full_bound(), axis=axes) if x.full_bound().size else None, _dtype(eqn))]
+
+
+@register("argmax", "argmin")
+def _arg(bctx, eqn, ins):
+    """Decided where exactly one element can be the extremum (or the candidates are exact ties,
+    of which the first wins): the extremum's lower end clears every other upper end."""
+    (x,) = ins
+    dt = _dtype(eqn)
+    c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
+    if x.bound is None:
+        return [BVal(c, None, dt)]
+    ax = bctx.nm + eqn.params["axes"][0]
+    sgn = 1.0 if eqn.primitive.name == "argmax" else -1.0
+    with np.errstate(**ERR):
+        v = sgn * x.center
+        b = x.full_bound()
+        lower = np.max(v - b, axis=ax, keepdims=True)
+        cand = (v + b >= lower)
+        count = np.sum(cand, axis=ax)
+        exact_tie = np.all(~cand | ((b == 0) & (v == np.max(np.where(cand, v, -np.inf), axis=ax, keepdims=True))),
+                           axis=ax)
+        und = ((count > 1) & ~exact_tie) | np.any(np.isnan(b), axis=ax)
+    return [BVal(c, decided(und, np.shape(c)), dt)]
+
+
+@register("cumsum")
+def _cumsum(bctx, eqn, ins):
+    (x,) = ins
+    dt = _dtype(eqn)
+    if not V.is_float(dt):
+        return [int_rule(bctx, eqn, ins)]
+    ax = bctx.nm + eqn.params["axis"]
+    rev = eqn.params["reverse"]
+
+    def scan(a):
+        a = np.flip(a, ax) if rev else a
+        out = np.cumsum(a, axis=ax)
+        return np.flip(out, ax) if rev else out
+
+    shape = np.shape(x.center)
+    n = np.arange(1, shape[ax] + 1, dtype=np.float64)
+    if rev:
+        n = n[::-1]
+    n = n.reshape((-1,) + (1,) * (len(shape) - ax - 1))
+    with np.errstate(**ERR):
+        c = scan(x.center)
+        ac = scan(np.abs(x.center))
+        prop = None if x.bound is None else scan(x.full_bound())
+        local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+    return [BVal(c, local if prop is None else prop + local, dt, x.nonneg)]
+
+
+@register("cummax", "cummin")
+def _cummax(bctx, eqn, ins):
+    (x,) = ins
+    dt = _dtype(eqn)
+    c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
+    if x.bound is None:
+        return [BVal(c, None, dt, x.nonneg)]
+    ax = bctx.nm + eqn.params["axis"]
+    rev = eqn.params["reverse"]
+    b = x.full_bound()
+    b = np.flip(b, ax) if rev else b
+    with np.errstate(**ERR):
+        b = np.fmax.accumulate(b, axis=ax) + np.where(np.logical_or.accumulate(np.isnan(b), axis=ax), np.nan, 0.0)
+    return [BVal(c, np.flip(b, ax) if rev else b, dt, x.nonneg)]

@@ -1,0 +1,166 @@
+"""The values of the bound walk: a center and an absolute error bound per element.
+
+`BVal` holds one jaxpr variable: `center`, the value computed in float64 (the exact value for
+integers and bools), stacked like refsim's values (``ctx.nm`` leading mesh dims), and `bound`,
+float64 and broadcastable to it: every result the specification allows for this variable lies
+within `bound` of `center`, elementwise. ``bound is None`` means exact everywhere (0). A NaN
+bound marks an element as undecidable: a comparison, branch or rounding to an integer that
+decided it was closer than its operands' bounds, so no bound holds. `Unknown` stands for a
+variable that depends on a primitive without a bound rule; it names those primitives.
+
+The numeric helpers (unit roundoff, growth factors, overflow thresholds) follow
+docs/comparison.md ("The allowed set").
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+
+#: Unit roundoff of the float64 center, per operation that rounds it (one ulp of float64 covers
+#: NumPy's float64 libm as well as its correctly rounded arithmetic).
+REF_U = 2.0 ** -52
+
+
+@dataclasses.dataclass(eq=False)
+class BVal:
+    """One variable: `center` (float64 for floats), `bound` (None: exact; NaN: undecidable),
+    `dtype` (the program's dtype), `nonneg` (every allowed value is >= 0 or NaN),
+    `dom` (explain mode: per element, the id of the op whose latitude dominates the bound),
+    `origin` (how the value was made, where a platform relaxation depends on it), `extreme`
+    (operand, axes) when the value is that operand's max or min over those axes (reshaped or
+    broadcast): every implementation returns one of the operand's own elements, so comparing the
+    two is decided wherever the extremum's position is."""
+
+    center: np.ndarray
+    bound: np.ndarray | None
+    dtype: np.dtype
+    nonneg: bool = False
+    dom: np.ndarray | None = None
+    origin: str | None = None    # "constant", "broadcast" or "sqrt": what XLA's rewrites key on
+    extreme: tuple | None = None  # (operand BVal, reduced axes): this is reduce_max/min of operand
+
+    @property
+    def floating(self) -> bool:
+        return is_float(self.dtype)
+
+    def bound_or_zero(self) -> np.ndarray:
+        """The bound as an array (zeros, broadcast, where it is None)."""
+        if self.bound is None:
+            return np.zeros((), np.float64)
+        return self.bound
+
+    def full_bound(self) -> np.ndarray:
+        """The bound broadcast to the center's shape (a view)."""
+        return np.broadcast_to(self.bound_or_zero(), np.shape(self.center))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """A variable whose bound is unknown: it depends on the primitives `reasons` (no bound rule)."""
+
+    reasons: frozenset
+
+    def __or__(self, other: "Unknown") -> "Unknown":
+        return Unknown(self.reasons | other.reasons)
+
+
+def is_float(dtype) -> bool:
+    """Real floating dtypes, the ml_dtypes narrow floats included (not complex)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name)
+
+
+def finfo(dtype):
+    dtype = np.dtype(dtype)
+    return np.finfo(dtype) if dtype.kind == "f" and dtype.type.__module__ == "numpy" else ml_dtypes.finfo(dtype)
+
+
+def unit_roundoff(dtype) -> float:
+    """u = 2**-p for the p significand bits of `dtype` (float32: 2**-24)."""
+    return float(finfo(dtype).eps) / 2
+
+
+def half_subnormal(dtype) -> float:
+    """The largest rounding error in the subnormal range: half the smallest subnormal."""
+    return float(finfo(dtype).smallest_subnormal) / 2
+
+
+def overflow_threshold(dtype) -> float:
+    """The magnitude from which round to nearest gives infinity (max + half an ulp of max)."""
+    fi = finfo(dtype)
+    mx = float(fi.max)
+    return mx + mx * float(fi.eps) / 4
+
+
+def has_inf(dtype) -> bool:
+    dtype = np.dtype(dtype)
+    try:
+        return bool(np.isinf(np.array(np.inf).astype(dtype)))
+    except (OverflowError, ValueError):
+        return False
+
+
+def flush_threshold(dtype) -> float:
+    """Below this magnitude XLA:CPU flushes a float to zero: float32's smallest normal for every
+    float narrower than 64 bits (they compute in float32), float64's for float64."""
+    return float(np.finfo(np.float64 if np.dtype(dtype).itemsize == 8 else np.float32).tiny)
+
+
+def half_ulp(a, dtype):
+    """Half an ulp of `dtype` at magnitude `a` (elementwise): the largest rounding error of a
+    correctly rounded result whose exact value has magnitude at most `a` -- ``u * 2**floor(log2 a)``
+    (tighter than ``u * a`` by up to 2), and never below half the smallest subnormal."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        _, e = np.frexp(np.asarray(a, np.float64))
+        return np.maximum(np.ldexp(unit_roundoff(dtype), e - 1), half_subnormal(dtype))
+
+
+def growth(k, u: float):
+    """(1 + u)**k - 1: the relative error of k roundings (Higham's gamma(k), without its
+    k*u < 1 restriction); elementwise for an array `k`."""
+    k = np.asarray(k, np.float64)
+    return np.expm1(k * np.log1p(u))
+
+
+def widens_exactly(src, dst) -> bool:
+    """True when every value of float dtype `src` is a value of float dtype `dst`."""
+    a, b = finfo(src), finfo(dst)
+    return (b.nmant >= a.nmant and float(b.max) >= float(a.max)
+            and float(b.smallest_subnormal) <= float(a.smallest_subnormal))
+
+
+def as_center(x: np.ndarray, dtype) -> np.ndarray:
+    """A program value of `dtype` as the walk holds it: float64 for floats, itself otherwise."""
+    x = np.asarray(x)
+    if is_float(dtype):
+        return x.astype(np.float64) if x.dtype != np.float64 else x
+    return x
+
+
+def add_bounds(*bounds):
+    """The sum of bounds (None counts as 0; None when all are None)."""
+    out = None
+    for b in bounds:
+        if b is None:
+            continue
+        out = b if out is None else out + b
+    return out
+
+
+def max_bounds(*bounds):
+    """The elementwise max of bounds (None counts as 0; NaN propagates)."""
+    out = None
+    for b in bounds:
+        if b is None:
+            continue
+        out = b if out is None else np.fmax(out, b) + np.where(np.isnan(out) | np.isnan(b), np.nan, 0.0)
+    return out
+
+
+def undecidable(bound) -> np.ndarray | bool:
+    """The undecidable mask of a bound (False where it is None)."""
+    if bound is None:
+        return False
+    return np.isnan(bound)

@@ -1,0 +1,226 @@
+"""The second walk over a jaxpr: every variable's center and bound (`refsim.bounds.values`).
+
+`eval_jaxpr` mirrors refsim's equation loop (`refsim.interpreter.core`): values are stacked
+with ``bctx.nm`` leading mesh dims, one rule per equation from `BOUND_RULES`. After each rule,
+`finish` applies what holds for every float result: a center past the dtype's overflow
+threshold is that infinity when every allowed value overflows and undecidable when only some
+do; a non-finite center is exact unless undecidable; and, where the platform flushes
+subnormals (relaxation ``xla-cpu-ftz``), an allowed set holding a nonzero value below the
+flush threshold also holds zero.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import dataclasses
+
+import numpy as np
+
+from jax.extend.core import DropVar, Literal
+
+from refsim import compat
+from refsim.bounds import values as V
+from refsim.bounds.registry import BOUND_RULES, BCtx
+from refsim.bounds.values import BVal, Unknown
+from refsim.interpreter import core
+from refsim.interpreter.registry import RULES
+
+FTZ = "xla-cpu-ftz"
+
+
+def dtype_of(var) -> np.dtype | None:
+    """The physical dtype of a jaxpr variable or literal (None for tokens and other non-arrays)."""
+    aval = getattr(var, "aval", None)
+    if getattr(aval, "shape", None) is None or getattr(aval, "dtype", None) is None:
+        return None
+    try:
+        return np.dtype(compat.physical_dtype(aval.dtype))
+    except TypeError:
+        return None
+
+
+def from_value(x, dtype, bctx: BCtx, note=None, origin=None) -> BVal | Unknown:
+    """A program input, constant or literal as a BVal: exact as given (float64 center), except
+    that where the platform reads subnormals as zero such an input may be read as zero."""
+    if dtype is None:
+        return Unknown(frozenset({"non-array value"}))
+    if np.dtype(dtype).kind == "c":
+        return Unknown(frozenset({"complex values"}))
+    x = np.asarray(x)
+    if x.dtype.kind == "O":
+        return Unknown(frozenset({"non-array value"}))
+    c = V.as_center(x, dtype)
+    b = None
+    if V.is_float(dtype) and bctx.allows(FTZ) and c.size:
+        a = np.abs(c)
+        sub = (a > 0) & (a < V.flush_threshold(dtype))
+        if sub.any():
+            b = np.where(sub, a, 0.0)
+            bctx.note(FTZ, note)
+    return BVal(c, b, np.dtype(dtype), origin=origin)
+
+
+def _literal(lit, bctx: BCtx):
+    return from_value(core.literal_value(lit, bctx.nm), dtype_of(lit), bctx, origin="constant")
+
+
+def _dead_after(jaxpr) -> list:
+    last: dict = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.invars:
+            if not isinstance(v, Literal):
+                last[v] = i
+    for v in jaxpr.outvars:
+        if not isinstance(v, Literal):
+            last.pop(v, None)
+    dead: list = [[] for _ in jaxpr.eqns]
+    for v, i in last.items():
+        dead[i].append(v)
+    return dead
+
+
+def eval_jaxpr(bctx: BCtx, jaxpr, consts: Sequence, args: Sequence) -> list:
+    """The BVal (or Unknown) of every output of the open `jaxpr` given its consts and args."""
+    env: dict = {}
+    for v, x in zip(jaxpr.constvars, consts):
+        env[v] = x
+    if len(args) != len(jaxpr.invars):
+        raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}.")
+    for v, x in zip(jaxpr.invars, args):
+        env[v] = x
+
+    def read(v):
+        return _literal(v, bctx) if isinstance(v, Literal) else env[v]
+
+    for eqn, dead in zip(jaxpr.eqns, _dead_after(jaxpr)):
+        outs = apply(bctx, eqn, [read(v) for v in eqn.invars])
+        for v, o in zip(eqn.outvars, outs):
+            if not isinstance(v, DropVar):
+                env[v] = o
+        for v in dead:
+            env.pop(v, None)
+    return [read(v) for v in jaxpr.outvars]
+
+
+def eval_closed(bctx: BCtx, closed, args: Sequence) -> list:
+    """`eval_jaxpr` of a ClosedJaxpr: its consts (exact) lifted to the context's mesh dims."""
+    jaxpr = closed.jaxpr
+    consts = [from_value(core.lift(c, bctx.nm), dtype_of(v), bctx, origin="constant")
+              for c, v in zip(closed.consts, jaxpr.constvars)]
+    return eval_jaxpr(bctx, jaxpr, consts, args)
+
+
+def run_sub(bctx: BCtx, jaxpr, args: Sequence) -> list:
+    """A sub-jaxpr (Jaxpr or ClosedJaxpr) in the caller's context."""
+    if hasattr(jaxpr, "consts") and hasattr(jaxpr, "jaxpr"):
+        return eval_closed(bctx, jaxpr, args)
+    return eval_jaxpr(bctx, jaxpr, (), args)
+
+
+def _merged_unknown(ins) -> Unknown | None:
+    out = None
+    for x in ins:
+        if isinstance(x, Unknown):
+            out = x if out is None else out | x
+    return out
+
+
+def _has_sub_jaxprs(params) -> bool:
+    for v in params.values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            if hasattr(x, "eqns") or hasattr(getattr(x, "jaxpr", None), "eqns"):
+                return True
+    return False
+
+
+def apply(bctx: BCtx, eqn, ins: list) -> list:
+    """One equation's results: its bound rule, the integer fallback, or Unknown naming it."""
+    name = eqn.primitive.name
+    n = len(eqn.outvars)
+    entry = BOUND_RULES.get(name)
+    unknown = _merged_unknown(ins)
+    if entry is None:
+        if unknown is None:
+            outs = _integer_fallback(bctx, eqn, ins)
+            if outs is not None:
+                return outs
+        return [Unknown(frozenset({name}) | (unknown.reasons if unknown else frozenset()))] * n
+    if unknown is not None and not entry.structural:
+        return [unknown] * n
+    outs = entry.rule(bctx, eqn, ins)
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    outs = [finish(bctx, eqn, o) if isinstance(o, BVal) else o for o in outs]
+    if not entry.structural and all(isinstance(x, BVal) and x.origin == "constant" for x in ins):
+        # computed from constants only: XLA folds it into a constant (its rewrites see one)
+        for o in outs:
+            if isinstance(o, BVal):
+                o.origin = "constant"
+    return outs
+
+
+def _integer_fallback(bctx: BCtx, eqn, ins: list):
+    """A primitive on integers, bools and keys only (no floats in or out, no sub-jaxprs): refsim's
+    own rule on the exact values is exact. Undecidable operands make the results undecidable:
+    elementwise where every operand and result has the result's shape, else everywhere."""
+    rule = RULES.get(eqn.primitive.name)
+    if rule is None or _has_sub_jaxprs(eqn.params):
+        return None
+    dts = [dtype_of(v) for v in [*eqn.invars, *eqn.outvars]]
+    if any(d is None or V.is_float(d) or d.kind == "c" for d in dts):
+        return None
+    try:
+        out = rule(bctx.rule_context(), *[x.center for x in ins], **eqn.params)
+    except Exception:  # noqa: BLE001 - a rule that cannot take these values: no bound
+        return None
+    outs = list(out) if eqn.primitive.multiple_results else [out]
+    if not all(isinstance(o, np.ndarray) for o in outs):
+        return None
+    bounds = [x.bound for x in ins if x.bound is not None]
+    res = []
+    for o, v in zip(outs, eqn.outvars):
+        b = None
+        if bounds:
+            if all(np.shape(x.center) == o.shape for x in ins):
+                b = V.add_bounds(*[np.broadcast_to(bb, o.shape) for bb in bounds])
+            elif any(np.isnan(bb).any() for bb in bounds):
+                b = np.full(o.shape, np.nan)
+        const = all(x.origin == "constant" for x in ins)
+        res.append(BVal(o, b, dtype_of(v), origin="constant" if const else None))
+    return res
+
+
+def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
+    """The rules that hold for every result (module docstring)."""
+    if not V.is_float(o.dtype):
+        b = o.bound
+        if b is not None and not np.isnan(b).any():
+            b = None
+        return dataclasses.replace(o, bound=b)
+    c, b = np.asarray(o.center, np.float64), o.bound
+    if c.size == 0:
+        return dataclasses.replace(o, center=c, bound=None)
+    with np.errstate(invalid="ignore", over="ignore"):
+        a = np.abs(c)
+        fin = np.isfinite(c)
+        thr = V.overflow_threshold(o.dtype)
+        hi = a if b is None else a + b
+        if (np.where(fin, hi, 0.0) >= thr).any():
+            inf = np.copysign(np.inf, c) if V.has_inf(o.dtype) else np.full(c.shape, np.nan)
+            lo = a if b is None else a - b
+            certain = fin & (lo >= thr)
+            possible = fin & (hi >= thr) & ~certain
+            c = np.where(certain, inf, c)
+            b = np.where(certain, 0.0, np.where(possible, np.nan, o.bound_or_zero()))
+            a = np.abs(c)
+            fin = np.isfinite(c)
+        if b is not None and not fin.all():
+            b = np.where(fin, b, np.where(np.isnan(b), np.nan, 0.0))
+        if bctx.allows(FTZ):
+            t = V.flush_threshold(o.dtype)
+            bz = 0.0 if b is None else b
+            widen = fin & (a > bz) & (a - bz < t)
+            if widen.any():
+                b = np.where(widen, a, bz)
+                bctx.note(FTZ, eqn)
+    return dataclasses.replace(o, center=c, bound=b)
