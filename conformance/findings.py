@@ -66,7 +66,8 @@ class Finding:
             return "refsim's own defect (not for upstream)"
         if self.upstream is not None and not self.upstream.get("reproduces"):
             return "new, but its plain-JAX script does not reproduce it"
-        return "new"
+        like = (self.upstream or {}).get("resembles")
+        return f"new (resembles found-bugs {like['number']})" if like else "new"
 
 
 def write_record(finding: Finding) -> None:

@@ -718,6 +718,8 @@ def _record(sig, res, case, *, db, findings_dir, devices, shrink_seconds, out, n
     text = res.details.fatal_line or (res.details.signature or {}).get("message") or res.message or ""
     finding = Finding(stage, op, error, 1, res.case_id, res.status, None,
                       res.message.splitlines()[0] if res.message else "", number=number, folder=folder)
+    out(f"new failure [{stage}] {op}: {error}\n  case {res.case_id}\n  finding {number:03d}: shrinking it (up to "
+        f"{shrink_seconds:g} s)" + (", then writing and running its plain-JAX script" if upstream else ""))
     smallest = case
     if case is not None:
         small, path = case, []
@@ -751,8 +753,8 @@ def _record(sig, res, case, *, db, findings_dir, devices, shrink_seconds, out, n
             finding.cause = cause_key(stage, op, error, text=first.fatal_line or first.message,
                                       op_patterns=smallest.op_patterns)
     write_record(finding)
-    out(f"new failure [{stage}] {op}: {error}\n  case {res.case_id}" + (f"\n  {finding.note}" if finding.note else "")
-        + f"\n  {finding.verdict()}\n  folder: {folder}")
+    out(f"  finding {number:03d}: {finding.verdict()}" + (f"; {finding.note}" if finding.note else "")
+        + f"\n  folder: {folder}")
     return finding
 
 

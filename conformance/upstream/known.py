@@ -15,7 +15,9 @@ requires (a derivative, a partitioner, two ops together).
   entry names, with the derivative and partitioner its xfails line requires.
 
 An entry that says the installed version is correct is not matched there. Nothing else is: a
-finding that is none of these is new.
+finding that is none of these is new. `resembles(...)` is the weaker hint a new finding carries:
+wrong values from ops of the same families as an entry's (a reshape for an `expand_dims`, one
+scatter for another), for the person triaging it to compare, never counted as known.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import re
 
 from conformance.strategies.sharded import OPS
 
-__all__ = ["KnownBug", "Match", "PAGE", "generalised", "load", "match"]
+__all__ = ["KnownBug", "Match", "PAGE", "generalised", "load", "match", "resembles"]
 
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                     "found-bugs.md")
@@ -182,3 +184,32 @@ def match(bugs: list, *, version: str, kind: str, text: str = "", cls: str = "",
         return None
     also = tuple(dict.fromkeys(m.number for m in found[1:] if m.number != found[0].number))
     return dataclasses.replace(found[0], also=also)
+
+
+# ops that lower to the same HLO op (a family), for `resembles`
+_FAMILIES = (("reshape", "expand_dims", "squeeze", "broadcast"),
+             ("scatter_set", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"),
+             ("gather", "at_get", "take_along_axis"), ("pad", "pad_neg_interior", "jnp_pad"),
+             ("dynamic_slice", "dynamic_update_slice"), ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"),
+             ("dot_general", "einsum", "matmul"), ("sort", "sort_multi", "argsort", "top_k"))
+
+
+def _family(op: str) -> str:
+    return next((f[0] for f in _FAMILIES if op in f), op)
+
+
+def resembles(bugs: list, *, version: str, ops=(), transform: str = "") -> Match | None:
+    """A wrong-values entry (reproducing on `version`) whose ops, by family, cover the finding's:
+    a hint for triage, weaker than `match`."""
+    core = {_family(op) for op in ops if op not in SHARDING_OPS}
+    for bug in bugs:
+        if not core or not any(f[1] == "wrong-values" for f in bug.failures_on(version)):
+            continue
+        theirs = {_family(op) for op in bug.ops - SHARDING_OPS}
+        if not theirs or not core <= theirs or (bug.all_ops and not theirs <= core):
+            continue
+        if bug.transforms and transform not in bug.transforms:
+            continue
+        return Match(bug.number, bug.title, f"ops of the same families ({', '.join(sorted(core))}) as the entry's "
+                                            f"({', '.join(sorted(bug.ops - SHARDING_OPS))})")
+    return None

@@ -47,6 +47,7 @@ class UpstreamReport:
     outcomes: dict
     failing: list
     known: known_mod.Match | None = None
+    resembles: known_mod.Match | None = None   # a weaker hint for a new finding (`known.resembles`)
     devices: int = 0
     ops: list = dataclasses.field(default_factory=list)
     op_lines: int = 0   # the program's op lines (sharding constraints included)
@@ -59,7 +60,8 @@ class UpstreamReport:
         return {"script": self.script, "issue": self.issue, "title": self.title, "expected": self.expected,
                 "outcomes": {p: o.to_json() for p, o in self.outcomes.items()}, "failing": self.failing,
                 "reproduces": self.reproduces, "devices": self.devices, "ops": self.ops, "op_lines": self.op_lines,
-                "known": None if self.known is None else dataclasses.asdict(self.known)}
+                "known": None if self.known is None else dataclasses.asdict(self.known),
+                "resembles": None if self.resembles is None else dataclasses.asdict(self.resembles)}
 
 
 def versions() -> dict:
@@ -191,8 +193,12 @@ def write(folder: str, case, *, number: int, stage: str, stage_record: dict | No
         match = known_mod.match(bugs, version=vers["jax"], kind=first.kind, text=text, cls=first.cls,
                                 ops=[op for op, _ in case.op_patterns], transform=case.transform,
                                 partitioner=first.partitioner)
+    like = None
+    if first is not None and first.kind == "wrong-values" and match is None:
+        like = known_mod.resembles(bugs, version=vers["jax"], ops=[op for op, _ in case.op_patterns],
+                                   transform=case.transform)
     title = _title(stage, case, first, failing)
-    report = UpstreamReport(script, os.path.join(folder, ISSUE), title, mode, outcomes, failing, match,
+    report = UpstreamReport(script, os.path.join(folder, ISSUE), title, mode, outcomes, failing, match, like,
                             int(case.mesh.size), list(dict.fromkeys(op for op, _ in case.op_patterns)),
                             len(case.op_patterns))
     with open(report.issue, "w", encoding="utf-8") as fh:
@@ -216,6 +222,8 @@ def issue_text(r: UpstreamReport, case, *, stage: str, stage_record: dict | None
     with open(r.script, encoding="utf-8") as fh:
         src = fh.read()
     triage = "new" if r.known is None else r.known.text()
+    if r.known is None and r.resembles is not None:
+        triage += f" (resembles found-bugs {r.resembles.number}: {r.resembles.why}; compare before filing)"
     lines = [f"<!-- triage (not for the issue): finding {number:03d}, {stage}; {triage}; file at "
              f"{_tracker(stage, stage_record)} -->", "", f"# {r.title}", ""]
     first = next((r.outcomes[p] for p in r.failing), None)

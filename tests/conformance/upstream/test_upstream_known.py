@@ -66,3 +66,12 @@ def test_numbers_are_generalised_but_not_the_rest_of_the_regex():
 def test_a_missing_page_means_every_finding_is_new(tmp_path):
     assert known.load(str(tmp_path / "absent.md")) == []
     assert known.match([], version="0.10.2", kind="wrong-values", ops=["slice"]) is None
+
+
+def test_a_new_finding_may_resemble_an_entry_by_op_families_without_being_known():
+    kw = dict(ops=["expand_dims", "scatter_mul", "with_sharding_constraint"], transform="vmap")
+    assert known.match(BUGS, version="0.10.2", kind="wrong-values", **kw) is None
+    like = known.resembles(BUGS, version="0.10.2", **kw)
+    assert like.number == 4 and "same families" in like.why
+    assert known.resembles(BUGS, version="0.12.0.1", **kw) is None          # 4 is fixed there
+    assert known.resembles(BUGS, version="0.10.2", ops=["expand_dims"]) is None   # 4 needs a scatter too
