@@ -724,7 +724,7 @@ def _record(sig, res, case, *, db, findings_dir, devices, shrink_seconds, out, n
     if case is not None:
         small, path = case, []
         if shrink_seconds > 0:
-            if res.status == "fail":
+            if stage.startswith("mismatch"):   # (an "error" too: a listed case that differs otherwise)
                 small, path, smallest = _shrink_values(case, devices, shrink_seconds)
             else:
                 small, path, smallest = _shrink_out_of_process(case, sig, devices, shrink_seconds)

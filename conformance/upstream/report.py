@@ -161,8 +161,8 @@ def write(folder: str, case, *, number: int, stage: str, stage_record: dict | No
     manual = manual_ops(case)
     if manual or values is None:
         mode = "one-device (unconfirmed: refsim could not run the program: " + refsim_error + ")" \
-            if values is None else f"refsim's values (the program has {', '.join(sorted(set(manual)))}: one " \
-                                   "device would run another program)"
+            if values is None else ("refsim's values (its shard_map is manual over a mesh axis of size > 1: one "
+                                    "device would run another program)")
     else:
         mode = "one-device"
     kind = "embedded" if values is not None and manual else "one-device"

@@ -20,6 +20,7 @@ JAX: the text is built from the case's source, layouts and arrays.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -54,9 +55,20 @@ def _specs(shardings) -> str:
 
 
 def manual_ops(case) -> list:
-    """The ops of `case` whose values depend on the mesh itself (a shard_map region's collectives,
-    axis indices and block shapes): with them, one device runs another program."""
-    return [op for op, _ in case.op_patterns if op.startswith("shard_map")]
+    """The ``shard_map`` regions of `case` whose values depend on the mesh itself (their
+    collectives, axis indices and block shapes), as source lines: those manual over an axis of
+    size > 1. With one, the program on one device is another program; a region manual only over
+    size-1 axes computes the same there."""
+    sizes = dict(zip(case.mesh.axis_names, (int(n) for n in case.mesh.axis_sizes)))
+    out = []
+    for line in case.source.splitlines():
+        if "jax.shard_map(" not in line:
+            continue
+        m = re.search(r"axis_names=\{([^}]*)\}", line)
+        axes = re.findall(r"'([^']+)'", m.group(1)) if m else list(sizes)
+        if any(sizes.get(a, 2) > 1 for a in axes):
+            out.append(line.strip())
+    return out
 
 
 def tolerances_of(case, expected) -> list:
