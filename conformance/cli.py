@@ -240,9 +240,12 @@ def report_result(args, result, console=None) -> int:
             f"{'y' if len(result.summary['strict_xfail_problems']) == 1 else 'ies'} fail the run")
     from conformance.engine import compile_cache
 
-    cache_note = compile_cache.summary_line(result.summary.get("compile_cache_events") or {})
-    if cache_note:
-        out(f"note: {cache_note}")
+    events = result.summary.get("compile_cache_events")
+    if events is not None:
+        out(compile_cache.use_line(events))
+        cache_note = compile_cache.summary_line(events)
+        if cache_note:
+            out(f"note: {cache_note}")
     repros = [r for r in result.results if r.repro_path]
     for r in repros:
         out(f"reproducer for {r.case_id}: python {r.repro_path}")

@@ -173,13 +173,13 @@ def _event(kind: str, **fields) -> None:
 
 
 def run_events(path: str | None = None) -> dict:
-    """This run's cache events so far: ``{"bad_entries": N, "verified": N, "verify_seconds": S,
+    """This run's cache events so far: ``{"hits": N, "bad_entries": N, "verified": N, "verify_seconds": S,
     "identity_seconds": I, "invalidated": [reason, ...], "bad": [reason, ...]}`` (the first few reasons;
     S: the seconds the verifying compiles took, summed over the processes; I: this process's seconds
     computing the code identity)."""
     path = path or os.environ.get(EVENTS_ENV)
-    out = {"bad_entries": 0, "verified": 0, "verify_seconds": 0.0, "identity_seconds": _IDENTITY_SECONDS[0],
-           "invalidated": [], "bad": []}
+    out = {"hits": 0, "bad_entries": 0, "verified": 0, "verify_seconds": 0.0,
+           "identity_seconds": _IDENTITY_SECONDS[0], "invalidated": [], "bad": []}
     if not path:
         return out
     try:
@@ -192,7 +192,9 @@ def run_events(path: str | None = None) -> dict:
             e = json.loads(line)
         except ValueError:
             continue
-        if e.get("event") == "bad_entry":
+        if e.get("event") == "hit":
+            out["hits"] += 1
+        elif e.get("event") == "bad_entry":
             out["bad_entries"] += 1
             if len(out["bad"]) < 5:
                 out["bad"].append(str(e.get("reason")))
@@ -221,6 +223,13 @@ def end_run() -> dict:
         except OSError:
             pass
     return events
+
+
+def use_line(events: dict) -> str:
+    """What the cache did in a run, in one line: executables read back, families verified."""
+    return (f"compile cache: {events.get('hits', 0)} executable(s) read back instead of compiled; "
+            f"{events.get('verified', 0)} famil{'y' if events.get('verified', 0) == 1 else 'ies'} checked against a "
+            "fresh compile")
 
 
 def summary_line(events: dict) -> str | None:
@@ -262,6 +271,7 @@ class DigestCache:
         self._base = base
         self.identity = identity
         self.bad_entries = 0
+        self._bad: set = set()   # keys whose stored entry failed its check: the next put replaces it
 
     @property
     def _path(self):
@@ -276,13 +286,33 @@ class DigestCache:
         value, why = unseal(self.identity, key, bytes(stored))
         if value is None:
             self.bad_entries += 1
+            self._bad.add(key)
             _event("bad_entry", key=key, reason=why)
         return value
 
     def put(self, key: str, value: bytes) -> None:
         if _passed_by():
             return
-        self._base.put(key, seal(self.identity, key, bytes(value)))
+        sealed = seal(self.identity, key, bytes(value))
+        if key in self._bad and self._replace(key, sealed):
+            self._bad.discard(key)
+            return
+        self._base.put(key, sealed)   # JAX's file cache keeps an existing entry: see _replace
+
+    def _replace(self, key: str, sealed: bytes) -> bool:
+        """Write over a bad entry (JAX's file cache never replaces one: a bad entry would be a miss on
+        every run), whole or not at all; whether it was written."""
+        folder = getattr(self._base, "path", None)
+        if folder is None:
+            return False
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.fspath(folder), suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(sealed)
+            os.replace(tmp, os.path.join(os.fspath(folder), f"{key}-cache"))
+            return True
+        except OSError:
+            return False
 
     def clear(self):
         clear = getattr(self._base, "clear", None)
@@ -328,6 +358,7 @@ class HitVerifier:
         self.failed: str | None = None
 
     def __call__(self, scope, executable, recompile_fn):
+        _event("hit")
         if self.failed is None and _invalidated_in_run():
             # another process of this run found the cache untrustworthy: nothing from it is used here either
             self.failed = "another process of this run found a cached executable that differs from a fresh compile"
@@ -419,12 +450,24 @@ def _first_in_run(scope: str) -> bool:
         return True
 
 
+_NAME = re.compile(r"%[A-Za-z_][\w.\-]*")
+_HEADER_PARAM = re.compile(r"([\(,]\s*)[A-Za-z_][\w.\-]*(?=:\s)")
+_MODULE_NAME = re.compile(r"^HloModule \S+?(,|$)")
+
+
 def _module_text(executable) -> str:
-    """The optimized module XLA built, without its debug information (where in Python the program
-    was lowered: source lines and call stacks, which differ between two lowerings of one program)."""
+    """The optimized module XLA built, as a text that two lowerings of one program share: without its
+    debug information (source lines, call stacks) and with every name (module, computations,
+    instructions, parameters: JAX names them after the function and the primitives, which the cache
+    key leaves out) replaced by its order of first appearance."""
     texts = executable.as_text()
     text = texts if isinstance(texts, str) else "\n".join(texts)
     out, skipping = [], False
+    names: dict = {}
+
+    def rename(m):
+        return names.setdefault(m.group(0), f"%n{len(names)}")
+
     for line in text.splitlines():
         if line.strip() in _DEBUG_TABLES:
             skipping = True
@@ -433,5 +476,8 @@ def _module_text(executable) -> str:
             if not line.strip() or line[:1].isdigit():
                 continue
             skipping = False
-        out.append(_METADATA.sub("", line))
+        line = _MODULE_NAME.sub(r"HloModule m\1", _METADATA.sub("", line))
+        if line.rstrip().endswith("{") and " -> " in line:   # a computation's header: its parameters' labels
+            line = _HEADER_PARAM.sub(r"\1p", line)
+        out.append(_NAME.sub(rename, line))
     return "\n".join(out)

@@ -326,3 +326,44 @@ def test_a_run_verifies_at_most_its_budget_of_families(enabled, monkeypatch):
     assert compile_cache._first_in_run("family9")
     monkeypatch.delenv(compile_cache.VERIFY_ENV)
     assert compile_cache.verify_per_run() == compile_cache.VERIFY_PER_RUN
+
+
+def test_a_bad_entry_on_disk_is_replaced_by_the_fresh_compile(enabled):
+    import jax
+
+    case = _case()
+    case.run(xla_backend)
+    (entry,) = [os.path.join(d, f) for d, _, fs in os.walk(enabled) for f in fs if f.endswith("-cache")]
+    with open(entry, "wb") as fh:
+        fh.write(b"not an entry")
+    cache.clear_cache()
+    jax.clear_caches()
+    assert _values(case.run(xla_backend)) == _values(case.run(refsim))
+    assert open(entry, "rb").read().startswith(compile_cache.ENTRY_MAGIC)   # written over, not kept bad
+    assert compile_cache.run_events()["bad_entries"] == 1
+
+
+def test_the_verified_text_ignores_names_and_sees_the_computation():
+    # two programs that lower to one module up to names share one cache key: the hit check must not call
+    # their executables different, and must tell a psum from a pmax
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as JP
+
+    mesh = jax.make_mesh((8,), ("x",))
+    x = jax.device_put(np.arange(8.0, dtype=np.float32), NamedSharding(mesh, JP("x")))
+
+    def compiled(fn):
+        return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=JP("x"), out_specs=JP())).lower(x).compile()
+
+    def f(a):
+        return jax.lax.psum(a * 2, "x")
+
+    def g(b):
+        return jax.lax.psum(b * 2, "x")
+
+    def h(b):
+        return jax.lax.pmax(b * 2, "x")
+
+    tf, tg, th = (compile_cache._module_text(compiled(fn)) for fn in (f, g, h))
+    assert tf == tg and tf != th
+    assert "metadata" not in tf and "%n0" in tf
