@@ -568,7 +568,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     tune_gc()
     with contextlib.ExitStack() as stack:
         if fault is not None:
-            stack.enter_context(faults.inject(fault))
+            stack.enter_context(faults.inject(fault, warn=False))   # a mutation run: most cases leave it idle
         _serve(conn, run_task, xla)
     # Told to stop: every result is sent and every cache entry written (synchronously, by the task
     # that compiled it). Skip the interpreter's teardown (JAX's backends, XLA's thread pools: seconds
