@@ -9,16 +9,18 @@ its exact value (float64 center), so the verdict is per element:
 * **disagree**: outside, reported with the bound and how it was derived (in explain mode, the
   op whose latitude dominates the element's bound);
 * **undecidable**: a comparison, branch or rounding to an integer that the element depends on
-  was decided by values closer than their bounds, so no bound holds: counted and reported, and
-  held to the heuristic the output had before (`fallback`), so that nothing weaker than today's
-  check applies to it.
+  was decided by values closer than their bounds, so the spec allows either outcome and no
+  bound holds: counted and reported, never a failure and never a pass (the element is not
+  held to anything; the strategies should draw data that decides it).
 
 Each decided element is held to the tighter of two rules: its allowed set (rigorous: a
 disagreement is a result no implementation of the spec may give) or, where that bound is
-wider, the heuristic (256 units of roundoff of max|output|, refsim's value as the reference).
-Worst-case bounds compound through deep programs (a training step's gradients get bounds far
-above what any implementation shows), and the heuristic there is today's check: keeping it
-where it is tighter loses none of today's sensitivity, and the report counts those elements.
+wider, the heuristic (`fallback`: 256 units of roundoff of max|output|, refsim's value as the
+reference). Worst-case bounds compound through deep programs (a training step's gradients get
+bounds far above what any implementation shows; an interval that reaches a singularity, a
+divisor that may be zero, makes the allowed set unbounded), and the heuristic there is today's
+check: keeping it where it is tighter loses none of today's sensitivity, and the report counts
+those elements.
 
 Relaxations (`refsim.bounds.platform.RELAXATIONS`) in force widen the bounds of the ops they
 cover; where one did, the walk is repeated without them and every element that agrees only
@@ -69,7 +71,8 @@ class AllowedSet(compare.SumBound):
         allowed = "allowed set: |xla - exact| <= per-element bound from the program"
         if n_allowed == total:
             return allowed
-        if n_allowed == 0 and self.fallback_describe:
+        if n_allowed == 0 and self.fallback_describe and not all(np.isnan(np.asarray(b)).all()
+                                                                 for b in self.abs_sum.values()):
             return self.fallback_describe
         return f"{allowed} where tighter, else {self.fallback_describe or 'the heuristic'}"
 
@@ -79,7 +82,7 @@ class AllowedSet(compare.SumBound):
                 "platform's transcendental accuracy, any order of additions in sums and dots)"
                 + (f"; {self.derivation}" if self.derivation else ""))
         if self.fallback_why:
-            text += f". Elements where that bound is wider, or undecidable, are held to the {self.fallback_why}"
+            text += f". Elements where that bound is wider are held to the {self.fallback_why}"
         return text
 
     def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
@@ -96,24 +99,30 @@ class AllowedSet(compare.SumBound):
             return ~np.isnan(b) & (b * _MARGIN <= self.fallback_allowed)
 
     def reference_and_bound(self, device_id: int, out_dtype):
+        """(reference, allowed |diff|): the center and its bound where the allowed set governs,
+        refsim's value and the heuristic's bound where that is tighter, and for undecidable
+        elements refsim's value with an infinite bound (nothing is asked of them)."""
         c = np.asarray(self.exact[device_id], np.float64)
         b = np.asarray(self.abs_sum[device_id], np.float64)
         use = self.governed(device_id)
         if use.all():
             return c.copy(), b * _MARGIN
+        und = np.isnan(b)
         with np.errstate(invalid="ignore"):
             ref = np.where(use, c, np.asarray(self.fallback_ref[device_id], np.float64))
-            bound = np.where(use, b * _MARGIN, self.fallback_allowed)
+            bound = np.where(use, b * _MARGIN, np.where(und, np.inf, self.fallback_allowed))
         return ref, bound
 
     def allowed_nonfinite(self, device_id: int, out_dtype):
-        no = np.zeros(np.shape(self.exact[device_id]), bool)
-        return no, no, no
+        """An undecidable element may be anything, NaN and infinities included."""
+        und = np.isnan(np.asarray(self.abs_sum[device_id], np.float64))
+        return und, und, und
 
     def check_arrays(self, device_id: int, out_dtype) -> dict:
         ref, bound = self.reference_and_bound(device_id, out_dtype)
+        pinf, ninf, nan = self.allowed_nonfinite(device_id, out_dtype)
         no = np.zeros(ref.shape, bool)
-        return {"ref": ref, "bound": bound, "exact": no, "pinf": no, "ninf": no, "nan": no, "signed_zero": no}
+        return {"ref": ref, "bound": bound, "exact": no, "pinf": pinf, "ninf": ninf, "nan": nan, "signed_zero": no}
 
     # -- what OutputSummary reads (as of ScaledBound) --------------------------------------
     def allowed(self, out_dtype) -> float:
@@ -155,9 +164,9 @@ class OutputVerdict:
             text += f" (device {self.worst_at[0]}, element {self.worst_at[1]})"
         if self.heuristic:
             text += (f"; {self.heuristic} held to the heuristic, tighter there than the rigorous bound "
-                     "(which compounds worst cases through the program)")
+                     "(worst cases compounded through the program, or unbounded)")
         if self.undecidable:
-            text += f"; {self.undecidable} undecidable (held to the heuristic)"
+            text += f"; {self.undecidable} undecidable (decided by values closer than their bounds: not judged)"
         if self.relaxed_only:
             text += f"; {self.relaxed_only} agree only under a relaxation ({self.relaxed_example})"
         if self.outside:
@@ -302,16 +311,23 @@ def explain_disagreements(closed, flat_args, pols, xla, *, relaxations) -> dict:
             continue
         dom = np.broadcast_to(bv.dom, np.shape(bv.center))
         counts: dict = {}
+        exact = total = 0
         for sh in a.shards:
             d = int(sh.device_id)
             arrays = p.check_arrays(d, np.asarray(sh.data).dtype)
-            bad = ~sum_ok(np.asarray(sh.data), **arrays)
+            bad = ~sum_ok(np.asarray(sh.data), **arrays) & p.governed(d)
             ids = _shard_slice(dom, sh.index)[bad]
+            exact += int((np.asarray(p.abs_sum[d])[bad] == 0).sum())
+            total += int(bad.sum())
             for i in ids.tolist():
                 counts[i] = counts.get(i, 0) + 1
         if counts:
             top = sorted(counts.items(), key=lambda kv: -kv[1])[:3]
             names = [f"{result.ops[i] if 0 <= i < len(result.ops) else 'exact inputs'} ({n} element(s))"
                      for i, n in top]
-            out[k] = "the failing elements' bounds are dominated by " + "; ".join(names)
+            if exact == total:
+                out[k] = ("the failing elements have exactly one allowed value (exact operands, each operation "
+                          "correctly rounded), made last by " + "; ".join(names))
+            else:
+                out[k] = "the failing elements' bounds are dominated by " + "; ".join(names)
     return out

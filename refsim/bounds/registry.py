@@ -20,13 +20,15 @@ from refsim.interpreter.registry import Context
 class Entry:
     rule: Callable[..., Any]
     structural: bool = False
+    moves: bool = False      # data movement: adds no latitude of its own
 
 
 BOUND_RULES: dict[str, Entry] = {}
 
 
-def register(*names: str, structural: bool = False):
-    """Decorator registering a bound rule under one or more primitive names (a duplicate raises)."""
+def register(*names: str, structural: bool = False, moves: bool = False):
+    """Decorator registering a bound rule under one or more primitive names (a duplicate raises);
+    `moves`: the primitive only moves data (explain mode attributes nothing to it)."""
 
     def deco(fn):
         for name in names:
@@ -34,7 +36,7 @@ def register(*names: str, structural: bool = False):
                 old = BOUND_RULES[name].rule
                 raise ValueError(f"primitive {name!r} already has a bound rule ({old.__module__}.{old.__qualname__}); "
                                  "remove one of the two registrations.")
-            BOUND_RULES[name] = Entry(fn, structural)
+            BOUND_RULES[name] = Entry(fn, structural, moves)
         return fn
 
     return deco

@@ -5,7 +5,9 @@ integers and bools), stacked like refsim's values (``ctx.nm`` leading mesh dims)
 float64 and broadcastable to it: every result the specification allows for this variable lies
 within `bound` of `center`, elementwise. ``bound is None`` means exact everywhere (0). A NaN
 bound marks an element as undecidable: a comparison, branch or rounding to an integer that
-decided it was closer than its operands' bounds, so no bound holds. `Unknown` stands for a
+decided it was closer than its operands' bounds, so no bound holds. An infinite bound marks an
+unbounded allowed set: an operand interval reaching a singularity (a divisor that may be zero,
+the log of a value that may be negative, a result that may overflow). `Unknown` stands for a
 variable that depends on a primitive without a bound rule; it names those primitives.
 
 The numeric helpers (unit roundoff, growth factors, overflow thresholds) follow
@@ -40,6 +42,11 @@ class BVal:
     dom: np.ndarray | None = None
     origin: str | None = None    # "constant", "broadcast" or "sqrt": what XLA's rewrites key on
     extreme: tuple | None = None  # (operand BVal, reduced axes): this is reduce_max/min of operand
+    alias: "BVal | None" = None   # the value this one is an exact copy of (stop_gradient, reshard, ...)
+
+    def root(self) -> "BVal":
+        """The value this one copies (itself when it is no copy)."""
+        return self.alias if self.alias is not None else self
 
     @property
     def floating(self) -> bool:

@@ -4,7 +4,8 @@
 with ``bctx.nm`` leading mesh dims, one rule per equation from `BOUND_RULES`. After each rule,
 `finish` applies what holds for every float result: a center past the dtype's overflow
 threshold is that infinity when every allowed value overflows and undecidable when only some
-do; a non-finite center is exact unless undecidable; and, where the platform flushes
+do (an infinite bound: the allowed set is unbounded); a non-finite center is exact unless
+undecidable or unbounded; and, where the platform flushes
 subnormals (relaxation ``xla-cpu-ftz``), an allowed set holding a nonzero value below the
 flush threshold also holds zero.
 """
@@ -151,6 +152,10 @@ def apply(bctx: BCtx, eqn, ins: list) -> list:
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
     outs = [finish(bctx, eqn, o) if isinstance(o, BVal) else o for o in outs]
+    if bctx.explain and not entry.structural and not entry.moves:
+        for o in outs:   # an exact result still names the operation that made it
+            if isinstance(o, BVal) and o.dom is None and V.is_float(o.dtype):
+                o.dom = np.int32(bctx.op_id(eqn))
     if not entry.structural and all(isinstance(x, BVal) and x.origin == "constant" for x in ins):
         # computed from constants only: XLA folds it into a constant (its rewrites see one)
         for o in outs:
@@ -195,8 +200,8 @@ def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
     if not V.is_float(o.dtype):
         b = o.bound
         if b is not None and not np.isnan(b).any():
-            b = None
-        return dataclasses.replace(o, bound=b)
+            return dataclasses.replace(o, bound=None)
+        return o
     c, b = np.asarray(o.center, np.float64), o.bound
     if c.size == 0:
         return dataclasses.replace(o, center=c, bound=None)
@@ -205,17 +210,17 @@ def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
         fin = np.isfinite(c)
         thr = V.overflow_threshold(o.dtype)
         hi = a if b is None else a + b
-        if (np.where(fin, hi, 0.0) >= thr).any():
+        if (np.where(fin & np.isfinite(hi), hi, 0.0) >= thr).any():
             inf = np.copysign(np.inf, c) if V.has_inf(o.dtype) else np.full(c.shape, np.nan)
             lo = a if b is None else a - b
             certain = fin & (lo >= thr)
-            possible = fin & (hi >= thr) & ~certain
+            possible = fin & np.isfinite(hi) & (hi >= thr) & ~certain
             c = np.where(certain, inf, c)
-            b = np.where(certain, 0.0, np.where(possible, np.nan, o.bound_or_zero()))
+            b = np.where(certain, 0.0, np.where(possible, np.inf, o.bound_or_zero()))
             a = np.abs(c)
             fin = np.isfinite(c)
         if b is not None and not fin.all():
-            b = np.where(fin, b, np.where(np.isnan(b), np.nan, 0.0))
+            b = np.where(fin, b, np.where(np.isnan(b) | np.isinf(b), b, 0.0))
         if bctx.allows(FTZ):
             t = V.flush_threshold(o.dtype)
             bz = 0.0 if b is None else b

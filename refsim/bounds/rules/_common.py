@@ -21,6 +21,15 @@ def rounding(c, bp, dtype, factor: float = 1.0):
         return factor * V.half_ulp(a if bp is None else a + bp, dtype) + V.REF_U * a
 
 
+def rounded(c, dtype) -> np.ndarray:
+    """The correctly rounded value, in `dtype`, of an exact float64 result `c` (as float64). For
+    +, -, *, /, sqrt of float32 or narrower operands the float64 result rounded again is the
+    correctly rounded one (53 >= 2 p + 2 bits: double rounding is innocuous), so an operation on
+    exact operands has exactly one allowed result."""
+    with np.errstate(**ERR):
+        return np.asarray(c, np.float64).astype(dtype).astype(np.float64)
+
+
 def result(bctx: BCtx, eqn, center, dtype, local, terms=(), *, nonneg=False, origin=None) -> BVal:
     """A BVal whose bound is ``local + sum(contribution for contribution, operand in terms)``
     (None where everything is None); in explain mode its `dom` names, per element, the op whose

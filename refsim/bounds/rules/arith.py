@@ -16,7 +16,7 @@ import numpy as np
 from refsim.bounds import platform as PL
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR, decided, int_rule, result, rounding
+from refsim.bounds.rules._common import ERR, decided, int_rule, result, rounded, rounding
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
@@ -49,9 +49,11 @@ def _add(bctx, eqn, ins):
         return [int_rule(bctx, eqn, ins)]
     with np.errstate(**ERR):
         c = a.center - b.center if eqn.primitive.name == "sub" else a.center + b.center
+    nonneg = eqn.primitive.name != "sub" and a.nonneg and b.nonneg
+    if a.bound is None and b.bound is None:
+        return [BVal(rounded(c, dt), None, dt, nonneg)]
     bp = V.add_bounds(a.bound, b.bound)
     local = rounding(c, bp, dt)
-    nonneg = eqn.primitive.name != "sub" and a.nonneg and b.nonneg
     return [result(bctx, eqn, c, dt, local, [(a.bound, a), (b.bound, b)], nonneg=nonneg)]
 
 
@@ -62,6 +64,21 @@ def _mul(bctx, eqn, ins):
     if not V.is_float(dt):
         return [int_rule(bctx, eqn, ins)]
     ca, cb = a.center, b.center
+    if a.bound is None and b.bound is None:
+        nonneg = (a.nonneg and b.nonneg) or _same_var(eqn)
+        with np.errstate(**ERR):
+            c = rounded(ca * cb, dt)
+            fused = None
+            if bctx.allows("xla-cpu-fma") and np.dtype(dt) in (np.dtype(np.float32), np.dtype(np.float64)):
+                # contracted into a fused multiply-add, the product reaches the addition unrounded
+                exact = np.dtype(dt) == np.dtype(np.float32)
+                fused = np.abs(c - ca * cb) if exact else V.half_ulp(np.abs(c), dt)
+                fused = np.where(np.isfinite(c), fused, 0.0)
+                if not np.any(fused > 0):
+                    fused = None
+                else:
+                    bctx.note("xla-cpu-fma", eqn)
+        return [BVal(c, fused, dt, nonneg)]
     with np.errstate(**ERR):
         c = ca * cb
         ta = sp(np.abs(cb), a.bound)
@@ -78,7 +95,7 @@ def _mul(bctx, eqn, ins):
     out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)],
                  nonneg=(a.nonneg and b.nonneg) or _same_var(eqn))
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
 
@@ -112,6 +129,8 @@ def _div(bctx, eqn, ins):
             und = m if und is None else und | m
         bp = V.add_bounds(ta, tb)
         local = rounding(c, bp, dt)
+        if a.bound is None and b.bound is None:
+            c, local = rounded(c, dt), None        # exact operands: one correctly rounded quotient
         extra = None
         if b.origin in ("constant", "broadcast") and bctx.allows("xla-reciprocal-division"):
             inexact = ~_power_of_two(cb)
@@ -129,7 +148,7 @@ def _div(bctx, eqn, ins):
         local = V.add_bounds(local, extra)
     out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)], nonneg=a.nonneg and b.nonneg)
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
 
@@ -170,6 +189,11 @@ def _maxmin(bctx, eqn, ins):
         return [int_rule(bctx, eqn, ins)]
     c = RULES[eqn.primitive.name](bctx.rule_context(), *[x.center for x in ins])
     a, b = ins
+    ident = -np.inf if eqn.primitive.name == "max" else np.inf
+    for x, y in ((a, b), (b, a)):
+        # max(-inf, y) is y, min(+inf, y) is y, bit for bit: a copy of y (its comparisons with y decided)
+        if x.bound is None and np.all(x.center == ident) and np.shape(c) == np.shape(y.center):
+            return [BVal(y.center, y.bound, y.dtype, y.nonneg, y.dom, y.origin, y.extreme, y.root())]
     nonneg = (a.nonneg or b.nonneg) if eqn.primitive.name == "max" else (a.nonneg and b.nonneg)
     return [_max_of(bctx, eqn, c, dt, ins, nonneg)]
 
@@ -245,8 +269,8 @@ def _compare(bctx, eqn, ins):
         return [int_rule(bctx, eqn, ins, dtype=bool)]
     if a.bound is None and b.bound is None:
         return [BVal(c, None, np.dtype(bool))]
-    if _same_var(eqn):
-        und = V.undecidable(a.bound)
+    if _same_var(eqn) or _same_value(a, b):
+        und = V.undecidable(a.bound) | V.undecidable(b.bound)
     elif _extreme_pair(a, b) is not None:
         und = _extreme_undecided(*_extreme_pair(a, b))
     else:
@@ -260,11 +284,20 @@ def _compare(bctx, eqn, ins):
 
 def _extreme_pair(a, b):
     """(operand, its extremum, axes) when one side is the other's reduce_max / reduce_min."""
-    if b.extreme is not None and b.extreme[0] is a:
+    if b.extreme is not None and b.extreme[0] is a.root():
         return a, b, b.extreme[1]
-    if a.extreme is not None and a.extreme[0] is b:
+    if a.extreme is not None and a.extreme[0] is b.root():
         return b, a, a.extreme[1]
     return None
+
+
+def _same_value(a, b) -> bool:
+    """True when a and b are one value in every implementation: copies of one value, or the same
+    extremum (max or min over the same axes) of one value."""
+    if a.root() is b.root():
+        return True
+    return (a.extreme is not None and b.extreme is not None and a.extreme[0] is b.extreme[0]
+            and a.extreme[1] == b.extreme[1] and np.array_equal(a.center, b.center))
 
 
 def _extreme_undecided(x, m, axes):
@@ -365,7 +398,7 @@ def _integer_pow(bctx, eqn, ins):
         local = rel * a + (m + 1) * V.half_subnormal(dt) + 2 * V.REF_U * np.abs(c)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=(y % 2 == 0) or x.nonneg)
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
 
@@ -390,6 +423,9 @@ def _sqrt(bctx, eqn, ins):
     operand is known non-negative), undecidable where it reaches below 0."""
     (x,) = ins
     dt = _out_dtype(eqn)
+    if x.bound is None:
+        with np.errstate(**ERR):
+            return [BVal(rounded(np.sqrt(x.center), dt), None, dt, True, origin="sqrt")]
     with np.errstate(**ERR):
         c = np.sqrt(x.center)
         bp, und = None, None
@@ -402,7 +438,7 @@ def _sqrt(bctx, eqn, ins):
         local = rounding(c, bp, dt)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=True, origin="sqrt")
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
 
@@ -447,11 +483,14 @@ def _convert(bctx, eqn, ins):
         if V.is_float(src):
             if V.widens_exactly(src, new):
                 return [BVal(x.center, x.bound, new, x.nonneg, x.dom, x.origin)]
+            if x.bound is None:
+                return [BVal(rounded(x.center, new), None, new, x.nonneg, None, x.origin)]
             local = rounding(x.center, x.bound, new)
             return [result(bctx, eqn, x.center, new, local, [(x.bound, x)], nonneg=x.nonneg, origin=x.origin)]
         c = np.asarray(x.center).astype(np.float64)
-        exact = np.abs(c) <= 2.0 ** (V.finfo(new).nmant + 1)
-        local = None if np.all(exact) else np.where(exact, 0.0, rounding(c, None, new))
+        small = np.abs(c) < 2.0 ** 53           # exact in float64: one correctly rounded result
+        c = np.where(small, rounded(c, new), c)
+        local = None if np.all(small) else np.where(small, 0.0, rounding(c, None, new))
         out = result(bctx, eqn, c, new, local, [], nonneg=bool(np.all(c >= 0)), origin=x.origin)
         if x.bound is not None:
             out.bound = V.add_bounds(out.bound, np.broadcast_to(x.bound, np.shape(c)))
@@ -489,5 +528,5 @@ def _reduce_precision(bctx, eqn, ins):
         und = np.isfinite(x.center) & (a >= big)
     out = result(bctx, eqn, x.center, x.dtype, local, [(x.bound, x)], nonneg=x.nonneg)
     if np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]

@@ -12,7 +12,7 @@ import numpy as np
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules._common import ERR, move
-from refsim.bounds.rules.reductions import sum_latitude
+from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, sum_latitude
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
@@ -48,6 +48,10 @@ def _psum(bctx, eqn, ins):
             continue
         with np.errstate(**ERR):
             local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+            if prop is None and eqn.primitive.name in ("psum", "psum_invariant"):
+                q = _runner_named(bctx, eqn, "pmin")([lowest_bit_exponent(x.center)])[0]
+                exact = no_order_rounds(q, ac, dt)
+                local = np.where(exact, 0.0, local)
         dom = np.full(np.shape(c), bctx.op_id(eqn), np.int32) if bctx.explain else None
         outs.append(BVal(c, local if prop is None else prop + local, dt, x.nonneg, dom))
     return outs
@@ -64,11 +68,13 @@ def _pmax(bctx, eqn, ins):
 
 
 def _runner_named(bctx, eqn, name):
+    """pmax / pmin over the groups of `eqn` (a psum's or psum_invariant's params)."""
     rule = RULES[name]
     ctx = bctx.rule_context()
+    params = {"axes": eqn.params["axes"], "axis_index_groups": eqn.params.get("axis_index_groups")}
 
     def run(arrays):
-        out = rule(ctx, *arrays, **eqn.params)
+        out = rule(ctx, *arrays, **params)
         return list(out) if isinstance(out, (list, tuple)) else [out]
 
     return run
@@ -79,4 +85,4 @@ def _moved(bctx, eqn, ins):
 
 
 for _name in ("all_gather", "all_gather_invariant", "ppermute", "all_to_all", "pbroadcast", "pvary"):
-    register(_name)(_moved)
+    register(_name, moves=True)(_moved)

@@ -27,7 +27,7 @@ def _keep_origin(bctx, eqn, ins):
 
 
 for _name in _FIRST:
-    register(_name)(_keep_origin)
+    register(_name, moves=True)(_keep_origin)
 
 
 def _all_operands(bctx, eqn, ins):
@@ -35,10 +35,10 @@ def _all_operands(bctx, eqn, ins):
 
 
 for _name in _ALL:
-    register(_name)(_all_operands)
+    register(_name, moves=True)(_all_operands)
 
 
-@register("broadcast_in_dim")
+@register("broadcast_in_dim", moves=True)
 def _broadcast_in_dim(bctx, eqn, ins):
     """A broadcast: exact; its result is marked as a broadcast (XLA's reciprocal rewrite keys on it)."""
     grows = math.prod(eqn.params["shape"]) > math.prod(np.shape(ins[0].center)[bctx.nm:])
@@ -47,12 +47,12 @@ def _broadcast_in_dim(bctx, eqn, ins):
     return outs
 
 
-@register("dynamic_update_slice")
+@register("dynamic_update_slice", moves=True)
 def _dynamic_update_slice(bctx, eqn, ins):
     return move(bctx, eqn, ins, [0, 1])
 
 
-@register("scatter")
+@register("scatter", moves=True)
 def _scatter(bctx, eqn, ins):
     """scatter (overwrite): each result element is an operand or an update element. (With
     duplicate indices StableHLO leaves which update wins to the implementation: refsim's choice
@@ -62,12 +62,12 @@ def _scatter(bctx, eqn, ins):
 
 def _identity(bctx, eqn, ins):
     x = ins[0]
-    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin, x.extreme)]
+    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin, x.extreme, x.root())]
 
 
 for _name in ("stop_gradient", "reshard", "sharding_constraint", "layout_constraint", "relayout", "mesh_cast",
               "name", "xla_metadata_value"):
-    register(_name)(_identity)
+    register(_name, moves=True)(_identity)
 
 
 def _every_operand(bctx, eqn, ins):
@@ -75,9 +75,9 @@ def _every_operand(bctx, eqn, ins):
 
 
 for _name in ("device_put", "optimization_barrier", "shard_alike"):
-    register(_name)(_every_operand)
+    register(_name, moves=True)(_every_operand)
 
 
-@register("tie")
+@register("tie", moves=True)
 def _tie(bctx, eqn, ins):
     return [ins[1]]

@@ -76,14 +76,18 @@ def _dot_general(bctx, eqn, ins):
         return [BVal(c, bound, dt)]
     ca, cb = a.center, b.center
     c, k = contract(ca, cb, bctx.nm, dn)
+    # an unbounded operand element (inf) times an exact zero adds nothing: contract with a huge
+    # finite stand-in (1e300 * 0 is 0; any real contribution still overflows to inf)
+    fa = None if a.bound is None else np.where(np.isinf(a.full_bound()), 1e300, a.full_bound())
+    fb = None if b.bound is None else np.where(np.isinf(b.full_bound()), 1e300, b.full_bound())
     with np.errstate(**ERR):
         aa, ab = np.abs(ca), np.abs(cb)
         p, _ = contract(aa, ab, bctx.nm, dn)
         prop_a = prop_b = None
-        if a.bound is not None:
-            prop_a, _ = contract(a.full_bound(), ab if b.bound is None else ab + b.full_bound(), bctx.nm, dn)
-        if b.bound is not None:
-            prop_b, _ = contract(aa, b.full_bound(), bctx.nm, dn)
+        if fa is not None:
+            prop_a, _ = contract(fa, ab if fb is None else ab + fb, bctx.nm, dn)
+        if fb is not None:
+            prop_b, _ = contract(aa, fb, bctx.nm, dn)
         prop = V.add_bounds(prop_a, prop_b)
         total = p if prop is None else p + prop
         u = V.unit_roundoff(dt)

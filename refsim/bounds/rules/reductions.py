@@ -36,6 +36,29 @@ def sum_latitude(n, abs_sum, center_abs_sum, dtype):
                 + V.growth(n, 2.0 ** -53) * center_abs_sum)
 
 
+def lowest_bit_exponent(x) -> np.ndarray:
+    """q with x = odd * 2**q per element (float64 values); +inf for zeros and non-finite values."""
+    x = np.asarray(x, np.float64)
+    with np.errstate(**ERR):
+        m, e = np.frexp(x)
+        fin = np.isfinite(x) & (x != 0)
+        mi = np.where(fin, np.abs(m) * 2.0 ** 53, 1.0).astype(np.int64)
+        low = mi & -mi
+        q = e.astype(np.float64) - 53 + np.log2(low.astype(np.float64))
+    return np.where(fin, q, np.inf)
+
+
+def no_order_rounds(q_min, abs_sum, dtype) -> np.ndarray:
+    """Where every partial sum of terms that are multiples of 2**q_min, with magnitudes adding to
+    abs_sum, is representable in `dtype` in any order: abs_sum < 2**(q_min + p) and q_min at or
+    above the dtype's smallest subnormal exponent (docs/comparison.md, SumBound's exact case)."""
+    fi = V.finfo(dtype)
+    p = int(fi.nmant) + 1
+    q_floor = np.log2(float(fi.smallest_subnormal))
+    with np.errstate(**ERR):
+        return np.isfinite(q_min) & (q_min >= q_floor) & (abs_sum < np.exp2(q_min + p)) | (abs_sum == 0)
+
+
 def _dominant_reduced(bctx, eqn, x, axes, total_prop, local):
     """explain mode: per result element, this op where its latitude is the larger part, else the
     dominating op of the operand element with the largest bound."""
@@ -65,6 +88,12 @@ def _reduce_sum(bctx, eqn, ins):
         ac = np.sum(np.abs(x.center), axis=axes)
         prop = None if x.bound is None else np.sum(x.full_bound(), axis=axes)
         local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+        if prop is None:
+            # exact terms that no order of additions can round: the exact sum, bound 0
+            exact = no_order_rounds(np.min(lowest_bit_exponent(x.center), axis=axes, initial=np.inf), ac, dt)
+            if np.any(exact):
+                c = np.where(exact, c, c)
+                local = np.where(exact, 0.0, local)
         bound = local if prop is None else prop + local
     dom = _dominant_reduced(bctx, eqn, x, axes, prop if prop is not None else 0.0, local)
     return [BVal(c, bound, dt, x.nonneg, dom)]
@@ -76,7 +105,7 @@ def _reduce_maxmin(bctx, eqn, ins):
     dt = _dtype(eqn)
     c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
     axes = tuple(bctx.nm + a for a in eqn.params["axes"])
-    tag = (x, axes)
+    tag = (x.root(), axes)
     if x.bound is None:
         return [BVal(c, None, dt, x.nonneg, extreme=tag)]
     full = x.full_bound()

@@ -109,7 +109,7 @@ def _unary(bctx, eqn, ins):
         local = _latitude(k, a, c, compute, dt)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=nonneg)
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
 
@@ -143,5 +143,5 @@ def _pow(bctx, eqn, ins):
     terms = [(bp, x if x.bound is not None else y)]
     out = result(bctx, eqn, c, dt, local, terms, nonneg=x.nonneg)
     if und is not None and np.any(und):
-        out.bound = np.where(und, np.nan, out.bound)
+        out.bound = np.where(und, np.inf, out.bound)
     return [out]

@@ -1,0 +1,89 @@
+"""The allowed set as the verdict (conformance.verdict.allowed, issue 39): per element agree,
+disagree or undecidable; the tighter of the allowed set and the heuristic; relaxations named."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+import conformance
+import refsim
+from conformance.verdict import allowed, compare
+
+MESH5 = jax.make_mesh((5,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def _pmean(v):
+    return lax.pmean(v, "i")
+
+
+def _policy(center, bound, refsim_value, heuristic):
+    return allowed.AllowedSet(n=1, exact={0: np.asarray(center, np.float64)}, abs_sum={0: np.asarray(bound, np.float64)},
+                              fallback_ref={0: np.asarray(refsim_value)}, fallback_allowed=heuristic)
+
+
+def _one(values, dtype=np.float32):
+    sh = refsim.NamedSharding(refsim.Mesh((1,), ("x",)), refsim.P())
+    return refsim.device_put(np.asarray(values, dtype), sh)
+
+
+def test_each_element_is_held_to_the_tighter_rule_and_undecidable_ones_to_the_heuristic():
+    center = [1.0, 100.0, 5.0]
+    bound = [1e-6, 1.0, np.nan]                       # the second wider than the heuristic, the third undecidable
+    pol = _policy(center, bound, np.float32([1.0, 100.0, 7.0]), heuristic=1e-3)
+    assert pol.governed(0).tolist() == [True, False, False]
+    ref = _one([1.0, 100.0, 7.0])
+    assert compare.compare(ref, _one([1.0, 100.0005, 7.0005]), tolerances=pol).ok
+    assert not compare.compare(ref, _one([1.00001, 100.0, 7.0]), tolerances=pol).ok      # beyond 1e-6
+    assert not compare.compare(ref, _one([1.0, 100.01, 7.0]), tolerances=pol).ok         # beyond the heuristic
+    # the undecidable element is not judged: anything, NaN included
+    assert compare.compare(ref, _one([1.0, 100.0, np.nan]), tolerances=pol).ok
+    (v,) = allowed.verdicts([pol], [_one([1.0, 100.0, 7.0])])
+    assert (v.elements, v.heuristic, v.undecidable, v.outside) == (3, 1, 1, 0)
+
+
+def test_the_pmean_over_5_rewrite_disagrees_with_the_spec_and_is_named_under_the_relaxation():
+    x = np.array([9, 0, 0, 0, 0], np.int32)
+    kw = dict(mesh=MESH5, in_specs=P("i"), out_specs=P(), explain=False)
+    with pytest.raises(conformance.ConformanceError) as info:
+        conformance.check(_pmean, x, policy="spec", **kw)
+    text = str(info.value)
+    assert "exactly one allowed value" in text and "made last by div at" in text, text
+    assert "exact 1.7999999523162842, xla 1.8000000715255737" in text, text
+    res = conformance.check(_pmean, x, **kw)                        # default: XLA:CPU's declared relaxations
+    assert res.ok and any("agree only under a relaxation (xla-reciprocal-division" in b for b in res.bounds), res.bounds
+    assert any(b.startswith("relaxation xla-reciprocal-division (not documented") for b in res.bounds)
+    assert conformance.check(_pmean, x, policy="heuristic", **kw).ok and not \
+        conformance.check(_pmean, x, policy="heuristic", **kw).bounds
+
+
+def test_an_output_without_a_bound_rule_keeps_the_heuristic_and_names_the_primitive():
+    f = jax.jit(lambda v: (lax.lgamma(v) * 2.0, v * 3.0))
+    res = conformance.check(f, np.linspace(1, 5, 8, dtype=np.float32), explain=False)
+    assert res.ok
+    assert any("output 0: no bound rule for lgamma: held to the heuristic" in b for b in res.bounds), res.bounds
+    assert res.outputs[0].policy.startswith("scaled bound") and res.outputs[1].policy.startswith("allowed set")
+
+
+def test_an_output_decided_by_values_closer_than_their_bounds_is_undecidable_and_counted(tmp_path):
+    # ten float32 0.1s add to 1.0000001 in some orders and to 1 or less in others (refsim's):
+    # the branch is the spec's either way, so the output is undecidable, not a failure (the
+    # heuristic alone calls XLA's order a disagreement)
+    f = jax.jit(lambda v: jnp.where(jnp.sum(v) > 1.0, 1.0, -1.0) * v)
+    x = np.full(10, 0.1, np.float32)
+    res = conformance.check(f, x, explain=False)
+    assert res.ok
+    (line,) = [b for b in res.bounds if b.startswith("output 0")]
+    assert "10 undecidable (decided by values closer than their bounds: not judged)" in line, line
+    with pytest.raises(conformance.ConformanceError):
+        conformance.check(f, x, policy="heuristic", explain=False, repro_dir=str(tmp_path))
+
+
+def test_a_shallow_program_reports_its_worst_ratio():
+    x = np.random.default_rng(0).uniform(-10, 10, (8, 8)).astype(np.float32)
+    res = conformance.check(jax.jit(lambda a: jnp.tanh(a @ a.T) + jnp.exp(a / 10)), x, explain=False)
+    assert res.ok and res.outputs[0].policy.startswith("allowed set")
+    (line,) = res.bounds[:1]
+    ratio = float(line.split("worst |xla - exact| / bound ")[1].split()[0])
+    assert 0 <= ratio <= 1, line
