@@ -131,18 +131,19 @@ def _ops_text(case) -> str:
 def _title(stage: str, case, outcome: Outcome | None, failing: list) -> str:
     who = " and ".join(_NAMES[p] for p in failing) if failing else _NAMES.get(case.partitioner, case.partitioner)
     what = _ops_text(case)
-    n = case.mesh.size
+    what = what[:1].upper() + what[1:]
+    where = f"sharded over {case.mesh.size} devices ({who})"
     if outcome is None or outcome.kind == "passes":
-        return f"{what} sharded over {n} devices ({who})"
+        return f"{what}, {where}"
     if outcome.kind == "wrong-values":
-        return f"Wrong values from {what} sharded over {n} devices ({who})"
+        return f"{what}: wrong values when {where}"
     if outcome.kind == "aborts":
-        check = outcome.fatal_line.split("] ", 1)[-1] if outcome.fatal_line else "a fatal error"
-        return f"XLA aborts compiling {what} sharded over {n} devices ({who}): {check[:120]}"
+        check = outcome.fatal_line.split("] ", 1)[-1].strip() if outcome.fatal_line else "a fatal error"
+        return f"{what}: XLA aborts compiling it {where}: {check[:120]}"
     if outcome.kind == "raises":
         first = outcome.message.strip().splitlines()[0] if outcome.message.strip() else ""
-        return f"{outcome.cls} {_VERB.get(stage, 'compiling')} {what} sharded over {n} devices ({who}): {first[:120]}"
-    return f"{what} sharded over {n} devices {outcome.describe()} ({who})"
+        return f"{what}: {outcome.cls} {_VERB.get(stage, 'compiling')} it {where}: {first[:120]}"
+    return f"{what}: {outcome.describe()} {where}"
 
 
 def write(folder: str, case, *, number: int, stage: str, stage_record: dict | None = None, platform: str = "cpu",

@@ -80,6 +80,6 @@ def test_every_upstream_script_of_a_hunt_fails_alone_as_its_issue_says(tmp_path)
                 assert r.returncode != 0 and said["cls"] in r.stderr
     slice_finding = next(f for f in summary["findings"] if f["known"] == 1)
     issue = Path(slice_finding["upstream"]["issue"]).read_text()
-    assert "known: found-bugs 1" in issue.splitlines()[0] and "Wrong values from" in issue
+    assert "known: found-bugs 1" in issue.splitlines()[0] and "# Slice: wrong values when sharded over" in issue
     assert "one-device" in slice_finding["upstream"]["expected"] and "agrees with refsim" in \
         slice_finding["upstream"]["expected"]
