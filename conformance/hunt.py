@@ -1,14 +1,17 @@
-"""`python -m conformance hunt`: draw random programs for N minutes and keep every distinct failure.
+"""`python -m conformance hunt`: draw random programs and keep every distinct failure, ready to file.
 
-    python -m conformance hunt --minutes N [--suite sharded] [--report DIR] [--seed S]
+    python -m conformance hunt (--minutes N | --programs M) [--seed S] [--ops OP,...] [--report DIR]
         [--processes K] [--xfails FILE] [--devices N] [--database DIR] [--shrink-seconds T]
-        [--case-timeout T]
+        [--case-timeout T] [--no-upstream] [--progress-every T]
 
-Unlike `run` (a fixed plan, derandomized by its seed), a hunt draws batches of programs from the
-suite's strategy with fresh random seeds (``--seed`` makes a hunt repeatable) until the time is
-up, runs them in worker processes that survive XLA's fatal CHECKs, and writes every program's
-result to ``DIR/results.jsonl`` (with its ops, sharding patterns, transform, axis types and
-partitioner, for `conformance.coverage`). Each failure is classified by a signature
+Unlike `run` (a fixed plan), a hunt draws batches of programs from the suite's strategy (or from
+the ops ``--ops`` names) until the time or the program budget is spent, runs them in worker
+processes that survive XLA's fatal CHECKs, and writes every program's result to
+``DIR/results.jsonl`` (with its ops, sharding patterns, transform, axis types and partitioner, for
+`conformance.coverage`). Its seed (``--seed``, else a random one) is recorded in the plan and in
+``DIR/hunt.json``: the same seed and ``--programs`` draw the same programs. Every
+``--progress-every`` seconds a line on stderr gives the programs done, their rate, the findings
+(new and known) and the other outcomes. Each failure is classified by a signature
 (stage, op, error class):
 
 * stage: ``trace`` (JAX raised while tracing a well-typed program), ``refsim`` (a refsim rule
@@ -20,28 +23,34 @@ partitioner, for `conformance.coverage`). Each failure is classified by a signat
 * error class: the exception class and its message's first line (digits dropped), the CHECK
   that failed, or the element classes of a mismatch.
 
-The first failure of each signature is shrunk (a mismatch in its worker; an exception or crash
-by running the cut-down variants of `conformance.suites.sharded.candidates` in fresh processes)
-and written at once to ``DIR/findings/NNN-stage-op``: ``.py`` (the reproducer), ``.txt`` (the
-signature and message) and ``.json`` (the case as data, `case_to_data`, which
-``python -m conformance hunt --check FILE`` runs). A signature that a finding of an earlier hunt on
-the same ``DIR`` already has (a hunt rerun after a kill replays its failing programs first) keeps
-that finding's number and files: it is counted, not written again. SIGINT / SIGTERM end the hunt
-cleanly: cases in flight finish, the reports are written and ``DIR/hunt.json`` says
-``"partial": true``.
+The first failure of each signature is cut to the fewest ops and devices that still fail the
+same way (wrong values in one fresh process running refsim and XLA side by side, an exception or
+a crash one variant per fresh process; `conformance.suites.sharded.candidates`, then
+`conformance.upstream.shrink`'s earlier values and fewer devices) and written at once to one
+folder, ``DIR/findings/NNN-stage-op/`` (`conformance.findings`): ``finding.json``, ``repro.py``
+(the project's reproducer), ``case.json`` (the case as data, `case_to_data`, which
+``python -m conformance hunt --check FILE`` runs), and ``upstream.py`` / ``UPSTREAM.md``, a plain-JAX
+script and an issue body run under Shardy and GSPMD (`conformance.upstream.report`). Each
+finding is matched against docs/found-bugs.md (`conformance.upstream.known`) and the findings
+are grouped by root cause in ``DIR/findings/CAUSES.md`` (`conformance.upstream.causes`). A
+signature that a finding of an earlier hunt on the same ``DIR`` already has (a hunt rerun after a
+kill replays its failing programs first) keeps that finding's number and folder: it is counted,
+not written again. SIGINT / SIGTERM end the hunt cleanly: cases in flight finish, the reports are
+written and ``DIR/hunt.json`` says ``"partial": true``.
 
 Failing programs are kept in a hypothesis example database (``--database``, default
 ``DIR/examples``), whose programs the next hunt with that database runs first. Nothing read back
 is executed or unpickled. A database may be shared between machines and jobs, so an entry holds
 no program: it is JSON naming how the strategy draws it (`DB_FORMAT`: the batch seed, batch size
-and position, the device count, and the path through `candidates` that shrank it) and the sha256
+and position, the device count, the ops of an ``--ops`` hunt, and the path through `candidates`
+that shrank it) and the sha256
 of the case the strategy derived (`program_digest`). A replay draws the program again with this
 version's strategy, follows the path, and runs it only if its digest is the stored one; so the
 programs a database can make a hunt run are programs the strategy itself would draw. An entry
 that is not such JSON (garbage, an older pickle, another format), asks for more devices than the
 hunt has, or derives another program (the strategy or a version changed) is skipped and counted
 (``hunt.json``'s ``database``), never an error, and left in place for the version that wrote it.
-A finding's ``.json`` (and the file the hunt hands to ``--check`` while shrinking) does hold the
+A finding's ``case.json`` (and the file the hunt hands to ``--check`` while shrinking) does hold the
 program's source, which ``--check`` compiles: it runs what a user chose to run, like a reproducer;
 its arrays are ``.npy`` bytes, loaded without pickle.
 """
@@ -92,7 +101,7 @@ __all__ = ["DB_FORMAT", "Finding", "HuntResult", "case_from_data", "case_to_data
 DB_KEY = b"conformance-hunt-failing-programs"
 #: The ``format`` of an example-database entry (how the strategy draws a program, never the program).
 DB_FORMAT = "conformance-hunt-entry-1"
-#: The ``format`` of a case file (a finding's ``.json``, the file ``--check`` runs).
+#: The ``format`` of a case file (a finding's ``case.json``, the file ``--check`` runs).
 CASE_FORMAT = "conformance-hunt-case-1"
 BATCH = 8
 SHARDING_OPS = ("with_sharding_constraint", "reshard")
@@ -261,7 +270,7 @@ def program_digest(case) -> str:
 
 
 def read_case(path: str):
-    """The case in a case file (a finding's ``.json``); ValueError naming the file otherwise."""
+    """The case in a case file (a finding's ``case.json``); ValueError naming the file otherwise."""
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
@@ -269,7 +278,7 @@ def read_case(path: str):
             raise ValueError(f"its format is not {CASE_FORMAT!r}")
         return case_from_data(doc.get("case"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path}: not a hunt case file ({e}); pass a findings/NNN-*.json file a hunt wrote.") \
+        raise ValueError(f"{path}: not a hunt case file ({e}); pass a findings/NNN-*/case.json file a hunt wrote.") \
             from None
 
 
@@ -520,8 +529,8 @@ class _Progress:
         new = sum(1 for f in found.values() if f.known is None)
         other = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items()) if s != "pass")
         print(f"hunt {int(dt) // 60}:{int(dt) % 60:02d} | {self.done} programs ({self.done / max(dt, 1e-9):.2f}/s) | "
-              f"{len(found)} finding(s): {new} new, {len(found) - new} known | {other or 'no failures'} | {self.budget}",
-              file=self.stream, flush=True)
+              f"{len(found)} finding(s): {new} new, {len(found) - new} known | {other or 'no failures'} | "
+              f"{self.budget}", file=self.stream, flush=True)
 
 
 def _strategy(devices: int, ops):
@@ -563,7 +572,8 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
     prepare_report_dir(report_dir)
     findings_dir = os.path.join(report_dir, "findings")
     os.makedirs(findings_dir, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix="conformance-hunt-repros-")   # the workers' reproducers, before a finding takes one
+    # the workers' reproducers, until a finding takes one (each finding's files are written once, in its folder)
+    scratch = tempfile.mkdtemp(prefix="conformance-hunt-repros-")
     db = DirectoryBasedExampleDatabase(database or os.path.join(report_dir, "examples"))
     xf = xfails if isinstance(xfails, xfails_mod.XfailList) else xfails_mod.load(xfails, platform=platform)
     master = random.Random(seed)

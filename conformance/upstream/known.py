@@ -178,7 +178,8 @@ def match(bugs: list, *, version: str, kind: str, text: str = "", cls: str = "",
             need += f" with {bug.partitioner.upper() if bug.partitioner == 'gspmd' else 'Shardy'}" if bug.partitioner \
                 else ""
             exact.append(Match(bug.number, bug.title, f"wrong values from a program of {' + '.join(sorted(core))} "
-                                                      f"alone{need}, ops the entry names ({', '.join(sorted(bug.ops))})"))
+                                                      f"alone{need}, ops the entry names "
+                                                      f"({', '.join(sorted(bug.ops))})"))
     found = exact or loose
     if not found:
         return None

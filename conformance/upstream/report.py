@@ -278,7 +278,8 @@ def issue_text(r: UpstreamReport, case, *, stage: str, stage_record: dict | None
               "Run `python upstream.py shardy` and `python upstream.py gspmd`.", "", "```python", src.rstrip(), "```",
               "", "## Partitioners", "", "| partitioner | result |", "|---|---|"]
     for p, o in r.outcomes.items():
-        lines.append(f"| {_NAMES[p]} (`jax_use_shardy_partitioner={p == 'shardy'}`) | {o.describe().replace('|', '/')} |")
+        flag = f"`jax_use_shardy_partitioner={p == 'shardy'}`"
+        lines.append(f"| {_NAMES[p]} ({flag}) | {o.describe().replace('|', '/')} |")
     lines += ["", "## Versions", "", f"- jax {vers['jax']}, jaxlib {vers['jaxlib']}, NumPy {vers['numpy']}, "
               f"Python {vers['python']}", f"- XLA:{platform.upper()}, {r.devices} virtual host devices "
               "(`--xla_force_host_platform_device_count`)",

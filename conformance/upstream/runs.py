@@ -80,7 +80,8 @@ class Outcome:
             return f"aborts (SIGABRT): {self.fatal_line or 'no fatal line'}"
         if self.kind == "hangs":
             return "hangs (killed after the time-out)"
-        return f"exits with status {self.returncode}: {_first(self.stderr_tail.splitlines()[-1:] and self.stderr_tail.splitlines()[-1])}"
+        last = self.stderr_tail.splitlines()[-1] if self.stderr_tail.strip() else ""
+        return f"exits with status {self.returncode}: {_first(last)}"
 
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
@@ -92,7 +93,8 @@ def _first(text) -> str:
     return next((ln.strip() for ln in str(text or "").splitlines() if ln.strip()), "")[:300]
 
 
-def run_script(path: str, partitioner: str | None = None, *, timeout: float = 300.0, python: str | None = None) -> Outcome:
+def run_script(path: str, partitioner: str | None = None, *, timeout: float = 300.0,
+               python: str | None = None) -> Outcome:
     """Run the script at `path` (with `partitioner` as its argument, when given) in a fresh,
     isolated Python (the module docstring) and classify how it ended."""
     path = os.path.abspath(path)
