@@ -751,7 +751,9 @@ def _record(sig, res, case, *, db, findings_dir, devices, shrink_seconds, out, n
                 small, path = case, []
             db.save(DB_KEY, _entry(dict(origin, shrink=list(origin["shrink"]) + path), small))
     finding.cause = cause_key(stage, op, error, text=text, op_patterns=getattr(smallest, "op_patterns", ()))
-    if case is not None and upstream and stage != "refsim":
+    if stage == "hang":   # its script would hang too: the finding's repro.py and case.json say enough
+        finding.note = (finding.note + "; " if finding.note else "") + "a hang: no upstream script run"
+    if case is not None and upstream and stage not in ("refsim", "hang"):
         rep = upstream_report.write(folder, smallest, number=number, stage=stage, stage_record=res.details.stage,
                                     platform=platform, timeout=timeout,
                                     found_with=f"drawn from the ops {', '.join(ops)}" if ops else "")

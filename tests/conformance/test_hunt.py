@@ -411,3 +411,19 @@ def test_the_report_counts_programs_and_the_compile_share_of_the_work(tmp_path, 
     assert '<th class="l">cases</th><td class="l">0</td>' not in page
     assert '<th class="l">cases</th><td class="l">5</td>' in page
     assert '<th class="l">time compiling</th><td class="l">75%</td>' in page
+
+
+def test_a_database_entry_of_an_ops_hunt_replays_with_those_ops_only():
+    from conformance import hunt
+    from conformance.strategies.sharded import sharded_programs
+    from conformance.suites import base
+
+    cases = base.draw(sharded_programs(ops=("cumsum",), max_devices=8), 8, 41)
+    entry = hunt._entry({"seed": 41, "count": 8, "index": 3, "devices": 8, "shrink": [], "ops": ["cumsum"]}, cases[3])
+    got, origins, skipped = hunt.replay([entry], 8)
+    assert not skipped and hunt.program_digest(got[0]) == hunt.program_digest(cases[3])
+    assert origins[got[0].case_id]["ops"] == ["cumsum"]
+    doc = json.loads(entry)
+    for bad, reason in ((dict(doc, ops=["no_such_op"]), "stale"), (dict(doc, ops="cumsum"), "unreadable"),
+                        (dict(doc, ops=[]), "unreadable")):
+        assert hunt.replay([json.dumps(bad).encode()], 8)[2] == {reason: 1}
