@@ -126,13 +126,15 @@ class AllowedSet(compare.SumBound):
 
     # -- what OutputSummary reads (as of ScaledBound) --------------------------------------
     def allowed(self, out_dtype) -> float:
-        """The largest allowed |diff| over the decided elements."""
+        """The largest allowed |diff| over the decided elements (each its own rule's)."""
         worst = 0.0
-        for b in self.abs_sum.values():
-            b = np.asarray(b)
-            fin = b[np.isfinite(b)]
-            if fin.size:
-                worst = max(worst, float(fin.max()))
+        for d, b in self.abs_sum.items():
+            b = np.asarray(b, np.float64)
+            use = self.governed(d)
+            if use.any():
+                worst = max(worst, float(b[use].max()))
+            if (~use & ~np.isnan(b)).any():
+                worst = max(worst, float(self.fallback_allowed))
         return worst
 
     def ulps_of(self, diff: float, out_dtype) -> float:
