@@ -5,6 +5,7 @@ from refsim.layouts import PmapSharding, SingleDeviceSharding
 from refsim.layouts import HloSharding
 from refsim.array import Array, Shard, device_put, make_array_from_callback, make_array_from_single_device_arrays
 from refsim.visualize import render_device_grid, visualize
+from refsim.blas import set_blas_threads
 
 P = PartitionSpec
 
@@ -24,5 +25,5 @@ __all__ = [
     "P", "PartitionSpec", "ReplicationError", "UNCONSTRAINED", "UnsupportedPrimitive",
     "Array", "Shard", "device_put", "make_array_from_callback", "make_array_from_single_device_arrays",
     "PmapSharding", "SingleDeviceSharding", "HloSharding", "visualize", "render_device_grid",
-    "shard_map", "pmap", "jit", "eval_jaxpr", "evaluate",
+    "shard_map", "pmap", "jit", "eval_jaxpr", "evaluate", "set_blas_threads",
 ]

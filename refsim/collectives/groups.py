@@ -7,6 +7,7 @@ stacked value's named mesh axes to one leading "linear index" axis and back.
 """
 from __future__ import annotations
 
+import math
 import operator
 
 import numpy as np
@@ -17,7 +18,9 @@ def normalize_axis_name(axis_name, api: str = "collective") -> tuple:
     if isinstance(axis_name, (tuple, list)):
         names = tuple(axis_name)
     else:
-        names = (axis_name,)
+        return (axis_name,)
+    if len(names) < 2:
+        return names
     dupes = sorted({str(n) for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(
@@ -148,6 +151,11 @@ def replica_groups(mesh, axis_name, axis_index_groups=None) -> list[list[int]]:
     return [[int(row[i]) for i in g] for row in by_axis for g in groups]
 
 
+# (mesh shape, axis names) -> what GroupLayout derives from them: collectives build one per equation,
+# and a pvary only checks its names, so the derivation is kept once per pair (a successful one only)
+_DERIVED: dict = {}
+
+
 class GroupLayout:
     """A stacked value viewed as (K, *other mesh dims, *local) with K the named axes.
 
@@ -159,11 +167,23 @@ class GroupLayout:
     def __init__(self, mesh, axis_name, api: str = "collective"):
         self.mesh = mesh
         self.names = normalize_axis_name(axis_name, api)
+        key = (mesh.axis_sizes, mesh.axis_names, self.names)   # tuples of ints and names: cheap to hash
+        try:
+            self.pos, self.nm, self.sizes, self.k, self.others = _DERIVED[key]
+            return
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable axis name: JAX's own check names it
+            key = None
         self.pos = _axis_positions(mesh, self.names, api)
         self.nm = mesh.ndim
         self.sizes = tuple(mesh.axis_sizes[p] for p in self.pos)
-        self.k = int(np.prod(self.sizes, dtype=np.int64))
+        self.k = math.prod(self.sizes)   # Python ints: no overflow, and a fraction of np.prod's cost
         self.others = tuple(i for i in range(self.nm) if i not in self.pos)
+        if key is not None:
+            if len(_DERIVED) >= 4096:   # bounded: many meshes in one process
+                _DERIVED.clear()
+            _DERIVED[key] = (self.pos, self.nm, self.sizes, self.k, self.others)
 
     def check(self, x: np.ndarray, api: str) -> np.ndarray:
         x = np.asarray(x)

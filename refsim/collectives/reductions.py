@@ -63,14 +63,33 @@ def _is_inexact(dtype: np.dtype) -> bool:
 def _keep_negative_zero(xs: np.ndarray, out: np.ndarray) -> np.ndarray:
     """A sum whose operands are all -0.0 is -0.0: StableHLO's all_reduce schedule has the operands
     as its only leaves (no +0 identity is added), and IEEE 754 gives -0 + -0 = -0. NumPy's reduce
-    starts from its +0 identity, which turns such a sum into +0. Complex values: part by part."""
+    starts from its +0 identity, which turns such a sum into +0. Complex values: part by part.
+
+    Only a zero result can need it, so the operands are read only where `out` is zero (usually
+    nowhere: then `out` comes back as it is, without a pass over the operands)."""
     if xs.dtype.kind == "c":
+        if not ((out.real == 0).any() or (out.imag == 0).any()):
+            return out
         return complex_from_parts(_keep_negative_zero(xs.real, out.real), _keep_negative_zero(xs.imag, out.imag),
                                   out.dtype)
-    all_negative_zero = np.logical_and.reduce((xs == 0) & np.signbit(xs), axis=0)
-    if not all_negative_zero.any():
+    zero = out == 0
+    if not zero.any():
         return out
-    return np.where(all_negative_zero, np.asarray(-0.0, xs.dtype), out)
+    if out.ndim == 0:
+        negative = _all_negative_zero(xs)
+        return np.asarray(-0.0, xs.dtype) if negative else out
+    where = np.nonzero(zero)
+    negative = _all_negative_zero(xs[(slice(None),) + where])   # (n, zeros) -> (zeros,)
+    if not negative.any():
+        return out
+    out = np.array(out, copy=True)
+    out[tuple(w[negative] for w in where)] = np.asarray(-0.0, xs.dtype)
+    return out
+
+
+def _all_negative_zero(xs: np.ndarray) -> np.ndarray:
+    """Per element of xs[0], whether every operand along axis 0 is -0.0."""
+    return np.logical_and.reduce((xs == 0) & np.signbit(xs), axis=0)
 
 
 def _ordered_reduce(ufunc, xs: np.ndarray) -> np.ndarray:

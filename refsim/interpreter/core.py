@@ -104,12 +104,18 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
     # equation): until one is, an equation whose output types are not unreduced has nothing
     # for `unreduced.apply` to do (it would return None), so it is not called.
     partials = nm == 0 and (_any_partials(consts) or _any_partials(args))
+    probe: Probe | None = extra.get("probe")   # set when the evaluation starts (api._new_extra)
+    rule_of = RULES.get   # looked up per equation, not kept in the plan: a rule may be swapped (tests, faults)
     for eqn, name, multiple, params, ins, has_literal, checks, dead, unreduced_outs in plan.steps:
         if has_literal:
             invals = [env[r] if r.__class__ is int else _read_other(r, nm) for r in ins]
         else:
             invals = [env[r] for r in ins]
-        out = _rule_output(ctx, eqn, name, params, invals, nm == 0 and (unreduced_outs is not False or partials))
+        rule = rule_of(name)
+        if rule is not None and (nm or (unreduced_outs is False and not partials)):
+            out = rule(ctx, *invals, **params)   # _rule_output's common case, without its call
+        else:
+            out = _rule_output(ctx, eqn, name, params, invals, nm == 0 and (unreduced_outs is not False or partials))
         # the output checks of _check_out (whose message a mismatch raises), made cheap for an
         # ndarray whose aval states its local shape and dtype; other values take its own path
         if multiple:
@@ -133,7 +139,6 @@ def eval_jaxpr(jaxpr, consts: Sequence[Any], *args: Any, ctx: Context) -> list:
             if slot >= 0:
                 env[slot] = out
             outs = None
-        probe: Probe | None = extra.get("probe")
         if probe is not None:
             probe(eqn, invals, [out] if outs is None else outs)
         for slot in dead:

@@ -1,4 +1,5 @@
-"""dot_general and conv_general_dilated as one einsum each, mesh dims as leading batch dims.
+"""dot_general and conv_general_dilated as one contraction each (`_products`), mesh dims as leading
+batch dims; a convolution contracts a strided window view of its padded lhs with the kernel.
 
 Types follow lax: the result has `preferred_element_type` when set, else the operands'
 type; integer products accumulate in the result type (wrapping), narrow floats (bf16,
@@ -6,12 +7,11 @@ f16) accumulate in float32 and round once at the end, as XLA:CPU does.
 """
 from __future__ import annotations
 
-import string
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from refsim.interpreter.registry import register
+from refsim.interpreter.rules import _products as P
 from refsim.interpreter.rules import _util as U
 
 
@@ -34,27 +34,15 @@ def _finish(res, out_dtype):
 @register("dot_general")
 def dot_general_rule(ctx, lhs, rhs, *, dimension_numbers, precision, preferred_element_type,
                      out_sharding=None):
-    """StableHLO dot_general: result dims are batch, lhs free, rhs free (in operand order)."""
+    """StableHLO dot_general: result dims are batch, lhs free, rhs free (in operand order).
+
+    Float results are the exact sum of products rounded once (float32 and narrower) or summed in
+    ascending order (float64), the same bits on every host and thread count (`_products`)."""
     (lc, rc), (lb, rb) = dimension_numbers
     nm = ctx.nm
-    lr, rr = lhs.ndim - nm, rhs.ndim - nm
-    letters = iter(string.ascii_letters)
-    ls = [None] * lr
-    rs = [None] * rr
-    for a, b in zip(lb, rb):
-        ls[a] = rs[b] = next(letters)
-    for a, b in zip(lc, rc):
-        ls[a] = rs[b] = next(letters)
-    for i in range(lr):
-        ls[i] = ls[i] or next(letters)
-    for i in range(rr):
-        rs[i] = rs[i] or next(letters)
-    out = [ls[a] for a in lb] + [ls[i] for i in range(lr) if i not in lb and i not in lc] + \
-        [rs[i] for i in range(rr) if i not in rb and i not in rc]
-    spec = f"...{''.join(ls)},...{''.join(rs)}->...{''.join(out)}"
     out_dtype, cd = _types(lhs, rhs, preferred_element_type)
-    with np.errstate(all="ignore"):
-        res = np.einsum(spec, U.as_dtype(lhs, cd), U.as_dtype(rhs, cd), optimize=True)
+    res = P.contract(U.as_dtype(lhs, cd), U.as_dtype(rhs, cd), nlead=nm, x_batch=U.shift(lb, nm),
+                     y_batch=U.shift(rb, nm), x_contract=U.shift(lc, nm), y_contract=U.shift(rc, nm), dtype=cd)
     return _finish(res, out_dtype)
 
 
@@ -102,17 +90,23 @@ def conv_general_dilated_rule(ctx, lhs, rhs, *, window_strides, padding, lhs_dil
         win = win[(slice(None),) * (nm + 2) + tuple(slice(None, None, s) for s in window_strides)
                   + tuple(slice(None, None, r) for r in rhs_dilation)]
         osp = win.shape[nm + 2: nm + 2 + d]
-        xs = string.ascii_lowercase[:d]          # output spatial
-        ks = string.ascii_lowercase[d: 2 * d]    # kernel spatial
-        # lhs: N -> (bg, N/bg), C -> (g, C/g); rhs: O -> (g*bg, O/(g*bg))
+        # lhs: N -> (bg, N/bg), C -> (g, C/g); rhs: O -> (g*bg, O/(g*bg)). x: mesh, B, N/bg, G, C/g,
+        # out spatial, kernel spatial; w: mesh, G*B, O/(g*bg), C/g, kernel spatial
         xw = win.reshape(win.shape[:nm] + (bg, n_ // bg, g, c_ // g) + win.shape[nm + 2:])
         ww = w.reshape(w.shape[:nm] + (g * bg, o_ // (g * bg)) + w.shape[nm + 1:])
-        if bg > 1:
-            spec = f"...BNGC{xs}{ks},...BPC{ks}->...NBP{xs}"
-        else:
-            spec = f"...BNGC{xs}{ks},...GPC{ks}->...NGP{xs}"
-        with np.errstate(all="ignore"):
-            res = np.einsum(spec, xw, ww, optimize=True)
+        wk = tuple(range(nm + 3, nm + 3 + d))
+        if bg > 1:   # lax allows bg > 1 only with g == 1: batch over B, the size-1 G dropped
+            xk = tuple(range(nm + 3 + d, nm + 3 + 2 * d))
+            res = P.contract(xw[(slice(None),) * (nm + 2) + (0,)], ww, nlead=nm, x_batch=(nm,), y_batch=(nm,),
+                             x_contract=(nm + 2,) + xk, y_contract=(nm + 2,) + wk, dtype=cd)
+            # mesh, B, N/bg, out spatial, P -> mesh, N/bg, B, P, out spatial
+            res = np.swapaxes(np.moveaxis(res, nm + 2 + d, nm + 2), nm, nm + 1)
+        else:        # batch over G; B is size 1
+            xk = tuple(range(nm + 4 + d, nm + 4 + 2 * d))
+            res = P.contract(xw, ww, nlead=nm, x_batch=(nm + 2,), y_batch=(nm,), x_contract=(nm + 3,) + xk,
+                             y_contract=(nm + 2,) + wk, dtype=cd)
+            # mesh, G, B, N/bg, out spatial, P -> mesh, B, N/bg, G, P, out spatial
+            res = np.moveaxis(np.moveaxis(res, nm + 3 + d, nm + 3), nm, nm + 2)
         res = res.reshape(res.shape[:nm] + (n_ // bg, o_) + tuple(osp))
     inv = [0] * (d + 2)
     for logical, pos in enumerate(ospec):
