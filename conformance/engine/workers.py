@@ -43,6 +43,7 @@ import time
 import traceback
 from multiprocessing import connection
 
+import refsim
 from conformance import faults
 from conformance.engine import compile_cache
 from conformance.report.failure import Failure, case_failure
@@ -566,6 +567,7 @@ def _worker_main(conn, log_path: str, platform: str, devices: int, xla, fault: s
     xplat.share_accelerator()
     compile_cache.install_from_env()   # the parent's compile cache checks, if it enabled a cache
     tune_gc()
+    refsim.set_blas_threads(1)   # workers run side by side: one BLAS thread each
     with contextlib.ExitStack() as stack:
         if fault is not None:
             stack.enter_context(faults.inject(fault, warn=False))   # a mutation run: most cases leave it idle

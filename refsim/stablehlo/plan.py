@@ -162,6 +162,29 @@ def dense_value(attr, ir) -> np.ndarray:
     return np.array([float(v) for v in nums], np.float64).astype(tt.dtype).reshape(tt.shape)
 
 
+_COMPLEX_DENSE = re.compile(r'dense<(.*?)>\s*:\s*tensor<((?:\d+x)*)complex<f(32|64)>>')
+_PAIR = re.compile(r"\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)")
+
+
+def complex_dense_from_text(op_text: str, name: str) -> np.ndarray:
+    """The dense complex attribute `name` of an op, read from the op's printed form: a splat
+    ``dense<(re,im)>``, a list ``dense<[(re,im), ...]>`` or hex ``dense<"0x...">`` (the MLIR Python
+    bindings raise TypeError when asked for a complex DenseElementsAttr). TypeError if there is none."""
+    m = _COMPLEX_DENSE.search(op_text)
+    if m is None:
+        raise TypeError(f"attribute {name!r} of {op_text.splitlines()[0][:120]!r} is neither readable by the MLIR "
+                        "bindings nor a dense complex literal")
+    body, dims, bits = m.group(1), m.group(2), m.group(3)
+    shape = tuple(int(d) for d in dims.split("x") if d)
+    dtype = np.complex64 if bits == "32" else np.complex128
+    if body.startswith('"0x'):
+        return np.frombuffer(bytes.fromhex(body[3:-1]), dtype=dtype).reshape(shape).copy()
+    vals = [complex(float(re_), float(im)) for re_, im in _PAIR.findall(body)]
+    if len(vals) == 1:
+        return np.full(shape, vals[0], dtype=dtype)
+    return np.array(vals, dtype=dtype).reshape(shape)
+
+
 _ENUM = re.compile(r"^#(?:stablehlo|mhlo)<\w+ (\w+)>$")
 
 
@@ -274,7 +297,10 @@ class _Builder:
         ir = self.ir
         attrs = {}
         for n in compat.attribute_names(op):
-            attrs[n] = attr_value(op.attributes[n], ir)
+            try:
+                attrs[n] = attr_value(op.attributes[n], ir)
+            except TypeError:   # the bindings cannot downcast a dense complex attribute: read its text
+                attrs[n] = complex_dense_from_text(str(op), n)
         index = len(self.ops)
         self.ops.append(None)
         regions = tuple(self.block(r) for r in op.regions)
