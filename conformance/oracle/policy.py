@@ -195,6 +195,9 @@ def choose(outputs, primitives, policy="auto", ulps: int = DEFAULT_ULPS) -> list
 #: declared relaxations), "spec" (the allowed set without them: an element that agrees only under a
 #: relaxation disagrees), "heuristic" (the scaled bound alone, as before the allowed set).
 AUTO_POLICIES = ("auto", "spec", "heuristic")
+#: The bound walk holds a float64 center and bound per element of every live value: above this
+#: many input and output elements it is not run (the heuristic judges, and a note says so).
+ALLOWED_SET_MAX_ELEMENTS = 1 << 24
 
 
 def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cpu"):
@@ -210,6 +213,10 @@ def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cp
     if not any(candidates):
         return pols, [], None
     relax = () if policy == "spec" else None
+    size = sum(int(np.prod(np.shape(a))) for a in (*flat_args, *ref))
+    if size > ALLOWED_SET_MAX_ELEMENTS:
+        return pols, [f"allowed set not computed: {size} input and output elements, above "
+                      f"ALLOWED_SET_MAX_ELEMENTS = {ALLOWED_SET_MAX_ELEMENTS}: held to the heuristic"], None
     try:
         out, notes, result = allowed.build(closed, flat_args, ref, candidates, pols, relaxations=relax,
                                            platform=platform)
