@@ -30,8 +30,11 @@ __all__ = ["BOUND_RULES", "BVal", "BoundResult", "Unknown", "evaluate", "platfor
 
 @functools.lru_cache(maxsize=None)
 def load_rules() -> dict:
-    """Import every rule module once; the table."""
+    """Import every rule module once (and refsim's value rules, which the bound rules call); the table."""
     from refsim.bounds import rules
+    from refsim.interpreter.registry import load_rules as load_value_rules
+
+    load_value_rules()
 
     for info in sorted(pkgutil.iter_modules(rules.__path__), key=lambda i: i.name):
         if not info.name.startswith("_"):

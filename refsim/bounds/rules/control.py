@@ -235,3 +235,17 @@ def _shard_map(bctx, eqn, ins):
                 dom = dom.reshape(dom.shape[mesh.ndim:])
         res.append(BVal(c, b, y.dtype, y.nonneg, dom))
     return res
+
+
+@register("custom_linear_solve", structural=True)
+def _custom_linear_solve(bctx, eqn, ins):
+    """`lax.custom_linear_solve`: its value is ``solve(matvec, b)`` (refsim's rule, JAX's impl)."""
+    p = eqn.params
+    n = p["const_lengths"]
+    counts = [n.matvec, n.vecmat, n.solve, n.transpose_solve]
+    start = counts[0] + counts[1]
+    args = [*ins[start:start + counts[2]], *ins[sum(counts):]]
+    unk = [x for x in args if isinstance(x, Unknown)]
+    if unk:
+        return [unk[0]] * len(eqn.outvars)
+    return _walk().run_sub(bctx, p["jaxprs"].solve, args)

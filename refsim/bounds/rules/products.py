@@ -103,3 +103,45 @@ def _dot_general(bctx, eqn, ins):
                 vals, counts = np.unique(np.asarray(x.dom), return_counts=True)
                 dom = np.where(pr > local, np.int32(vals[np.argmax(counts)]), dom)
     return [BVal(c, bound, dt, False, dom)]
+
+
+@register("conv_general_dilated")
+def _conv(bctx, eqn, ins):
+    """A convolution is K products per output element added in any order (K: the kernel's
+    elements per output feature, an upper bound where padding or groups leave fewer): the
+    inner-product bound of dot_general, each array computed by refsim's own convolution rule
+    in float64 (centers, magnitudes, bounds)."""
+    a, b = ins
+    from refsim.bounds.walk import dtype_of
+
+    dt = dtype_of(eqn.outvars[0])
+    if not (V.is_float(dt) and V.is_float(a.dtype) and V.is_float(b.dtype)):
+        from refsim.bounds.values import Unknown
+
+        return [Unknown(frozenset({"conv_general_dilated of integers"}))]
+    rule = RULES["conv_general_dilated"]
+    ctx = bctx.rule_context()
+    params = dict(eqn.params, preferred_element_type=None)
+
+    def conv(x, y):
+        with np.errstate(**ERR):
+            return np.asarray(rule(ctx, x, y, **params), np.float64)
+
+    local_rhs = np.shape(b.center)[bctx.nm:]
+    out_feature = eqn.params["dimension_numbers"].rhs_spec[0]
+    k = int(np.prod(local_rhs)) // max(int(local_rhs[out_feature]), 1)
+    c = conv(a.center, b.center)
+    aa, ab = np.abs(a.center), np.abs(b.center)
+    p = conv(aa, ab)
+    fa = None if a.bound is None else np.where(np.isinf(a.full_bound()), 1e300, a.full_bound())
+    fb = None if b.bound is None else np.where(np.isinf(b.full_bound()), 1e300, b.full_bound())
+    prop = V.add_bounds(None if fa is None else conv(fa, ab if fb is None else ab + fb),
+                        None if fb is None else conv(aa, fb))
+    with np.errstate(**ERR):
+        total = p if prop is None else p + prop
+        u = V.unit_roundoff(dt)
+        local = (V.growth(k + 1, u) * total + V.growth(k, 2.0 ** -53) * p
+                 + (k + 1) * V.half_subnormal(dt) + V.REF_U * np.abs(c))
+        bound = local if prop is None else prop + local
+    dom = np.full(np.shape(c), bctx.op_id(eqn), np.int32) if bctx.explain else None
+    return [BVal(c, bound, dt, False, dom)]

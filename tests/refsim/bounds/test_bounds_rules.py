@@ -237,3 +237,22 @@ def test_every_rule_is_registered_once_and_named_by_its_primitive():
         assert name in table, name
     with pytest.raises(ValueError, match="already has a bound rule"):
         B.register("add")(lambda *a: None)
+
+
+def test_conv_is_the_inner_product_bound_over_the_kernel():
+    x = np.array([[[1.0, 2.0, 3.0, 4.0]]])            # N=1, C=1, W=4
+    w = np.array([[[1.0, U]]])                        # O=1, I=1, K=2
+    out = one(lambda a, b: lax.conv_general_dilated(a, b, (1,), "VALID"), (x, None), (w, None))
+    np.testing.assert_allclose(out.center[0, 0], [1 + 2 * U, 2 + 3 * U, 3 + 4 * U], rtol=0)
+    p = out.center[0, 0]
+    want = (V.growth(3, U) * p + V.growth(2, 2.0 ** -53) * p + 3 * V.half_subnormal(F32) + REF * p)
+    np.testing.assert_allclose(out.bound[0, 0], want, rtol=1e-12)
+
+
+def test_custom_linear_solve_is_its_solve():
+    def f(b):
+        a = jnp.array([[2.0, 0.0], [0.0, 4.0]], jnp.float32)
+        return lax.custom_linear_solve(lambda x: a @ x, b, lambda mv, r: r / jnp.diag(a))
+
+    out = one(f, (np.array([1.0, 3.0]), None))
+    assert out.center.tolist() == [0.5, 0.75] and out.bound is None
