@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import tempfile
 import time
 from typing import Any
@@ -50,6 +51,9 @@ __all__ = ["DEFAULT_TIMEOUT", "CheckResult", "CheckTimeout", "ConformanceError",
 
 # Seconds `check` waits for XLA's results by default (as `python -m conformance run`'s case timeout).
 DEFAULT_TIMEOUT = 300.0
+
+
+_UNDECIDABLE = re.compile(r"(\d+) undecidable \(")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +108,16 @@ class CheckResult:
     def policies(self) -> list[str]:
         return [o.policy for o in self.outputs]
 
+    @property
+    def undecidable(self) -> int:
+        """Elements the allowed set could not decide (a comparison or branch closer than its operands'
+        bounds): not judged, so an AGREE does not cover them and the report's first line says so."""
+        return sum(int(m.group(1)) for b in self.bounds for m in [_UNDECIDABLE.search(b)] if m)
+
     def report(self) -> str:
         head = "AGREE" if self.ok else "DISAGREE"
+        if self.undecidable:
+            head += f" ({self.undecidable} element(s) undecidable, not judged)"
         p = self.provenance
         lines = [f"{head}: {self.name} ({self.entry}) on {p.get('platform')} with {p.get('devices')} devices, "
                  f"jax {p.get('jax_version')}; refsim {'independent' if p.get('independent') else 'used JAX fallback'}"]

@@ -76,6 +76,7 @@ def test_an_output_decided_by_values_closer_than_their_bounds_is_undecidable_and
     assert res.ok
     (line,) = [b for b in res.bounds if b.startswith("output 0")]
     assert "10 undecidable (decided by values closer than their bounds: not judged)" in line, line
+    assert res.undecidable == 10 and res.report().startswith("AGREE (10 element(s) undecidable, not judged)")
     with pytest.raises(conformance.ConformanceError):
         conformance.check(f, x, policy="heuristic", explain=False, repro_dir=str(tmp_path))
 
