@@ -42,3 +42,25 @@ def test_targets_are_judged_from_hand_made_records():
     table = bench_docs._reruns(recs)
     assert "| rerun | `abc` | 2 | 10 | 100 | 45.0 (45.0) | 6.5 | 1 | 70% | 2400 | 15 | 0.05 (20.0%) |" in table
     assert "| baseline rerun | `abc` | 2 | 10 | 100 | 20.0 (20.0) | 14.0 | 1 | 60% | 1200 | 30 | - |" in table
+
+
+def test_cold_cpu_per_program_is_judged_against_the_baseline():
+    # two plans of different sizes: the baseline checks 100 programs for 50 CPU-s (0.5 s each),
+    # this checkout 120 programs for 54 CPU-s (0.45 s each): cheaper per program though dearer in all
+    base = dict(examples=2000, cases=100, cpu_s=50.0, examples_per_s=40.0, cpu_ms_per_example=25.0,
+                busy_share=0.9, examples_per_minute=2400.0, process_s=50.0, wall_s=48.0, cpu_s_per_program=0.5,
+                processes=2)
+    this = dict(base, examples=7000, cases=120, cpu_s=54.0, cpu_s_per_program=54.0 / 120)
+    runs = {"baseline cold": [base], "cold": [this], "baseline rerun": [base], "rerun": [this]}
+    recs = reruns.summarize(runs, {v: "abc" for v in runs}, examples=None, passes=1, suite="all")
+    rows = reruns.targets(recs)
+    assert rows[0] == ("cold run CPU per distinct program <= the baseline's (issue 40)",
+                       "450 ms (baseline 500 ms; each pass 0.90x)", True)
+    runs["cold"] = [dict(this, cpu_s=66.0, cpu_s_per_program=66.0 / 120)]   # 0.55 s per program
+    rows = reruns.targets(reruns.summarize(runs, {v: "abc" for v in runs}, examples=None, passes=1, suite="all"))
+    assert rows[0][2] is False and rows[0][1].startswith("550 ms (baseline 500 ms")
+
+
+def test_examples_option_takes_default():
+    assert reruns._examples_option("default") is None
+    assert reruns._examples_option("7") == 7
