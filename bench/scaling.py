@@ -19,6 +19,13 @@ The "overhead" program (`--program tiny`) is a ring ppermute and a psum over one
 element per device: what a cached call costs apart from moving data.
 
     python -m bench.scaling [--quick] [--devices 8 64 ...] [--mib 4 64] [--timeout 300] [--program five|tiny]
+    python -m bench.scaling --against DIR [DIR ...] --devices 65536 --mib 64 [--passes 5]
+
+`--against` times refsim alone: for each pass, one child process per checkout (each DIR, e.g. a
+`git worktree add --detach DIR COMMIT`, then this checkout), interleaved, each running this file's
+child code with the checkout's own `refsim` and `xla_backend` first on its path. A child reports
+the median of its repeated calls by the process's CPU time and by the wall clock; the table gives
+the medians over passes, their range, and each checkout's ratio to this one.
 """
 from __future__ import annotations
 
@@ -143,17 +150,20 @@ def expected(a: np.ndarray, mesh_shape) -> np.ndarray:
 
 # -- child processes: one (engine, devices, size) each ----------------------------------------
 
-def _timed_calls(call, repeat: int) -> tuple[float, dict]:
-    """(first call's seconds, stats of `repeat` further calls); each call reads its result back."""
+def _timed_calls(call, repeat: int, cpu: list | None = None) -> tuple[float, dict]:
+    """(first call's seconds, stats of `repeat` further calls); each call reads its result back.
+    `cpu`, a list: each repeated call's process CPU seconds are appended to it."""
     t0 = time.perf_counter()
     out = call()
     first = time.perf_counter() - t0
     del out
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         out = call()
         times.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append(time.process_time() - c0)
         del out
     return first, C.stats(times)
 
@@ -171,11 +181,12 @@ def _child_refsim(devices: int, mib: float, repeat: int, program_name: str = "fi
                           in_specs=P("x", "y"), out_specs=P(None, "y"))
     base = C.current_rss()
     C.reset_peak_rss()
-    first, st = _timed_calls(lambda: np.asarray(fn(a)), repeat)
+    cpu: list = []
+    first, st = _timed_calls(lambda: np.asarray(fn(a)), repeat, cpu)
     peak = C.peak_rss() - base
     ok = bool(np.array_equal(np.asarray(fn(a)), want(a, mesh_shape)))
-    return dict(first_s=first, seconds=st["median"], timing=st, rss_above_baseline=peak, baseline_rss=base,
-                data_bytes=a.nbytes, correct=ok)
+    return dict(first_s=first, seconds=st["median"], timing=st, cpu_seconds=C.stats(cpu)["median"],
+                rss_above_baseline=peak, baseline_rss=base, data_bytes=a.nbytes, correct=ok)
 
 
 def _child_xla(devices: int, mib: float, repeat: int, program_name: str = "five") -> dict:
@@ -215,13 +226,20 @@ def _reason(text: str) -> str:
     return lines[-1][:200] if lines else "no output"
 
 
-def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: float, program_name: str = "five") -> dict:
-    """Run one measurement in a fresh interpreter; a timeout or crash becomes `status`."""
-    cmd = [sys.executable, "-m", "bench.scaling", "--child", engine, "--devices", str(devices),
-           "--mib", str(mib), "--repeat", str(repeat), "--program", program_name]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_child(engine: str, devices: int, mib: float, repeat: int, timeout: float, program_name: str = "five",
+               checkout: str | None = None) -> dict:
+    """Run one measurement in a fresh interpreter; a timeout or crash becomes `status`.
+    `checkout`: run this file's child code on that checkout's packages (its folder first on the
+    path; the script runs by its file name, so `bench` too is the checkout's)."""
+    args = ["--child", engine, "--devices", str(devices), "--mib", str(mib), "--repeat", str(repeat),
+            "--program", program_name]
+    cmd = [sys.executable, *(["-m", "bench.scaling"] if checkout is None else [os.path.abspath(__file__)]), *args]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the child configures its own device count
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = ROOT if checkout is None else os.path.abspath(checkout)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     mesh_shape = tiny_layout(devices)[0] if program_name == "tiny" else layout(devices, mib)[0]
     rec = dict(bench="overhead" if program_name == "tiny" else "scaling", engine=engine, devices=devices,
@@ -260,6 +278,52 @@ def run(quick: bool = False, devices=None, mibs=None, repeat: int | None = None,
                 C.emit(xs)
                 out.append(xs)
     return out
+
+
+def against(checkouts, devices, mibs, repeat: int | None = None, passes: int = 5, timeout: float | None = None,
+            program_name: str = "five") -> list[dict]:
+    """refsim's repeated call in each checkout and in this one, `passes` interleaved child processes
+    each: one record per (checkout, size, devices) with the medians over passes and the ratio to
+    this checkout (CPU and wall)."""
+    repeat, timeout = repeat or REPEAT, timeout or 300
+    sides = [("this", None)] + [(os.path.abspath(d), os.path.abspath(d)) for d in checkouts]
+    for _name, d in sides[1:]:
+        if not os.path.isdir(os.path.join(d, "refsim")):
+            raise ValueError(f"--against {d!r} is not a checkout with a refsim/ package; create one with "
+                             "`git worktree add --detach DIR COMMIT`.")
+    out = []
+    for mib in ((0,) if program_name == "tiny" else tuple(mibs)):
+        for n in devices:
+            runs: dict = {name: [] for name, _ in sides}
+            loads = [round(os.getloadavg()[0], 2)]
+            for _ in range(passes):
+                for name, d in sides[1:] + sides[:1]:   # the baselines first in each pass
+                    r = _run_child("refsim", n, mib, repeat, timeout, program_name, checkout=d)
+                    if r.get("status") != "ok":
+                        raise RuntimeError(f"refsim child of {name} at {n} devices, {mib} MiB: {r.get('reason')}")
+                    runs[name].append(r)
+            loads.append(round(os.getloadavg()[0], 2))
+            this = runs["this"]
+            med = lambda rs, k: C.stats([r[k] for r in rs])  # noqa: E731
+            for name, d in sides:
+                cpu, wall = med(runs[name], "cpu_seconds"), med(runs[name], "seconds")
+                rec = dict(bench="scaling_against", checkout=C.git_commit(d or ROOT), devices=n, mib=mib,
+                           passes=passes, repeat=repeat, cpu=cpu, wall=wall, load_average=loads,
+                           cpu_ratio_to_this=cpu["median"] / med(this, "cpu_seconds")["median"],
+                           wall_ratio_to_this=wall["median"] / med(this, "seconds")["median"],
+                           correct=all(r["correct"] for r in runs[name]))
+                C.emit(rec)
+                out.append(rec)
+    return out
+
+
+def show_against(records: list[dict]) -> None:
+    rows = [(r["checkout"], r["devices"], f"{r['mib']:g} MiB", C.fmt_stat(r["cpu"]), C.fmt_stat(r["wall"]),
+             f"{1 / r['cpu_ratio_to_this']:.2f}x", f"{1 / r['wall_ratio_to_this']:.2f}x",
+             "yes" if r["correct"] else "NO", " -> ".join(map(str, r["load_average"]))) for r in records]
+    C.table("refsim's repeated call, interleaved child processes (medians over passes of each child's median)",
+            ["checkout", "devices", "size", "CPU per call", "wall per call", "this / it (CPU)", "this / it (wall)",
+             "correct", "load"], rows)
 
 
 def show(records: list[dict]) -> None:
@@ -311,6 +375,10 @@ def main(argv=None):
                     help="five collectives on --mib MiB (default), or the overhead program (one element per device)")
     ap.add_argument("--xla-devices", type=validation.option("--xla-devices", integer=True, low=1),
                     nargs="*", help=f"device counts XLA runs at (default {XLA_DEVICES})")
+    ap.add_argument("--against", metavar="DIR", nargs="+",
+                    help="refsim alone, side by side with these checkouts (interleaved child processes)")
+    ap.add_argument("--passes", type=validation.option("--passes", integer=True, low=1), default=5,
+                    help="--against: child processes per checkout and size (default 5)")
     ap.add_argument("--child", choices=("refsim", "xla"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -318,6 +386,11 @@ def main(argv=None):
         res = fn(args.devices[0], args.mib[0], args.repeat or REPEAT, args.program)
         print(json.dumps(res))
         return res
+    if args.against:
+        records = against(args.against, args.devices or (65536,), args.mib or (64,), args.repeat, args.passes,
+                          args.timeout, args.program)
+        show_against(records)
+        return records
     records = run(args.quick, args.devices, args.mib, args.repeat, args.timeout, args.program, args.xla_devices)
     show(records)
     return records
