@@ -463,3 +463,24 @@ def test_oracle_large_section_renders_from_records():
     assert ("| reshape | 512 MiB | this commit `abc` | 500.0 ms (400–600 ms) | 1.00 s (400–600 ms) | "
             "250.0 ms (400–600 ms) | 2.0× | refsim 200.0 ms |") in page
     assert "3 interleaved passes per cell" in page
+
+
+def test_libm_records_the_float64_floor(capsys):
+    from bench import libm as bench_libm
+
+    recs = bench_libm.main(["--sizes", "2000", "--ops", "exp,sin", "--passes", "1", "--exact-passes", "0"])
+    assert [(r["op"], r["float64_is"]) for r in recs] == [("exp", "numpy.exp"), ("sin", "numpy.tan")]
+    for r in recs:
+        assert r["float64_ms_per_m"] > 0 and r["float64_ratio"] == r["float64_ms_per_m"] / r["numpy_ms_per_m"]
+
+
+def test_scaling_against_rejects_a_folder_without_refsim(tmp_path):
+    with pytest.raises(ValueError, match="not a checkout with a refsim/ package"):
+        scaling.against([str(tmp_path)], devices=(8,), mibs=(1,), passes=1)
+
+
+def test_scaling_against_this_checkout_measures_cpu_and_wall():
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    recs = scaling.against([here], devices=(8,), mibs=(1,), passes=1, repeat=1)
+    assert len(recs) == 2 and all(r["correct"] for r in recs)
+    assert recs[0]["cpu_ratio_to_this"] == 1.0 and recs[0]["cpu"]["median"] > 0
