@@ -22,10 +22,11 @@ import pkgutil
 import numpy as np
 
 from refsim.bounds import platform
+from refsim.bounds.coverage import unruled_primitives
 from refsim.bounds.registry import BOUND_RULES, BCtx, register
 from refsim.bounds.values import BVal, Unknown
 
-__all__ = ["BOUND_RULES", "BVal", "BoundResult", "Unknown", "evaluate", "platform", "register"]
+__all__ = ["BOUND_RULES", "BVal", "BoundResult", "Unknown", "evaluate", "platform", "register", "unruled_primitives"]
 
 
 @functools.lru_cache(maxsize=None)

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from jax.extend.core import DropVar, Literal
+from jax.extend.core import Literal
 
 from refsim import compat
 from refsim.bounds import values as V
@@ -25,6 +25,8 @@ from refsim.bounds.registry import BOUND_RULES, BCtx
 from refsim.bounds.values import BVal, Unknown
 from refsim.interpreter import core
 from refsim.interpreter.registry import RULES
+
+DropVar = compat.drop_var_type()
 
 FTZ = "xla-cpu-ftz"
 
@@ -148,6 +150,8 @@ def apply(bctx: BCtx, eqn, ins: list) -> list:
         return [Unknown(frozenset({name}) | (unknown.reasons if unknown else frozenset()))] * n
     if unknown is not None and not entry.structural:
         return [unknown] * n
+    if not entry.structural and any((dtype_of(v) or np.dtype(np.float32)).kind == "c" for v in eqn.outvars):
+        return [Unknown(frozenset({"complex values"}))] * n    # no rule bounds complex arithmetic
     outs = entry.rule(bctx, eqn, ins)
     if not isinstance(outs, (list, tuple)):
         outs = [outs]

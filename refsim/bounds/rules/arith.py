@@ -530,3 +530,37 @@ def _reduce_precision(bctx, eqn, ins):
     if np.any(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
+
+
+@register("iota")
+def _iota(bctx, eqn, ins):
+    """iota: the integers 0..n-1 along `dimension`, exact; a float iota is each integer converted
+    (correctly rounded: exact below 2**p, e.g. 256 for bfloat16; one rounding above)."""
+    dt = _out_dtype(eqn)
+    p = dict(eqn.params, dtype=np.int64)
+    c = RULES["iota"](bctx.rule_context(), *[x.center for x in ins], **p)
+    if not V.is_float(dt):
+        return [BVal(np.asarray(c).astype(dt), None, dt, True)]
+    c = np.asarray(c, np.float64)
+    r = rounded(c, dt)
+    return [BVal(r, None, dt, True, origin="constant")]
+
+
+@register("bitcast_convert_type")
+def _bitcast(bctx, eqn, ins):
+    """The same bits read as another type: exact (refsim's rule on the operand's own bits) where
+    the operand is exact; where its allowed set holds more than one value the bits are not
+    determined: undecidable (elementwise for equal widths, else the whole result)."""
+    (x,) = ins
+    new = _out_dtype(eqn)
+    with np.errstate(**ERR):
+        src = np.asarray(x.center).astype(x.dtype)
+    c = V.as_center(RULES["bitcast_convert_type"](bctx.rule_context(), src, **eqn.params), new)
+    if x.bound is None:
+        return [BVal(c, None, new)]
+    open_ = ~(x.full_bound() == 0)          # a positive or NaN bound
+    if not open_.any():
+        return [BVal(c, None, new)]
+    if np.shape(c) == np.shape(x.center):
+        return [BVal(c, np.where(open_, np.nan, 0.0), new)]
+    return [BVal(c, np.full(np.shape(c), np.nan), new)]

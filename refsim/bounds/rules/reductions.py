@@ -30,10 +30,12 @@ def sum_latitude(n, abs_sum, center_abs_sum, dtype):
     """The latitude of summing n allowed terms whose magnitudes add to at most `abs_sum`
     (`center_abs_sum`: the centers' magnitudes, for the float64 center's own rounding)."""
     u = V.unit_roundoff(dtype)
+    adds = np.maximum(np.asarray(n) - 1, 0)
     with np.errstate(**ERR):
-        return (V.growth(np.maximum(np.asarray(n) - 1, 0), u) * abs_sum
-                + np.maximum(np.asarray(n) - 1, 0) * V.half_subnormal(dtype)
-                + V.growth(n, 2.0 ** -53) * center_abs_sum)
+        # no addition, no latitude: an unbounded term (inf) stays unbounded, never 0 * inf = NaN
+        # (which would read as undecidable)
+        own = np.where(adds == 0, 0.0, V.growth(adds, u) * abs_sum)
+        return own + adds * V.half_subnormal(dtype) + V.growth(n, 2.0 ** -53) * center_abs_sum
 
 
 def lowest_bit_exponent(x) -> np.ndarray:
@@ -191,3 +193,114 @@ def _cummax(bctx, eqn, ins):
     with np.errstate(**ERR):
         b = np.fmax.accumulate(b, axis=ax) + np.where(np.logical_or.accumulate(np.isnan(b), axis=ax), np.nan, 0.0)
     return [BVal(c, np.flip(b, ax) if rev else b, dt, x.nonneg)]
+
+
+# -- products: reduce_prod, cumprod (scatter-mul in `scatters`) ------------------------------------
+def product_latitude(bctx, n, center, mag, mag_one, dtype):
+    """The bound of a product of n allowed factors in any order and tree, each x~_i within b_i of
+    c_i: ``mag = prod(|c_i| + b_i)``, ``mag_one = prod(max(1, |c_i| + b_i))``, `center` the float64
+    product of the c_i. The factors' latitude ``prod(|c_i| + b_i) - prod |c_i|`` (exact interval
+    product), ``(1 + u)**(n - 1) - 1`` of `mag` for the n - 1 roundings in any tree (each
+    multiplies the product by (1 + d), |d| <= u), and per multiplication an absolute error of half a
+    subnormal (of the flush threshold where subnormals may be flushed) times at most the product of
+    the other factors (<= mag_one); the float64 products' own rounding (gamma(n) of 2**-53). An
+    intermediate that may overflow (mag_one past the overflow threshold) is unbounded."""
+    u = V.unit_roundoff(dtype)
+    g = V.growth(np.asarray(n, np.float64), 2.0 ** -53)
+    mults = np.maximum(np.asarray(n, np.float64) - 1, 0)
+    tiny = V.flush_threshold(dtype) if bctx.allows("xla-cpu-ftz") else V.half_subnormal(dtype)
+    with np.errstate(**ERR):
+        ac = np.abs(center)
+        prop = np.maximum(mag - ac, 0.0) + g * (mag + ac)
+        local = (np.where(mults == 0, 0.0, V.growth(mults, u) * mag * (1 + g))
+                 + mults * tiny * mag_one * (1 + V.growth(mults + 1, u)) + g * ac)
+        out = prop + local
+        return np.where(np.isfinite(mag_one) & (mag_one < V.overflow_threshold(dtype)), out, np.inf)
+
+
+@register("reduce_prod")
+def _reduce_prod(bctx, eqn, ins):
+    (x,) = ins
+    dt = _dtype(eqn)
+    if not V.is_float(dt):
+        return [int_rule(bctx, eqn, ins)]
+    axes = tuple(bctx.nm + a for a in eqn.params["axes"])
+    n = math.prod(np.shape(x.center)[a] for a in axes)
+    with np.errstate(**ERR):
+        m = np.abs(x.center) + x.bound_or_zero()
+        c = np.prod(x.center, axis=axes)
+        mag = np.prod(np.broadcast_to(m, np.shape(x.center)), axis=axes)
+        mag_one = np.prod(np.broadcast_to(np.maximum(m, 1.0), np.shape(x.center)), axis=axes)
+        b = product_latitude(bctx, n, c, mag, mag_one, dt)
+        if x.bound is not None:
+            b = np.where(np.any(np.isnan(x.full_bound()), axis=axes), np.nan, b)
+    return [BVal(c, b, dt, x.nonneg)]
+
+
+def _scan_along(a, ax, rev, fn):
+    a = np.flip(a, ax) if rev else a
+    out = fn(a, axis=ax)
+    return np.flip(out, ax) if rev else out
+
+
+def _counts(shape, ax, rev):
+    n = np.arange(1, shape[ax] + 1, dtype=np.float64)
+    if rev:
+        n = n[::-1]
+    return n.reshape((-1,) + (1,) * (len(shape) - ax - 1))
+
+
+@register("cumprod")
+def _cumprod(bctx, eqn, ins):
+    """Each prefix is a product of its factors in any tree (`product_latitude`)."""
+    (x,) = ins
+    dt = _dtype(eqn)
+    if not V.is_float(dt):
+        return [int_rule(bctx, eqn, ins)]
+    ax, rev = bctx.nm + eqn.params["axis"], eqn.params["reverse"]
+    shape = np.shape(x.center)
+    with np.errstate(**ERR):
+        m = np.abs(x.center) + x.full_bound()
+        c = _scan_along(x.center, ax, rev, np.cumprod)
+        mag = _scan_along(m, ax, rev, np.cumprod)
+        mag_one = _scan_along(np.maximum(m, 1.0), ax, rev, np.cumprod)
+        b = product_latitude(bctx, _counts(shape, ax, rev), c, mag, mag_one, dt)
+        if x.bound is not None:
+            b = np.where(_scan_along(np.isnan(x.full_bound()), ax, rev, np.logical_or.accumulate), np.nan, b)
+    return [BVal(c, b, dt, x.nonneg)]
+
+
+@register("cumlogsumexp")
+def _cumlogsumexp(bctx, eqn, ins):
+    """JAX lowers cumlogsumexp to a reduce_window of `logaddexp` (jax._src.lax.other: ``max(x, y) +
+    log1p(exp(-|x - y|))``), a tree of m - 1 combines for a prefix of m. Exact logaddexp is
+    1-Lipschitz in the max norm, so a node's error is at most its children's largest plus its own:
+    the prefix's largest operand bound plus m times one combine's latitude (the -inf init is one). One combine,
+    with every partial result within A = max |x_i| + b_i + log m: the rounded difference (half
+    an ulp at 2A, through a derivative below 1), exp of a value <= 0 (the platform's ulps at 1 and
+    a rounding to the result type), log1p of a value <= 1 (its ulps at log 2, a rounding), the
+    final add (half an ulp at A), and a flushed exp (the flush threshold)."""
+    from refsim.bounds import platform as PL
+
+    (x,) = ins
+    dt = _dtype(eqn)
+    ax, rev = bctx.nm + eqn.params["axis"], eqn.params["reverse"]
+    shape = np.shape(x.center)
+    compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+    k_exp, k_log1p = PL.transcendental_ulps("exp", compute), PL.transcendental_ulps("log1p", compute)
+    m = _counts(shape, ax, rev)
+    with np.errstate(**ERR):
+        c = _scan_along(x.center, ax, rev, np.logaddexp.accumulate)
+        fb = x.full_bound()
+        prop = _scan_along(fb, ax, rev, np.fmax.accumulate)
+        nan = _scan_along(np.isnan(fb), ax, rev, np.logical_or.accumulate)
+        big = _scan_along(np.where(np.isfinite(x.center), np.abs(x.center), 0.0) + np.nan_to_num(fb, nan=0.0),
+                          ax, rev, np.fmax.accumulate) + np.log(m)
+        narrow = 0.0 if dt == compute else 1.0
+        step = (V.half_ulp(2 * big, dt)
+                + 2 * k_exp * V.half_ulp(1.0, compute) + narrow * V.half_ulp(1.0, dt)
+                + 2 * k_log1p * V.half_ulp(np.log(2.0), compute) + narrow * V.half_ulp(np.log(2.0), dt)
+                + V.half_ulp(big, dt) + V.flush_threshold(dt))
+        local = m * step + 4 * m * V.REF_U * big     # m combines: the window's -inf init is one more
+        b = np.where(nan, np.nan, prop + local)
+    return [BVal(c, b, dt)]

@@ -145,3 +145,96 @@ def _pow(bctx, eqn, ins):
     if und is not None and np.any(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
+
+
+def _compute(dt):
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+@register("atan2")
+def _atan2(bctx, eqn, ins):
+    """atan2(a, b), the angle of (b, a): over the operands' box the angle is extreme at a corner
+    while the box holds neither the origin nor a point of the branch cut (b < 0, a = 0); a box
+    that does is undecidable (the sign of a decides between near pi and near -pi). The platform's
+    accuracy is measured on [-1e3, 1e3] per operand; beyond it the result is unbounded."""
+    a, b = ins
+    from refsim.bounds.walk import dtype_of
+
+    dt = dtype_of(eqn.outvars[0])
+    compute = _compute(dt)
+    k = PL.transcendental_ulps("atan2", compute)
+    with np.errstate(**ERR):
+        c = np.arctan2(a.center, b.center)
+        ba, bb = a.bound_or_zero(), b.bound_or_zero()
+        far = (np.abs(a.center) + ba > 1e3) | (np.abs(b.center) + bb > 1e3)
+        und, bp = None, None
+        if a.bound is not None or b.bound is not None:
+            moves = (ba > 0) | (bb > 0)
+            a_zero = (a.center - ba <= 0) & (a.center + ba >= 0)
+            cut = a_zero & (b.center - bb < 0) & moves
+            und = cut | np.isnan(ba) | np.isnan(bb)
+            corners = [np.abs(np.arctan2(a.center + sa * ba, b.center + sb * bb) - c)
+                       for sa in (-1, 1) for sb in (-1, 1)]
+            bp = np.fmax(np.fmax(corners[0], corners[1]), np.fmax(corners[2], corners[3]))
+            bp = np.where(moves & ~und, bp, 0.0)
+        mag = np.abs(c) if bp is None else np.abs(c) + bp
+        local = _latitude(k, mag, c, compute, dt)
+        terms = [(bp, a if a.bound is not None else b)]
+    out = result(bctx, eqn, c, dt, local, terms)
+    if np.any(far & np.isfinite(c)):
+        out.bound = np.where(far & np.isfinite(c), np.inf, out.bound_or_zero())
+    if und is not None and np.any(und):
+        out.bound = np.where(und, np.nan, out.bound_or_zero())
+    return [out]
+
+
+# lgamma is convex on (0, inf) with its minimum here; digamma increases there
+_LGAMMA_ARGMIN = 1.4616321449683622
+
+
+def _special(bctx, eqn, ins, f, convex_min):
+    """lgamma / digamma on the platform's measured domain [1e-3, 1e3] (beyond, or at x <= 0,
+    unbounded): XLA:CPU holds only a mixed bound there, ``mixed * eps * max(1, |f|)`` (near the
+    zeros of the function no ulp bound holds; `refsim.interpreter.accuracy`), allowed as
+    ``2 * mixed + 1`` of it like the ulp table; the float64 center (SciPy's kernels) within 16
+    float64 ulps of the same scale; propagation over the interval (endpoints, and lgamma's
+    minimum where the interval holds it)."""
+    (x,) = ins
+    from refsim.bounds.walk import dtype_of
+    from refsim.interpreter.accuracy import mixed_bound
+
+    dt = dtype_of(eqn.outvars[0])
+    compute = _compute(dt)
+    mixed = 2 * mixed_bound(eqn.primitive.name) + 1
+    b = x.bound_or_zero()
+    with np.errstate(**ERR):
+        c = f(x.center)
+        lo, hi = x.center - b, x.center + b
+        outside = ((lo < 1e-3) | (hi > 1e3)) & np.isfinite(x.center)
+        bp = None
+        if x.bound is not None:
+            bp = np.fmax(np.abs(f(lo) - c), np.abs(f(hi) - c))
+            if convex_min is not None:
+                inside = (lo <= convex_min) & (hi >= convex_min)
+                bp = np.where(inside, np.fmax(bp, np.abs(c - f(convex_min))), bp)
+            bp = np.where((b == 0) | outside, 0.0, bp)
+        scale = np.maximum(1.0, np.abs(c) if bp is None else np.abs(c) + bp)
+        local = mixed * float(V.finfo(compute).eps) * scale + 16 * V.REF_U * scale
+        if dt != compute:
+            local = local + V.half_ulp(scale, dt)
+    out = result(bctx, eqn, c, dt, local, [(bp, x)])
+    if np.any(outside):
+        out.bound = np.where(outside, np.inf, out.bound_or_zero())
+    if x.bound is not None and np.isnan(x.bound).any():
+        out.bound = np.where(np.isnan(np.broadcast_to(x.bound, np.shape(c))), np.nan, out.bound)
+    return [out]
+
+
+@register("lgamma")
+def _lgamma(bctx, eqn, ins):
+    return _special(bctx, eqn, ins, sp.gammaln, _LGAMMA_ARGMIN)
+
+
+@register("digamma")
+def _digamma(bctx, eqn, ins):
+    return _special(bctx, eqn, ins, sp.psi, None)

@@ -1,0 +1,66 @@
+"""Which primitives of a program the bound walk has no rule for (docs/comparison.md, "The allowed set").
+
+`unruled_primitives(jaxpr)` reads a jaxpr statically, sub-jaxprs included, and names every
+equation whose results the walk (`refsim.bounds.walk.apply`) would make `Unknown` for want of a
+rule: a primitive missing from `BOUND_RULES` that the integer fallback does not cover (no float
+or complex operand or result, refsim has a value rule, no sub-jaxpr), and any non-structural
+equation with a complex operand or result ("complex values": no rule bounds complex arithmetic).
+An output that depends on one of them is held to the heuristic; the verdict's report names it.
+"""
+from __future__ import annotations
+
+import collections
+
+from refsim.bounds import values as V
+from refsim.bounds.registry import BOUND_RULES
+from refsim.interpreter.registry import RULES
+
+COMPLEX = "complex values"
+
+
+def _dtype(v):
+    from refsim.bounds.walk import dtype_of
+
+    return dtype_of(v)
+
+
+def _sub_jaxprs(params):
+    for v in params.values():
+        for x in (v if isinstance(v, (tuple, list)) else (v,)):
+            if hasattr(x, "eqns"):
+                yield x
+            elif hasattr(getattr(x, "jaxpr", None), "eqns"):
+                yield x.jaxpr
+
+
+def _reason(eqn) -> str | None:
+    name = eqn.primitive.name
+    entry = BOUND_RULES.get(name)
+    dts = [_dtype(v) for v in [*eqn.invars, *eqn.outvars]]
+    if entry is not None:
+        if not entry.structural and any(d is not None and d.kind == "c" for d in dts):
+            return COMPLEX
+        return None
+    if name in RULES and not any(True for _ in _sub_jaxprs(eqn.params)) and \
+            not any(d is None or V.is_float(d) or d.kind == "c" for d in dts):
+        return None          # the integer fallback: refsim's rule on exact values
+    return name
+
+
+def unruled_primitives(jaxpr) -> dict[str, int]:
+    """{primitive name (or "complex values"): number of equations} for the equations of
+    `jaxpr` (a Jaxpr or ClosedJaxpr, sub-jaxprs included) the bound walk has no rule for;
+    empty when every equation is covered."""
+    from refsim.bounds import load_rules
+
+    load_rules()
+    counts: collections.Counter = collections.Counter()
+    todo = [getattr(jaxpr, "jaxpr", jaxpr)]
+    while todo:
+        j = todo.pop()
+        for eqn in j.eqns:
+            why = _reason(eqn)
+            if why is not None:
+                counts[why] += 1
+            todo.extend(_sub_jaxprs(eqn.params))
+    return dict(sorted(counts.items()))

@@ -1,0 +1,301 @@
+"""The bound rules of sort, top_k, reduce_window, cumprod, reduce_prod, cumlogsumexp, the
+scatters, atan2, lgamma, digamma, iota and bitcast_convert_type, each against a bound computed
+by hand or by a naive per-element loop (exact sums and products in fractions.Fraction)."""
+import math
+from fractions import Fraction
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import scipy.special as sp
+from jax import lax
+
+import refsim.bounds as B
+from refsim.bounds import platform as PL
+from refsim.bounds import values as V
+from refsim.bounds import walk
+from refsim.bounds.registry import BCtx
+from refsim.bounds.values import BVal
+
+U = 2.0 ** -24
+HS = V.half_subnormal(np.float32)
+F32 = np.dtype(np.float32)
+
+
+def walk_of(fn, *ins, dtype=F32, relaxations=()):
+    """[BVal per output] of `fn` on inputs given as (center, bound or None) of `dtype`."""
+    B.load_rules()
+    avals = [np.zeros(np.shape(c), dtype) for c, _ in ins]
+    closed = jax.make_jaxpr(fn)(*avals)
+    bctx = BCtx(relaxations=frozenset(relaxations))
+    args = [BVal(np.asarray(c, np.float64), None if b is None else np.broadcast_to(np.asarray(b, np.float64),
+                                                                                   np.shape(c)), np.dtype(dtype))
+            for c, b in ins]
+    return walk.eval_closed(bctx, closed, args)
+
+
+def growth(k, u=U):
+    return math.expm1(k * math.log1p(u))         # (1 + u)**k - 1 without rounding 1 + u
+
+
+# -- the sum latitude: no addition, no latitude ---------------------------------------------------
+def test_a_sum_over_one_term_keeps_an_unbounded_term_unbounded_not_undecidable():
+    (out,) = walk_of(lambda x: jnp.sum(x, axis=0), (np.array([[1.0, 2.0]]), np.array([[np.inf, 0.5]])))
+    assert np.isinf(out.bound[0]) and not np.isnan(out.bound).any()
+    assert out.bound[1] == pytest.approx(0.5 + V.REF_U * 2 * (1 + 1e-9), rel=1e-6)
+
+
+# -- sort and top_k -------------------------------------------------------------------------------
+C = np.array([3.0, 1.0, 2.0, 1.05])
+Bd = np.array([0.1, 0.1, 0.5, 0.01])
+
+
+def test_sorted_values_are_bounded_by_the_order_statistics_of_the_interval_ends():
+    (out,) = walk_of(jnp.sort, (C, Bd))
+    # lower ends sorted .9 1.04 1.5 2.9, upper ends 1.06 1.1 2.5 3.1, centers 1 1.05 2 3
+    assert out.center.tolist() == [1.0, 1.05, 2.0, 3.0]
+    assert out.bound == pytest.approx([0.1, 0.05, 0.5, 0.1])
+    assert not np.isnan(out.bound).any()          # values never undecidable
+
+
+def test_argsort_positions_are_decided_only_for_elements_apart_from_every_other():
+    (out,) = walk_of(jnp.argsort, (C, Bd))
+    assert out.center.tolist() == [1, 3, 2, 0]
+    assert np.isnan(out.bound[:2]).all() and (out.bound[2:] == 0).all()    # 1 +- .1 and 1.05 +- .01 overlap
+
+
+def test_exact_ties_are_decided_by_a_stable_sort_and_undecidable_for_an_unstable_one():
+    keys, payload = np.array([1.0, 1.0, 0.0]), np.array([5.0, 6.0, 7.0])
+    for stable, want in ((True, [False, False, False]), (False, [False, True, True])):
+        outs = walk_of(lambda k, p: lax.sort((k, p), dimension=0, is_stable=stable, num_keys=1),
+                       (keys, None), (payload, np.array([0.0, 0.0, 1e-3])))
+        assert outs[1].center.tolist() == [7.0, 5.0, 6.0]
+        assert np.isnan(outs[1].full_bound()).tolist() == want
+
+
+def test_a_second_key_decides_what_an_exact_tie_of_the_first_leaves():
+    k0, k1 = np.array([1.0, 1.0, 2.0]), np.array([0.5, 0.2, 0.0])
+    outs = walk_of(lambda a, b: lax.sort((a, b, jnp.arange(3.0)), dimension=0, num_keys=2),
+                   (k0, None), (k1, np.array([0.1, 0.1, 0.0])))
+    assert outs[2].center.tolist() == [1.0, 0.0, 2.0]
+    assert not np.isnan(outs[2].full_bound()).any()          # .5 +- .1 and .2 +- .1 apart
+    outs = walk_of(lambda a, b: lax.sort((a, b, jnp.arange(3.0)), dimension=0, num_keys=2),
+                   (k0, None), (k1, np.array([0.2, 0.2, 0.0])))
+    assert np.isnan(outs[2].full_bound()).tolist() == [True, True, False]
+
+
+def test_top_k_values_by_order_statistics_and_indices_where_decided():
+    vals, idx = walk_of(lambda x: lax.top_k(x, 2), (np.array([3.0, 1.0, 2.95, 1.05]),
+                                                     np.array([0.1, 0.1, 0.01, 0.01])))
+    assert vals.center.tolist() == [3.0, 2.95] and idx.center.tolist() == [0, 2]
+    # upper ends 3.1 2.96 ..., lower ends 2.94 2.9 ... (descending)
+    assert vals.bound == pytest.approx([0.1, 0.05])
+    assert np.isnan(idx.bound).all()                                   # 3 +- .1 and 2.95 +- .01 overlap
+    vals, idx = walk_of(lambda x: lax.top_k(x, 2), (np.array([3.0, 1.0, 2.5, 1.05]), np.array([0.1] * 4)))
+    assert idx.center.tolist() == [0, 2] and idx.bound is None
+
+
+# -- reduce_window ---------------------------------------------------------------------------------
+def _naive_window_sums(c, b, win, pad):
+    """Per output element of a stride-1 2-D window sum: (exact sum, n terms, sum |c|, sum b)."""
+    cp = np.pad(c, pad, constant_values=np.nan)
+    bp = np.pad(b, pad)
+    out = []
+    for i in range(cp.shape[0] - win[0] + 1):
+        row = []
+        for j in range(cp.shape[1] - win[1] + 1):
+            w = cp[i:i + win[0], j:j + win[1]]
+            wb = bp[i:i + win[0], j:j + win[1]]
+            real = ~np.isnan(w)
+            row.append((sum(Fraction(float(v)) for v in w[real]), int(real.sum()), float(np.abs(w[real]).sum()),
+                        float(wb.sum())))
+        out.append(row)
+    return out
+
+
+def test_reduce_window_sum_is_higham_over_each_window():
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal((3, 4))
+    b = np.abs(rng.standard_normal((3, 4))) * 1e-6
+    (out,) = walk_of(lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 3), (1, 1), "SAME"), (c, b))
+    naive = _naive_window_sums(c, b, (2, 3), ((0, 1), (1, 1)))
+    for i in range(3):
+        for j in range(4):
+            s, n, ac, sb = naive[i][j]
+            assert out.center[i, j] == pytest.approx(float(s), abs=1e-15)
+            want = sb + growth(n - 1) * (ac + sb) + (n - 1) * HS + growth(n, 2.0 ** -53) * ac
+            assert out.bound[i, j] == pytest.approx(want, rel=1e-9)
+
+
+def test_reduce_window_sum_of_exact_friendly_terms_is_exact():
+    (out,) = walk_of(lambda x: lax.reduce_window(x, 0.0, lax.add, (2,), (1,), "VALID"),
+                     (np.array([1.0, 2.0, 0.5, 0.25]), None))
+    assert out.center.tolist() == [3.0, 2.5, 0.75] and (out.full_bound() == 0).all()
+
+
+def test_reduce_window_max_and_min_take_the_largest_bound_in_the_window():
+    c, b = np.array([1.0, 5.0, 2.0, 4.0]), np.array([0.1, 0.3, 0.2, np.nan])
+    mx, mn = walk_of(lambda x: (lax.reduce_window(x, -jnp.inf, lax.max, (2,), (1,), "VALID"),
+                                lax.reduce_window(x, jnp.inf, lax.min, (2,), (1,), "VALID")), (c, b))
+    assert mx.center.tolist() == [5.0, 5.0, 4.0] and mn.center.tolist() == [1.0, 2.0, 2.0]
+    for o in (mx, mn):
+        assert o.bound[:2].tolist() == [0.3, 0.3] and np.isnan(o.bound[2])    # NaN: undecidable stays
+
+
+# -- products ----------------------------------------------------------------------------------------
+def _product_bound(cs, bs, u=U):
+    """The stated product bound (reductions.product_latitude), by hand from its terms."""
+    n = len(cs)
+    g = growth(n, 2.0 ** -53)
+    mag = math.prod(abs(c) + b for c, b in zip(cs, bs))
+    mag1 = math.prod(max(1.0, abs(c) + b) for c, b in zip(cs, bs))
+    ac = abs(math.prod(cs))
+    return (mag - ac) + g * (mag + ac) + growth(n - 1, u) * mag * (1 + g) + (n - 1) * HS * mag1 * (1 + growth(n, u)) \
+        + g * ac
+
+
+def test_cumprod_bound_per_prefix():
+    c, b = [2.0, -3.0, 0.5], [0.5, 0.25, 0.0]
+    (out,) = walk_of(jnp.cumprod, (np.array(c), np.array(b)))
+    assert out.center.tolist() == [2.0, -6.0, -3.0]
+    for k in range(3):
+        assert out.bound[k] == pytest.approx(_product_bound(c[:k + 1], b[:k + 1]), rel=1e-12)
+    (rev,) = walk_of(lambda x: lax.cumprod(x, reverse=True), (np.array(c), np.array(b)))
+    assert rev.center.tolist() == [-3.0, -1.5, 0.5]
+    assert rev.bound[0] == pytest.approx(_product_bound(c, b), rel=1e-12)
+
+
+def test_reduce_prod_bound_and_exact_value():
+    c = np.array([[1.5, -2.0, 3.0], [0.1, 0.2, 0.3]])
+    (out,) = walk_of(lambda x: jnp.prod(x, axis=1), (c, None))
+    assert out.center[0] == -9.0
+    assert out.bound[0] == pytest.approx(_product_bound([1.5, -2.0, 3.0], [0, 0, 0]), rel=1e-12)
+    exact = Fraction(0.1) * Fraction(0.2) * Fraction(0.3)
+    assert abs(Fraction(float(out.center[1])) - exact) <= Fraction(float(out.bound[1]))
+
+
+def test_a_product_whose_partial_products_may_overflow_is_unbounded():
+    (out,) = walk_of(lambda x: jnp.prod(x), (np.array([1e30, 1e30, 1e-30]), None))
+    assert np.isinf(out.bound)
+
+
+# -- cumlogsumexp ----------------------------------------------------------------------------------
+def test_cumlogsumexp_is_its_largest_operand_bound_plus_m_combines():
+    c, b = np.array([0.5, -1.0, 2.0]), np.array([1e-3, 2e-3, 0.0])
+    (out,) = walk_of(lambda x: lax.cumlogsumexp(x), (c, b))
+    assert out.center == pytest.approx(np.logaddexp.accumulate(c), rel=1e-15)
+    ke, kl = PL.transcendental_ulps("exp", F32), PL.transcendental_ulps("log1p", F32)
+    for m in (1, 2, 3):
+        big = max(np.abs(c[:m]) + b[:m]) + math.log(m)
+        step = (V.half_ulp(2 * big, F32) + 2 * ke * V.half_ulp(1.0, F32) + 2 * kl * V.half_ulp(math.log(2), F32)
+                + V.half_ulp(big, F32) + V.flush_threshold(F32))
+        want = max(b[:m]) + m * step + 4 * m * V.REF_U * big
+        assert out.bound[m - 1] == pytest.approx(want, rel=1e-12)
+
+
+# -- scatters --------------------------------------------------------------------------------------
+IDX = np.array([0, 2, 2, 2])
+
+
+def test_scatter_add_is_a_sum_over_the_operand_and_the_updates_landing_on_it():
+    op, up = np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.3, 0.4])
+    ob, ub = np.array([1e-6, 0.0, 2e-6]), np.array([1e-7, 0.0, 1e-7, 3e-7])
+    (out,) = walk_of(lambda o, u: o.at[IDX].add(u), (op, ob), (up, ub))
+    for i, landing in ((0, [0]), (1, []), (2, [1, 2, 3])):
+        n = 1 + len(landing)
+        s = Fraction(op[i]) + sum(Fraction(up[j]) for j in landing)
+        ac = abs(op[i]) + sum(abs(up[j]) for j in landing)
+        sb = ob[i] + sum(ub[j] for j in landing)
+        assert out.center[i] == pytest.approx(float(s), abs=1e-15)
+        want = sb + growth(n - 1) * (ac + sb) + (n - 1) * HS + growth(n, 2.0 ** -53) * ac
+        assert out.bound[i] == pytest.approx(want, rel=1e-9)
+
+
+def test_scatter_add_of_exact_friendly_values_is_exact_and_sub_subtracts():
+    outs = walk_of(lambda o, u: (o.at[IDX].add(u), o.at[IDX].subtract(u)),
+                   (np.array([1.0, 2.0, 3.0]), None), (np.array([0.5, 0.25, 1.0, 2.0]), None))
+    assert outs[0].center.tolist() == [1.5, 2.0, 6.25] and (outs[0].full_bound() == 0).all()
+    assert outs[1].center.tolist() == [0.5, 2.0, -0.25] and (outs[1].full_bound() == 0).all()
+
+
+def test_scatter_mul_is_a_product_of_the_operand_and_its_updates():
+    (out,) = walk_of(lambda o, u: o.at[IDX].multiply(u), (np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 0.5])),
+                     (np.array([2.0, -1.5, 4.0, 0.5]), None))
+    assert out.center.tolist() == [2.0, 2.0, -9.0]
+    assert out.bound[2] == pytest.approx(_product_bound([3.0, -1.5, 4.0, 0.5], [0.5, 0, 0, 0]), rel=1e-12)
+    assert out.bound[1] == pytest.approx(_product_bound([2.0], [0.0]), rel=1e-12)
+
+
+def test_scatter_min_max_take_the_largest_bound_among_the_combined_elements():
+    mn, mx = walk_of(lambda o, u: (o.at[IDX].min(u), o.at[IDX].max(u)),
+                     (np.array([1.0, 2.0, 3.0]), np.array([0.1, 0.2, 0.3])),
+                     (np.array([0.0, 5.0, 1.0, 2.0]), np.array([0.01, 0.02, 0.5, 0.04])))
+    assert mn.center.tolist() == [0.0, 2.0, 1.0] and mx.center.tolist() == [1.0, 2.0, 5.0]
+    assert mn.bound.tolist() == [0.1, 0.2, 0.5] and mx.bound.tolist() == [0.1, 0.2, 0.5]
+
+
+# -- atan2, lgamma, digamma -----------------------------------------------------------------------
+def _lat(k, a):
+    return 2 * k * V.half_ulp(a, F32) + 2 * V.REF_U * abs(a)
+
+
+def test_atan2_of_exact_operands_is_the_platform_accuracy():
+    (out,) = walk_of(jnp.arctan2, (np.array([1.0]), None), (np.array([2.0]), None))
+    c = math.atan2(1.0, 2.0)
+    assert out.center[0] == c
+    assert out.bound[0] == pytest.approx(_lat(PL.transcendental_ulps("atan2", F32), c), rel=1e-12)
+
+
+def test_atan2_over_a_box_takes_the_farthest_corner():
+    (out,) = walk_of(jnp.arctan2, (np.array([1.0]), np.array([0.1])), (np.array([2.0]), np.array([0.2])))
+    c = math.atan2(1.0, 2.0)
+    bp = max(abs(math.atan2(1 + sa * 0.1, 2 + sb * 0.2) - c) for sa in (-1, 1) for sb in (-1, 1))
+    k = PL.transcendental_ulps("atan2", F32)
+    assert out.bound[0] == pytest.approx(bp + _lat(k, c + bp) - 2 * V.REF_U * (bp), rel=1e-9)
+
+
+def test_atan2_across_its_branch_cut_is_undecidable_and_beyond_the_measured_domain_unbounded():
+    (cut,) = walk_of(jnp.arctan2, (np.array([0.0]), np.array([1e-3])), (np.array([-1.0]), None))
+    assert np.isnan(cut.bound[0])
+    (far,) = walk_of(jnp.arctan2, (np.array([5e3]), None), (np.array([1.0]), None))
+    assert np.isinf(far.bound[0])
+    (side,) = walk_of(jnp.arctan2, (np.array([0.0]), np.array([1e-3])), (np.array([1.0]), None))
+    assert np.isfinite(side.bound[0])                             # b > 0: no cut
+
+
+def test_lgamma_and_digamma_are_the_mixed_bound_plus_the_interval():
+    from refsim.interpreter.accuracy import mixed_bound
+
+    eps = float(np.finfo(np.float32).eps)
+    lg, dg = walk_of(lambda x: (lax.lgamma(x), lax.digamma(x)), (np.array([3.0, 1.4]), np.array([0.01, 0.1])))
+    for out, f, name, mn in ((lg, sp.gammaln, "lgamma", 1.4616321449683622), (dg, sp.psi, "digamma", None)):
+        m = 2 * mixed_bound(name) + 1
+        for i, (c, b) in enumerate(((3.0, 0.01), (1.4, 0.1))):
+            fc = f(c)
+            bp = max(abs(f(c - b) - fc), abs(f(c + b) - fc))
+            if mn is not None and c - b <= mn <= c + b:
+                bp = max(bp, abs(fc - f(mn)))
+            scale = max(1.0, abs(fc) + bp)
+            assert out.bound[i] == pytest.approx(bp + m * eps * scale + 16 * V.REF_U * scale, rel=1e-9)
+
+
+def test_lgamma_outside_its_measured_domain_is_unbounded():
+    (out,) = walk_of(lax.lgamma, (np.array([-0.5, 2e3, 1e-4]), None))
+    assert np.isinf(out.bound).all()
+
+
+# -- iota, bitcast ----------------------------------------------------------------------------------
+def test_a_float_iota_is_each_integer_correctly_rounded():
+    (out,) = walk_of(lambda x: jnp.arange(300, dtype=jnp.bfloat16) + x, (np.zeros(300), None),
+                     dtype=ml_dtypes.bfloat16)
+    want = np.arange(300).astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert out.center.tolist() == want.tolist() and out.bound is None
+    assert out.center[257] == 256.0                                 # 257 is not a bfloat16
+
+
+def test_bitcast_of_an_exact_value_is_its_bits_and_of_a_bounded_one_undecidable():
+    (out,) = walk_of(lambda x: lax.bitcast_convert_type(x, jnp.int32), (np.array([1.0, 2.0]), np.array([0.0, 1e-3])))
+    assert int(out.center[0]) == int(np.float32(1.0).view(np.int32))
+    assert out.bound[0] == 0 and np.isnan(out.bound[1])
