@@ -11,6 +11,8 @@
     python -m conformance mutate ...     (conformance.engine.mutate)
     python -m conformance explain ...    (conformance.debug.explain.cli)
     python -m conformance check [--report FILE] SCRIPT.py [ARGS...]   (conformance.oracle.cli)
+    python -m conformance export-bundle --out DIR --programs N [--seed S]   (conformance.export.write)
+    python -m conformance run-bundle DIR [--report OUT]   (conformance.export.run)
 
 `run` (and `merge`) exit 0 (AGREE) when every planned case ran and agreed (or is an expected
 failure or unsupported on the platform), 1 (DISAGREE) on any disagreement or error, 2 on bad
@@ -67,6 +69,10 @@ COMMANDS = {
                        "which stage (lowering, compiler, backend) changed a reproducer's result", True),
     "check": Command("conformance.oracle.cli:main",
                      "run a script with its distributed JAX calls checked against refsim"),
+    "export-bundle": Command("conformance.export.write:main",
+                             "export drawn sharded programs (jax.export, with shardings) for another JAX to run"),
+    "run-bundle": Command("conformance.export.run:main",
+                          "run an export bundle under this JAX and compare it with refsim's expected outputs"),
 }
 
 _positive = validation.option("count", integer=True, low=1)
