@@ -1,11 +1,13 @@
 """`python -m conformance hunt`: draw random programs and keep every distinct failure, ready to file.
 
-    python -m conformance hunt (--minutes N | --programs M) [--seed S] [--ops OP,...] [--report DIR]
+    python -m conformance hunt (--minutes N | --programs M) [--seed S] [--ops OP,...] [--classes C,...]
+        [--report DIR]
         [--processes K] [--xfails FILE] [--devices N] [--database DIR] [--shrink-seconds T]
         [--case-timeout T] [--no-upstream] [--progress-every T]
 
 Unlike `run` (a fixed plan), a hunt draws batches of programs from the suite's strategy (or from
-the ops ``--ops`` names) until the time or the program budget is spent, runs them in worker
+the ops ``--ops`` names, called as the program classes ``--classes`` names:
+`conformance.strategies.sharded.CLASSES`) until the time or the program budget is spent, runs them in worker
 processes that survive XLA's fatal CHECKs, and writes every program's result to
 ``DIR/results.jsonl`` (with its ops, sharding patterns, transform, axis types and partitioner, for
 `conformance.coverage`). Its seed (``--seed``, else a random one) is recorded in the plan and in
@@ -85,7 +87,8 @@ from conformance.report.results import CaseResult, Failure, summarize
 from conformance.suites import base
 from conformance.suites import sharded as suite_mod
 from conformance.suites.base import ProgramTask
-from conformance.strategies.sharded import OPS, Graph, make_case, sharded_programs
+from conformance.strategies import _program_classes
+from conformance.strategies.sharded import CLASSES, OPS, Graph, make_case, sharded_programs
 from conformance.suites.sharded import candidates
 from conformance.upstream import report as upstream_report
 from conformance.upstream.causes import cause_key
@@ -230,7 +233,7 @@ def case_to_data(case) -> dict:
                   "line_ops": [list(o) for o in g.line_ops],
                   "outs": [[n, list(shape), dt, float(err)] for n, shape, dt, err in g.outs],
                   "args": [[dt, list(shape), ax] for dt, shape, ax in g.args], "batch": g.batch,
-                  "transform": g.transform},
+                  "transform": g.transform, "program_class": _program_classes.class_to_data(g.program_class)},
         "mesh": {"shape": [int(n) for n in m.axis_sizes], "names": list(m.axis_names),
                  "device_ids": np.asarray(m.device_ids).tolist(), "axis_types": [t.value for t in m.axis_types]},
         "args": [_array_data(a) for a in case.args],
@@ -251,7 +254,8 @@ def case_from_data(data) -> "suite_mod.ShardedProgram":
                                  for n, shape, dt, err in g["outs"]),
                       args=tuple((str(dt), tuple(int(d) for d in shape), None if ax is None else int(ax))
                                  for dt, shape, ax in g["args"]),
-                      batch=None if g["batch"] is None else int(g["batch"]), transform=str(g["transform"]))
+                      batch=None if g["batch"] is None else int(g["batch"]), transform=str(g["transform"]),
+                      program_class=_program_classes.class_from_data(g.get("program_class", ["plain", []])))
         mesh = refsim.Mesh(tuple(int(n) for n in m["shape"]), tuple(m["names"]),
                            device_ids=np.asarray(m["device_ids"], dtype=np.int64),
                            axis_types=tuple(refsim.AxisType(t) for t in m["axis_types"]))
@@ -305,7 +309,8 @@ def _origin_of(blob: bytes, devices: int) -> dict:
         raise ValueError("unreadable") from None
     keys = {"format", "suite", "seed", "count", "index", "devices", "shrink", "program"}
     # "ops": drawn by a hunt restricted to those ops (--ops); absent: the suite's whole strategy
-    if not isinstance(doc, dict) or doc.get("format") != DB_FORMAT or set(doc) - {"ops"} != keys:
+    # "classes": drawn by a hunt restricted to those program classes (--classes)
+    if not isinstance(doc, dict) or doc.get("format") != DB_FORMAT or set(doc) - {"ops", "classes"} != keys:
         raise ValueError("unreadable")
 
     def whole(v, lo, hi):
@@ -317,12 +322,14 @@ def _origin_of(blob: bytes, devices: int) -> dict:
           and all(whole(k, 0, 4096) for k in doc["shrink"])
           and isinstance(doc["program"], str) and re.fullmatch(r"sha256:[0-9a-f]{64}", doc["program"])
           and ("ops" not in doc or isinstance(doc["ops"], list) and 0 < len(doc["ops"]) <= len(OPS)
-               and all(isinstance(o, str) for o in doc["ops"])))
+               and all(isinstance(o, str) for o in doc["ops"]))
+          and ("classes" not in doc or isinstance(doc["classes"], list) and 0 < len(doc["classes"]) <= len(CLASSES)
+               and all(isinstance(o, str) for o in doc["classes"])))
     if not ok:
         raise ValueError("unreadable")
     if doc["devices"] > devices:
         raise ValueError("foreign")   # its meshes may need more devices than this hunt has
-    if any(o not in OPS for o in doc.get("ops", ())):
+    if any(o not in OPS for o in doc.get("ops", ())) or any(c not in CLASSES for c in doc.get("classes", ())):
         raise ValueError("stale")     # an op this version's strategy does not draw
     return doc
 
@@ -337,9 +344,10 @@ def replay(blobs, devices: int) -> tuple[list, dict, dict]:
     for blob in blobs:
         try:
             doc = _origin_of(blob, devices)
-            key = (doc["seed"], doc["count"], doc["devices"], tuple(doc.get("ops", ())))
+            key = (doc["seed"], doc["count"], doc["devices"], tuple(doc.get("ops", ())), tuple(doc.get("classes", ())))
             if key not in batches:
-                batches[key] = base.draw(_strategy(doc["devices"], doc.get("ops")), doc["count"], doc["seed"])
+                batches[key] = base.draw(_strategy(doc["devices"], doc.get("ops"), doc.get("classes")), doc["count"],
+                                         doc["seed"])
             drawn = batches[key]
             if doc["index"] >= len(drawn):
                 raise ValueError("stale")
@@ -359,7 +367,8 @@ def replay(blobs, devices: int) -> tuple[list, dict, dict]:
             skipped["stale"] = skipped.get("stale", 0) + 1
             continue
         cases.append(case)
-        origins[case.case_id] = {k: doc[k] for k in ("seed", "count", "index", "devices", "shrink", "ops") if k in doc}
+        origins[case.case_id] = {k: doc[k] for k in ("seed", "count", "index", "devices", "shrink", "ops", "classes")
+                                 if k in doc}
     return cases, origins, skipped
 
 
@@ -533,20 +542,24 @@ class _Progress:
               f"{self.budget}", file=self.stream, flush=True)
 
 
-def _strategy(devices: int, ops):
-    """The sharded suite's strategy, or its programs drawn from `ops` alone (``--ops``)."""
-    if not ops:
+def _strategy(devices: int, ops, classes=None):
+    """The sharded suite's strategy, or its programs drawn from `ops` alone (``--ops``) and called
+    as the program `classes` alone (``--classes``)."""
+    if not ops and not classes:
         return suite_mod.strategy("sharded", None, devices)
-    return sharded_programs(ops=tuple(ops), max_devices=devices)
+    return sharded_programs(ops=tuple(ops or OPS), max_devices=devices,
+                            classes=tuple(classes) if classes else ("plain",))
 
 
 def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=None, seed: int | None = None,
          processes: int = 1, xfails=None, devices: int = 8, platform: str = "cpu", database=None,
          shrink_seconds: float = 60.0, case_timeout: float = 300.0, programs: int | None = None, ops=None,
-         upstream: bool = True, progress_every: float = 5.0, progress_stream=None, out=print) -> HuntResult:
+         classes=None, upstream: bool = True, progress_every: float = 5.0, progress_stream=None,
+         out=print) -> HuntResult:
     """Draw and run programs of `suite` for `minutes` (or until `programs` have been drawn, or
     both: whichever ends first); return the distinct failures (see the module). seed: the draws'
-    seed (None: a random one, recorded); ops: draw programs of these `OPS` only; upstream: write
+    seed (None: a random one, recorded); ops: draw programs of these `OPS` only; classes: call them
+    as these program classes only (`CLASSES`; default: every class, or "plain" with `ops`); upstream: write
     each finding's plain-JAX script and issue body; progress_every: seconds between progress
     lines on `progress_stream` (default stderr; 0: none)."""
     if suite != "sharded":
@@ -564,6 +577,12 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
         if bad:
             raise ValueError(f"ops={bad!r} are not ops the sharded strategy draws; pick from "
                              f"conformance.strategies.sharded.OPS ({', '.join(sorted(OPS)[:6])}, ...).")
+    if classes:
+        classes = tuple(dict.fromkeys(classes))
+        bad = [c for c in classes if c not in CLASSES]
+        if bad:
+            raise ValueError(f"classes={bad!r} are not program classes the sharded strategy draws; pick from "
+                             f"conformance.strategies.sharded.CLASSES ({', '.join(CLASSES)}).")
     xplat.configure(platform, devices)
     if seed is None:   # recorded, so the hunt can be repeated
         seed = random.SystemRandom().randrange(_MAX_SEED)
@@ -600,7 +619,7 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
             else:
                 i = next(i for i, c in enumerate(cases) if c.case_id == t.case_id)
                 origins[t.case_id] = {"seed": s, "count": BATCH, "index": i, "devices": devices, "shrink": []} \
-                    | ({"ops": list(ops)} if ops else {})
+                    | ({"ops": list(ops)} if ops else {}) | ({"classes": list(classes)} if classes else {})
         counts["sent"] += len(tasks)
         return [(t, xf.lookup(t.case_id)) for t in tasks]
 
@@ -614,7 +633,7 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
         if again:
             out(f"replaying {len(again)} failing program(s) from the example database first")
             yield batch_tasks(again, 0, drawn_as)
-        strategy = _strategy(devices, ops)
+        strategy = _strategy(devices, ops, classes)
         while not stop.asked and time.monotonic() < deadline and (programs is None or counts["drawn"] < programs):
             progress.tick(found)
             if counts["sent"] - counts["done"] > 2 * processes:
@@ -635,7 +654,8 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
             yield batch_tasks(cases, s)
 
     plan = dict(platform=platform, devices=devices, suite=suite, seed=seed, mode="hunt", minutes=minutes,
-                programs=programs, ops=list(ops) if ops else None, processes=processes, xfails=xf.source,
+                programs=programs, ops=list(ops) if ops else None, classes=list(classes) if classes else None,
+                processes=processes, xfails=xf.source,
                 **runner._versions())
     reporters = open_report_dir(report_dir)
     for r in reporters:
@@ -657,6 +677,7 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
                     res.details.program = {
                         "ops": [list(p) for p in case.op_patterns], "transform": case.transform,
                         "axis_types": case.axis_types, "partitioner": case.partitioner,
+                        "program_class": case.program_class,
                         "mesh": list(case.mesh.axis_sizes)}
                 sig = signature(res, case)
                 if sig is not None:
@@ -693,6 +714,7 @@ def hunt(*, minutes: float | None = None, suite: str = "sharded", report_dir=Non
     groups = write_causes(findings_dir, list(found.values())) if found else []
     summary["hunt"] = {"partial": partial, "seed": seed, "programs": len(results), "minutes": wall / 60,
                        "budget": {"minutes": minutes, "programs": programs}, "ops": list(ops) if ops else None,
+                       "classes": list(classes) if classes else None,
                        "findings": [dataclasses.asdict(f) for f in sorted(found.values(), key=lambda f: f.number)],
                        "new": sum(1 for f in found.values() if f.known is None),
                        "known": sum(1 for f in found.values() if f.known is not None),
@@ -780,6 +802,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--suite", default="sharded", choices=["sharded"], help="the suite whose strategy draws programs")
     ap.add_argument("--ops", metavar="OP[,OP...]", help="draw programs of these ops only "
                                                        "(conformance.strategies.sharded.OPS), e.g. slice,pad")
+    ap.add_argument("--classes", metavar="CLASS[,CLASS...]", help="call programs as these program classes only "
+                                                                "(conformance.strategies.sharded.CLASSES), e.g. "
+                                                                "scan_layers,remat")
     ap.add_argument("--report", metavar="DIR", help="results.jsonl, junit.xml, report.html, findings/, hunt.json")
     ap.add_argument("--seed", type=_seed, default=None, help="seed of the draws (default: random, printed and recorded "
                                                             "in hunt.json)")
@@ -814,6 +839,7 @@ def main(argv=None) -> int:
                       processes=args.processes, xfails=args.xfails, devices=args.devices, platform=args.platform,
                       database=args.database, shrink_seconds=args.shrink_seconds, case_timeout=args.case_timeout,
                       programs=args.programs, ops=args.ops.split(",") if args.ops else None,
+                      classes=args.classes.split(",") if args.classes else None,
                       upstream=not args.no_upstream, progress_every=args.progress_every)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1024,3 +1024,34 @@ def clear_compiled_executables() -> None:
         pxla._cached_compilation.cache_clear()
     except (ImportError, AttributeError):
         jax.clear_caches()
+
+
+# -- program classes (conformance.strategies.sharded_programs(classes=...)) ----------------------------
+#: jax.checkpoint policies by name; offload ones move residuals to 'pinned_host' (XLA:CPU has the memory
+#: kind since jax 0.4.3x, and both supported versions run them).
+_REMAT_POLICIES = ("everything_saveable", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable",
+                   "save_only_these_names", "save_anything_except_these_names",
+                   "offload_dot_with_no_batch_dims", "save_and_offload_only_these_names")
+
+
+def remat_policies() -> tuple[str, ...]:
+    """The `jax.checkpoint_policies` names this JAX has, of those the program classes draw."""
+    import jax
+
+    return tuple(p for p in _REMAT_POLICIES if hasattr(jax.checkpoint_policies, p))
+
+
+def compute_on_host() -> tuple[str | None, str]:
+    """(source of a decorator that runs a jitted function with ``compute_on('device_host')``, or None;
+    the reason when None). jax 0.10 takes ``compute_on(compute_type)``; jax 0.11+ require
+    ``compute_type=`` and ``out_memory_spaces=`` keywords whose host placement XLA:CPU does not run the
+    same way, so the program classes leave compute_on out there."""
+    import inspect
+
+    from jax.experimental.compute_on import compute_on
+
+    params = inspect.signature(compute_on).parameters
+    if list(params) == ["compute_type"]:
+        return "jax.experimental.compute_on.compute_on('device_host')", ""
+    return None, (f"jax {'.'.join(map(str, jax_version()))}'s compute_on takes {tuple(params)}: "
+                  "out_memory_spaces is required, so compute_on is not drawn")

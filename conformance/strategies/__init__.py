@@ -11,11 +11,12 @@ from conformance.strategies.collectives import (
 )
 from conformance.strategies.meshes import meshes
 from conformance.strategies.programs import FAMILIES, programs
-from conformance.strategies.sharded import OPS, ShardedProgram, sharded_programs
+from conformance.strategies.sharded import CLASSES, OPS, ShardedProgram, sharded_programs
 from conformance.strategies.specs import partition_specs, sharded_shapes
 
 __all__ = [
-    "COLLECTIVES", "FAMILIES", "GROUP_KINDS", "PERM_KINDS", "arrays", "axis_index_groups", "collective_calls",
-    "dtypes", "groups_kind", "meshes", "OPS", "partition_specs", "perm_kind", "permutations", "programs",
+    "CLASSES", "COLLECTIVES", "FAMILIES", "GROUP_KINDS", "PERM_KINDS", "arrays", "axis_index_groups",
+    "collective_calls", "dtypes", "groups_kind", "meshes", "OPS", "partition_specs", "perm_kind", "permutations",
+    "programs",
     "ShardedProgram", "sharded_programs", "sharded_shapes",
 ]

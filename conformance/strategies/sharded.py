@@ -32,6 +32,8 @@ from hypothesis.errors import InvalidArgument
 import refsim
 from conformance.cases import Program
 from conformance.strategies import _validate as v
+from conformance.strategies import _program_classes as pc
+from conformance.strategies._program_classes import BACKWARD_CLASSES, CLASSES
 from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, spec_text
 from conformance.strategies._sharded_ops import KINKED, NOT_DIFFERENTIABLE, OPS
 from conformance.strategies.meshes import meshes
@@ -43,7 +45,7 @@ from refsim.layouts.mesh import AxisType, Mesh
 from refsim.layouts.named_sharding import NamedSharding
 from refsim.layouts.partition_spec import PartitionSpec
 
-__all__ = ["AXIS_TYPES", "ErrorBound", "OPS", "PATTERNS", "SHARDED_DTYPES", "ShardedProgram", "TRANSFORMS",
+__all__ = ["AXIS_TYPES", "CLASSES", "ErrorBound", "OPS", "PATTERNS", "SHARDED_DTYPES", "ShardedProgram", "TRANSFORMS",
            "sharded_programs"]
 
 TRANSFORMS = ("none", "grad", "vjp", "vmap")
@@ -107,6 +109,11 @@ class ShardedProgram(Program):
     graph: object = None
 
     @property
+    def program_class(self) -> str:
+        """How the op graph is called (`CLASSES`: "plain", "scan_layers", "remat", ...)."""
+        return self.graph.program_class[0] if self.graph is not None else "plain"
+
+    @property
     def ops(self) -> tuple:
         """The distinct ops of the program, in order of first use."""
         return tuple(dict.fromkeys(op for op, _ in self.op_patterns))
@@ -153,7 +160,7 @@ class ShardedProgram(Program):
 
     def describe(self) -> str:
         return (super().describe() + f"\npartitioner:  {self.partitioner}\naxis types:   {self.axis_types}\n"
-                f"transform:    {self.transform}")
+                f"transform:    {self.transform}\nclass:        {self.program_class}")
 
 
 # -- drawing ----------------------------------------------------------------------------------------
@@ -193,16 +200,32 @@ def _sinks(lines: list, names: list) -> list:
 
 @st.composite
 def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transforms, axis_types, partitioners,
-          dtypes):
+          dtypes, classes=("plain",)):
     m: Mesh = draw(mesh_s)
     types = draw(st.sampled_from(axis_types))
     explicit = types == "explicit"
     if explicit:
         m = Mesh(m.axis_sizes, m.axis_names, device_ids=m.device_ids, axis_types=(AxisType.Explicit,) * m.ndim)
-    transform = draw(st.sampled_from([t for t in transforms if not (explicit and t == "vmap")] or ["none"]))
+    drawable = [c for c in classes if c != "shard_map_nested" or m.ndim >= 2] or ["plain"]
+    klass = draw(st.sampled_from(drawable)) if len(drawable) > 1 else drawable[0]
+    choices = [t for t in transforms if not (explicit and t == "vmap")] or ["none"]
+    if klass in BACKWARD_CLASSES and F32 in dtypes and {"grad", "vjp"} & set(choices):
+        choices = [t for t in choices if t in ("grad", "vjp")]   # remat / custom_vjp act in the backward pass
+    transform = draw(st.sampled_from(choices))
     backward = transform in ("grad", "vjp")
     usable = [o for o in ops if not (backward and o in NOT_DIFFERENTIABLE)] or list(ops)
-    b = Builder(draw, m, explicit=explicit, backward=backward, max_elements=max_elements, op_names=usable)
+    manual = ()
+    gmesh = m
+    if klass == "shard_map_nested":   # g runs inside a manual region over `manual`, drawn over the other axes
+        names = list(draw(st.permutations(m.axis_names)))
+        manual = tuple(names[:draw(st.integers(1, m.ndim - 1))])
+        rest = [a for a in m.axis_names if a not in manual]
+        gmesh = Mesh(tuple(m.axis_size(a) for a in rest), tuple(rest),
+                     axis_types=tuple(m.axis_types[m.axis_names.index(a)] for a in rest))
+    b = Builder(draw, gmesh, explicit=explicit, backward=backward, max_elements=max_elements, op_names=usable)
+    whole = b if gmesh is m else Builder(draw, m, explicit=explicit, backward=backward, max_elements=max_elements,
+                                         op_names=usable)
+    length = draw(st.integers(1, 4)) if klass == "scan_layers" else 1
 
     # inputs: specs first, then shapes they divide (jit's in_shardings must divide)
     n_in = draw(st.integers(1, max_inputs))
@@ -216,14 +239,18 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
         if rank == 4:
             rank = draw(st.integers(3, 4))
         spec = b.draw_spec((0,) * rank, dividing=False)
-        body = _arg_shape(b, spec, max_elements // (batch or 1) or 1)
-        shape, full_spec, ax = body, spec, None
+        stacked = klass == "scan_layers" and i > 0
+        body = _arg_shape(b, spec, max_elements // ((batch or 1) * (length if stacked else 1)) or 1)
+        outer = pc.stacked_spec(_klass_stub(klass, manual), i, spec)
+        shape = ((length,) + body if stacked else (body[0] * pc.manual_size(m, manual),) + body[1:]
+                 if manual and body else body)
+        full_spec, ax = outer, None
         if batch is not None and (i == 0 or draw(st.booleans())):
-            ax = draw(st.integers(0, rank))
-            free = [a for a in m.axis_names if all(a not in s for s in spec) and batch % m.axis_size(a) == 0]
+            ax = draw(st.integers(0, len(shape)))
+            free = [a for a in m.axis_names if all(a not in s for s in outer) and batch % m.axis_size(a) == 0]
             bspec = (draw(st.sampled_from(free)),) if free and draw(st.booleans()) else ()
-            shape = body[:ax] + (batch,) + body[ax:]
-            full_spec = spec[:ax] + (bspec,) + spec[ax:]
+            full_spec = outer[:ax] + (bspec,) + outer[ax:]
+            shape = shape[:ax] + (batch,) + shape[ax:]
         arg_dtypes.append(dt)
         in_specs.append(full_spec)
         full_shapes.append(shape)
@@ -257,17 +284,60 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
                   outs=tuple((x.name, x.shape, x.dtype, x.err) for x in outs),
                   args=tuple((dt, body_shapes[i], in_axes[i]) for i, dt in enumerate(arg_dtypes)),
                   batch=batch, transform=transform)
+    graph = dataclasses.replace(graph, program_class=_draw_class(draw, whole, klass, graph, in_specs, manual,
+                                                                 length))
     source, policies, final, op_patterns = assemble(graph)
 
     # layouts and data
     part = draw(st.sampled_from(partitioners))
     in_sh = tuple(NamedSharding(m, _pspec(s)) for s in in_specs)
-    out_sh = tuple(NamedSharding(m, _pspec(b.draw_spec(shape, dividing=True))) for shape, _ in final)
+    out_sh = tuple(NamedSharding(m, _pspec(whole.draw_spec(shape, dividing=True))) for shape, _ in final)
     seed = draw(st.integers(0, 2 ** 32 - 1))
     rng = np.random.default_rng(seed)
     data = tuple(_exact_data(rng, s, dt) for s, dt in zip(full_shapes, arg_dtypes))
     return make_case(graph, mesh=m, args=data, in_shardings=in_sh, out_shardings=out_sh, partitioner=part,
                      axis_types=types)
+
+
+def _klass_stub(klass: str, manual: tuple) -> tuple:
+    return (klass, ("manual", manual)) if klass == "shard_map_nested" else (klass,)
+
+
+def _draw_class(draw, b: Builder, klass: str, graph: "Graph", in_specs: list, manual: tuple, length: int) -> tuple:
+    """The drawn program class with its parameters (`conformance.strategies._program_classes`)."""
+    if klass == "scan_layers":
+        return (klass, ("length", length), ("carry_spec", _g_spec(in_specs[0], graph.args[0][2])),
+                ("explicit", b.explicit))
+    if klass == "remat":
+        policy = draw(st.sampled_from(("none",) + _compat.remat_policies()))
+        live = [graph.lines[i].split(" = ", 1)[0] for i in live_lines(graph)]
+        live = [nm for nm in live if "," not in nm]
+        names = tuple(draw(st.lists(st.sampled_from(live), unique=True, max_size=4))) if live else ()
+        return (klass, ("policy", policy), ("prevent_cse", draw(st.booleans())), ("names", names))
+    if klass == "custom_vjp":
+        return (klass, ("mode", draw(st.sampled_from(pc.VJP_MODES))))
+    if klass == "host_offload":
+        n = len(graph.args)
+        host = tuple(i for i in range(n) if draw(st.booleans()))
+        on, _why = _compat.compute_on_host()
+        use = on if on is not None and draw(st.integers(0, 3)) == 0 else ""
+        outs = draw(st.booleans()) or not host   # something goes through host memory
+        return (klass, ("host_args", host), ("host_outs", outs), ("compute_on", use))
+    if klass == "shard_map_nested":
+        return (klass, ("manual", manual), ("manual_size", pc.manual_size(b.mesh, manual)))
+    if klass == "jit_chain":
+        carry = graph.args[0]
+        shapes = [carry[1]] + [s for _, s, _, _ in graph.outs]
+        steps = tuple(tuple(spec_text(b.draw_spec(s, dividing=True)) for s in shapes)
+                      for _ in range(draw(st.integers(2, 3))))
+        return (klass, ("steps", steps), ("carry_spec", _g_spec(in_specs[0], carry[2])), ("explicit", b.explicit))
+    return (klass,)
+
+
+def _g_spec(full_spec: tuple, vmap_axis) -> tuple:
+    """The spec of g's argument inside a vmap (the batch dimension dropped)."""
+    spec = tuple(full_spec)
+    return spec if vmap_axis is None else spec[:vmap_axis] + spec[vmap_axis + 1:]
 
 
 # -- a drawn graph as source text -------------------------------------------------------------------
@@ -284,6 +354,8 @@ class Graph:
     args: tuple
     batch: int | None
     transform: str
+    #: how `g` is called: (class name, (param, value), ...), see `conformance.strategies._program_classes`
+    program_class: tuple = ("plain",)
 
 
 def _assigned(line: str) -> list:
@@ -315,23 +387,28 @@ def assemble(graph: Graph) -> tuple:
     op_patterns = tuple(graph.line_ops[i] for i in keep)
     n_in = len(graph.args)
     args = ", ".join(f"a{i}" for i in range(n_in))
-    outs = graph.outs
-    body = "\n".join("    " + ln for ln in lines)
-    ret = ", ".join(name for name, *_ in outs) + ("," if len(outs) == 1 else "")
+    wrapped = pc.wrap(graph.program_class, tuple(lines), tuple((dt, s) for dt, s, _ in graph.args), graph.outs)
+    body = "\n".join("    " + ln for ln in wrapped.lines)
+    ret = ", ".join(name for name, *_ in graph.outs) + ("," if len(graph.outs) == 1 else "")
     text = "\n".join(lines)
     src = [h for name, h in graph.helpers if re.search(rf"\b{name}\(", text)]
     src.append(f"def g({args}):\n{body}\n    return ({ret})\n")
+    if wrapped.source:
+        src.append(wrapped.source)
+    g = wrapped.fn
+    outs = wrapped.outs
+    h_args = tuple((dt, s, ax) for (dt, s), (_, _, ax) in zip(wrapped.args, graph.args))
     policies, final = [], []
     fargs = [i for i, (dt, _, _) in enumerate(graph.args) if dt == F32]
     fouts = [k for k, (_, _, dt, _) in enumerate(outs) if dt == F32]
     if graph.transform == "none":
-        src.append(f"def f({args}):\n    return g({args})\n")
+        src.append(f"def f({args}):\n    return {g}({args})\n")
         for _, shape, dt, err in outs:
             policies.append(_policy(err))
             final.append((shape, dt))
     elif graph.transform == "vmap":
         axes = tuple(ax for _, _, ax in graph.args)
-        src.append(f"def f({args}):\n    return jax.vmap(g, in_axes={axes!r})({args})\n")
+        src.append(f"def f({args}):\n    return jax.vmap({g}, in_axes={axes!r})({args})\n")
         for _, shape, dt, err in outs:
             policies.append(_policy(err))
             final.append(((graph.batch,) + tuple(shape), dt))
@@ -341,18 +418,18 @@ def assemble(graph: Graph) -> tuple:
             terms = " + ".join(
                 f"jnp.sum(o[{k}] * (jnp.arange({math.prod(outs[k][1])}, dtype=jnp.float32)"
                 f".reshape({tuple(outs[k][1])!r}) % 3 + 1))" for k in fouts) or "jnp.float32(0)"
-            src.append(f"def f({args}):\n    def loss({dargs}):\n        o = g({args})\n        return {terms}\n"
+            src.append(f"def f({args}):\n    def loss({dargs}):\n        o = {g}({args})\n        return {terms}\n"
                        f"    return jax.grad(loss, argnums={tuple(range(len(fargs)))!r})({dargs})\n")
         else:
             picks = ", ".join(f"o[{k}]" for k in fouts)
-            src.append(f"def f({args}):\n    def h({dargs}):\n        o = g({args})\n        return ({picks},)\n"
+            src.append(f"def f({args}):\n    def h({dargs}):\n        o = {g}({args})\n        return ({picks},)\n"
                        f"    outs, pull = jax.vjp(h, {dargs})\n    return outs + pull(outs)\n")
             for k in fouts:
                 policies.append(_policy(outs[k][3]))
                 final.append((outs[k][1], F32))
         for i in fargs:
             policies.append(("rel", GRAD_RTOL))
-            final.append((graph.args[i][1], F32))
+            final.append((h_args[i][1], F32))
     return "\n\n".join(src), tuple(policies), final, op_patterns
 
 
@@ -362,6 +439,7 @@ def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitio
     if len(out_shardings) != len(final):
         raise ValueError(f"out_shardings has {len(out_shardings)} entries for {len(final)} outputs.")
     labels = (("ops", "+".join(dict.fromkeys(op for op, _ in op_patterns)) or "none"),
+              *((("class", graph.program_class[0]),) if graph.program_class[0] != "plain" else ()),
               ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
     return ShardedProgram(family="sharded", source=source, entry="jit", mesh=mesh, args=tuple(args),
                           in_shardings=tuple(in_shardings), out_shardings=tuple(out_shardings), labels=labels,
@@ -375,7 +453,8 @@ def _pspec(spec: tuple) -> PartitionSpec:
 
 def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: int = 6, max_inputs: int = 2,
                      max_elements: int = 256, transforms=TRANSFORMS, axis_types=AXIS_TYPES, partitioners=None,
-                     dtypes=SHARDED_DTYPES, max_devices: int = 8) -> st.SearchStrategy[ShardedProgram]:
+                     dtypes=SHARDED_DTYPES, max_devices: int = 8,
+                     classes=("plain",)) -> st.SearchStrategy[ShardedProgram]:
     """Random well-typed sharded programs (`ShardedProgram`, a jit `conformance.cases.Program`).
 
     mesh: a refsim Mesh, a strategy drawing one, or None for `meshes(max_devices=max_devices)`
@@ -385,7 +464,9 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
     transforms: "none", "grad", "vjp", "vmap"; axis_types: "auto", "explicit" (sharding in
     types: reshards and ``out_sharding=`` instead of constraints); partitioners: "shardy",
     "gspmd" (default: those the installed JAX has, `refsim.compat.partitioners`); dtypes of the
-    arguments: "float32", "int32", "bool". Shrinks towards one op on one small argument.
+    arguments: "float32", "int32", "bool"; classes: how the graph is called (`CLASSES`: "plain",
+    "scan_layers", "remat", "custom_vjp", "custom_jvp", "host_offload", "shard_map_nested",
+    "jit_chain"; docs/strategies.md, "Program classes"). Shrinks towards one op on one small argument.
 
     >>> sharded_programs(ops=("cumsum", "pad"), max_ops=2).example().case_id  # doctest: +SKIP
     'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'
@@ -410,6 +491,12 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
             raise InvalidArgument(f"partitioners contains {p!r}, which this JAX cannot switch to (it has {have}); "
                                   f"pass partitioners={have!r} or leave it None.")
     dts = v.check_options("dtypes", dtypes, SHARDED_DTYPES)
+    kls = v.check_options("classes", classes, CLASSES)
+    if kls == ("shard_map_nested",) and mesh is not None and not v.is_strategy(mesh) and mesh.ndim < 2:
+        raise InvalidArgument(f"classes=('shard_map_nested',) needs a mesh of at least 2 axes (one manual, one "
+                              f"for the nested region), got {mesh!r}; pass a 2-axis mesh or add another class.")
+    if kls == ("shard_map_nested",) and mesh is None:
+        mesh_s = meshes(min_axes=2, max_devices=max_devices)   # one manual axis and one for g's own regions
     if trs == ("vmap",) and tys == ("explicit",):
         raise InvalidArgument("transforms=('vmap',) with axis_types=('explicit',) draws nothing: vmap programs use "
                               "Auto axes; add 'auto' to axis_types or another transform.")
@@ -420,4 +507,4 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
             set(names) <= {"reshard"} and tys == ("auto",):
         raise InvalidArgument(f"ops={names!r} cannot be drawn with axis_types={tys!r}: with_sharding_constraint "
                               "is drawn on Auto meshes and reshard on Explicit ones; add the other op or axis type.")
-    return _draw(mesh_s, names, min_ops, max_ops, max_inputs, max_elements, trs, tys, parts, dts)
+    return _draw(mesh_s, names, min_ops, max_ops, max_inputs, max_elements, trs, tys, parts, dts, kls)

@@ -19,7 +19,7 @@ import re
 import time
 import zlib
 
-from conformance.strategies.sharded import make_case, sharded_programs
+from conformance.strategies.sharded import CLASSES, make_case, sharded_programs
 from conformance.suites.base import draw, group_tasks
 from conformance.suites.base import flatten
 from refsim.layouts.named_sharding import NamedSharding
@@ -32,8 +32,10 @@ DATA = ("drawn", "exact")
 
 
 def strategy(family: str, dtype: str | None, devices: int):
-    """Sharded programs over meshes of at most `devices` devices (`family` is "sharded")."""
-    return sharded_programs(max_devices=devices)
+    """Sharded programs over meshes of at most `devices` devices (`family` is "sharded"), called as
+    every program class (`CLASSES`: plain, scanned layers, remat, custom_vjp / custom_jvp, host
+    offload, nested shard_map, a chain of jits)."""
+    return sharded_programs(max_devices=devices, classes=CLASSES)
 
 
 def task_chunks(*, examples: int, seed: int, devices: int):
@@ -63,7 +65,9 @@ def candidates(case):
     kw = dict(mesh=case.mesh, args=case.args, in_shardings=case.in_shardings, out_shardings=case.out_shardings,
               partitioner=case.partitioner, axis_types=case.axis_types)
     n_f = sum(1 for dt, _, _ in g.args if dt == "float32")
-    if len(g.outs) > 1:
+    # a program class other than plain changes the outputs (a scan's carry, a chain's steps): its
+    # out_shardings are not g's one by one, so only the layout and constraint steps apply to it
+    if len(g.outs) > 1 and g.program_class[0] == "plain":
         for k in range(len(g.outs)):
             outs = (g.outs[k],)
             if g.transform in ("none", "vmap"):
