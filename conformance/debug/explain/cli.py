@@ -35,6 +35,11 @@ def build_parser(prog: str = "python -m conformance explain") -> argparse.Argume
     p.add_argument("--tolerance", choices=("auto", "exact"), default="auto",
                    help="auto (default): exact where the program is exact, else within 256 (float32) / 16 (narrow "
                         "floats) units of roundoff of each value's largest magnitude; exact: bit for bit")
+    p.add_argument("--policy", choices=("auto", "spec", "heuristic"), default="auto",
+                   help="with --tolerance auto, how float outputs are judged at every stage: auto (default): the "
+                        "program's allowed set under the platform's declared relaxations (a stage that agrees only "
+                        "under one is reported, exit 0); spec: the allowed set without them (exit 1); heuristic: "
+                        "256 units of roundoff between adjacent stages only")
     p.add_argument("--corpus", action="store_true", help="check every corpus program at every stage instead")
     p.add_argument("--coverage", action="store_true",
                    help="count the ops of every lowered and compiled module of the corpus, the examples, the op "
@@ -81,7 +86,7 @@ def _run(args) -> int:
     kw = case.bisect_kwargs()
     fn = kw.pop("_fn", case.program)
     try:
-        exp = explain(fn, *case.inputs, max_ulp=args.max_ulp, tolerance=args.tolerance, **kw)
+        exp = explain(fn, *case.inputs, max_ulp=args.max_ulp, tolerance=args.tolerance, policy=args.policy, **kw)
     except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:  # JAX refused to lower it
         print(f"error: cannot lower {args.target}: {type(e).__name__}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from conformance.debug import region as R
+from conformance.debug.explain import judge as J
 from conformance.debug.explain import program as _program
 from conformance.debug.explain import stages as S
 from conformance.debug.explain import values as V
@@ -60,6 +61,21 @@ class Explanation:
     complete: bool = True
     tolerance: str = ""  # the rule values were held to
     op_index: int | None = None  # the op's position in its module (pre-order), as `refsim.stablehlo` numbers it
+    #: where a value first left the spec's allowed set (`judge.Deviation`): the boundary, the elements, the
+    #: bound broken, the op and the declared relaxations that cover it (None: every stage stayed inside)
+    deviation: Any = None
+    policy: str = "auto"   # "auto" (allowed set under the platform's relaxations), "spec", "heuristic"
+    allowed_set: dict = dataclasses.field(default_factory=dict)  # stage -> its elements by rule (counts)
+    _op: Any = dataclasses.field(default=None, repr=False)   # the named op itself (a refsim.stablehlo plan Op)
+
+    @property
+    def relaxed(self) -> tuple:
+        """The declared relaxations some stage agrees only under (a deviation they cover, not a
+        failure under the default policy); () when none."""
+        d = self.deviation
+        if d is None or not d.covered or self.policy == "spec" or self.diverged_in is not None:
+            return ()
+        return tuple(d.relaxations)
 
     def to_json(self) -> dict:
         """One JSON-able dict: diverged_in, candidates, crash, complete, op, op_text, source, output,
@@ -72,6 +88,9 @@ class Explanation:
             "compared": list(self.compared), "tolerance": self.tolerance,
             "elements": [{"device": d, "index": list(i), "before": _num(b), "after": _num(a)}
                          for d, i, b, a in self.elements],
+            "policy": self.policy, "relaxed": list(self.relaxed),
+            "deviation": None if self.deviation is None else self.deviation.to_json(),
+            "allowed_set": {k: dict(v) for k, v in self.allowed_set.items()},
             "stages": [{"name": s.name, "status": s.status, "reason": s.reason,
                         "agrees_with_previous": self.agrees.get(s.name),
                         "seconds": round(s.seconds, 4), "error": s.error,
@@ -103,6 +122,10 @@ class Explanation:
             return f"diverged in: {self.diverged_in} (crash: {self.crash})"
         if self.diverged_in:
             return f"diverged in: {self.diverged_in}"
+        if self.relaxed:
+            d = self.deviation
+            return (f"all stages agree; the {d.stage} stage agrees only under relaxation {', '.join(self.relaxed)} "
+                    f"({d.boundary} boundary" + (f", {d.op}" if d.op else "") + ")")
         if self.complete:
             return "all stages agree"
         return f"no divergence found, but not every stage was compared: {why}"
@@ -117,6 +140,11 @@ class Explanation:
                 mark = f"{s.status} ({s.reason})"
             else:
                 mark = {True: "agrees", False: "DIFFERS", None: "not compared"}[agree]
+                if agree and self.relaxed and self.deviation.stage == s.name:
+                    mark = f"agrees only under relaxation {', '.join(self.relaxed)}"
+            counts = self.allowed_set.get(s.name)
+            if counts and s.status == "evaluated" and agree is not None:
+                mark += f"  [elements: {J.summary_of(counts)}]"
             lines.append(f"  {s.name:<9} {s.seconds * 1e3:8.1f} ms  {mark}")
         out = [self.headline(), "stages:", *lines]
         if self.diverged_in:
@@ -135,6 +163,8 @@ class Explanation:
                 pic = self.picture()
                 if pic:
                     out.append(pic)
+        if self.deviation is not None:
+            out.extend(self.deviation.lines(self.policy))
         out.extend(f"note: {n}" for n in self.notes)
         return "\n".join(out)
 
@@ -157,19 +187,50 @@ def _check_tolerances(max_ulp, rtol) -> None:
 
 
 def explain_staged(staged: "_program.Staged", *, region=None, mesh=None, edit_module: Callable | None = None,
-                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True, tolerance: str = "auto") -> Explanation:
+                   max_ulp: float = 0, rtol: float = 0, isolate: bool = True, tolerance: str = "auto",
+                   policy: str = "auto") -> Explanation:
     """Run every stage of an already lowered program and find where they first disagree.
 
     isolate=True compiles and runs XLA in a worker process (`xla_side.isolated`): a fatal XLA
-    CHECK ends the worker and is reported as a crash of the step that was running."""
+    CHECK ends the worker and is reported as a crash of the step that was running. `policy`
+    (with tolerance "auto"): "auto" judges float outputs by the program's allowed set under the
+    platform's declared relaxations, "spec" without them, "heuristic" by the 256-ulp rule alone."""
     _check_tolerances(max_ulp, rtol)  # NaN would make every stage "agree"
+    _check_policy(policy)
     edit_module = xla_side.with_planted(edit_module)   # and compiler faults planted by conformance.faults.inject
     xla = xla_side.isolated(staged, edit_module) if isolate else xla_side.in_process(staged, edit_module)
     ids = xla.device_ids
     stages = [S.run_jaxpr(staged, ids, region, xla.out_placements),
               S.run_lowered(staged, xla.out_placements, ids),
               S.run_compiled(staged, xla, ids), S.run_executed(xla)]
-    return localise(stages, ids, mesh=mesh, rule=V.rule_for(stages, max_ulp=max_ulp, rtol=rtol, tolerance=tolerance))
+    rule = V.rule_for(stages, max_ulp=max_ulp, rtol=rtol, tolerance=tolerance)
+    judge, exp_note = None, None
+    if rule.mode == "auto" and policy != "heuristic" and staged.platforms is None:
+        judge = J.Judge.build(staged, stages[0] if stages[0].status == "evaluated" else None, xla.out_placements,
+                              ids, policy=policy)
+    if judge is None and rule.mode == "auto" and policy != "heuristic":
+        why = ("the module was lowered for another platform" if staged.platforms else
+               "the jaxpr stage was not evaluated" if stages[0].status != "evaluated" else "no jaxpr to walk")
+        exp_note = f"allowed set not used: {why}; float outputs compared between stages by the heuristic"
+    if judge is not None:
+        rule = dataclasses.replace(rule, judge=judge)
+    exp = localise(stages, ids, mesh=mesh, rule=rule)
+    exp.policy = policy if judge is not None else ("heuristic" if rule.mode == "auto" else rule.mode)
+    if exp_note:
+        exp.notes.append(exp_note)
+    if judge is not None:
+        exp.notes.extend(judge.notes)
+        if judge.refsim_outside:
+            exp.notes.append(f"refsim's own value (jaxpr stage) of output(s) {judge.refsim_outside} lies outside the "
+                             "spec's allowed set in some element (a bug in refsim or in the bound walk): those "
+                             "elements are compared between stages by the heuristic")
+    return exp
+
+
+def _check_policy(policy) -> None:
+    if policy not in J.POLICIES:
+        raise ValueError(f"policy={policy!r}; use 'auto' (the allowed set under the platform's declared "
+                         "relaxations), 'spec' (the allowed set without them) or 'heuristic' (256 ulps of max|value|).")
 
 
 def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "V.Rule | None" = None) -> Explanation:
@@ -186,6 +247,9 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
     agrees: dict = {}
     exp = Explanation(None, stages, agrees, mesh=mesh)
     exp.not_evaluated = {s.name: s.reason for s in stages if s.status != "evaluated"}
+    judge = rule.judge
+    if judge is not None:
+        exp.policy = judge.policy
     prev = None
     for st in stages:
         if st.status != "evaluated":
@@ -199,8 +263,11 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
         if prev is None:
             prev = st
             continue
-        ok, out_idx, devs, elements = V.compare_stages(prev, st, device_ids, rule)
+        left: list = []
+        ok, out_idx, devs, elements = V.compare_stages(prev, st, device_ids, rule, left)
         agrees[st.name] = ok
+        neighbours = stages.index(st) == stages.index(prev) + 1
+        named = None
         if not ok and exp.diverged_in is None:
             between = [s for s in stages[stages.index(prev) + 1:stages.index(st)]]
             exp.output, exp.devices, exp.elements = out_idx, devs, elements
@@ -213,8 +280,15 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
                                  f"difference was introduced at one of: {', '.join(exp.candidates)}.")
             else:
                 exp.diverged_in = S.BOUNDARY[st.name]
-                _name_op(exp, prev, st, device_ids, rule)
+                named = _name_op(exp, prev, st, device_ids, rule)
+        if left and judge is not None and exp.deviation is None:
+            k, mask = left[0]
+            exp.deviation = judge.deviation_at(prev, st, k, mask, S.BOUNDARY[st.name] if neighbours else "undetermined")
+            if neighbours:
+                _name_deviation_op(exp, prev, st, device_ids, judge, k, mask, named)
         prev = st
+    if judge is not None:
+        exp.allowed_set = {k: dict(v) for k, v in judge.counts.items()}
     exp.tolerance = rule.describe()
     evaluated = [s for s in stages if s.status == "evaluated"]
     exp.complete = len(evaluated) == len(stages)
@@ -228,10 +302,43 @@ def localise(stages: list, device_ids, max_ulp: float = 0, *, mesh=None, rule: "
     return exp
 
 
-def _name_op(exp: Explanation, prev, st, device_ids, rule):
+def _name_deviation_op(exp: Explanation, prev, st, device_ids, judge, k: int, mask, named: str | None):
+    """The op of stage `st` responsible for the deviation (`exp.deviation`): the divergence's own op where
+    the comparison of paired values found one (a difference the heuristic sees), else `values.deviation_op`
+    (a difference within the heuristic: paired values compared bit for bit, verified against the allowed
+    set, or the modules' ops diffed per source line), which then names the divergence's op too."""
+    d = exp.deviation
+    if named == "anchored" and exp.output == k:
+        op = exp._op
+        how = (f"the first op whose own value differs from the {prev.name} stage's when every paired op computes "
+               "from that stage's values")
+    else:
+        op, how = V.deviation_op(prev, st, device_ids, judge, k, mask)
+        if op is None and st.name == "executed" and prev.program is not None:
+            op = V.output_op(prev.program, k)
+            how = ("execution leaves the set where the compiled module's semantics stay inside (codegen or "
+                   "runtime); the op shown defines the output in the compiled module") if op is not None else ""
+        if op is not None and exp.diverged_in == S.BOUNDARY.get(st.name) and exp.output == k \
+                and named in (None, "output") and st.name != "executed":
+            exp.op, exp.op_text, exp.source, exp.op_index = op.name, op.text, op.loc.source, getattr(op, "index", None)
+            exp.notes = [n for n in exp.notes if not n.startswith("no op inside could be paired")]
+    if op is None:
+        return
+    d.op, d.op_text, d.source, d.op_index, d.how = op.name, op.text, op.loc.source, getattr(op, "index", None), how
+    try:
+        d.change = V.line_change(prev, st, op)
+    except Exception:  # noqa: BLE001 - only a description
+        d.change = ""
+
+
+def _name_op(exp: Explanation, prev, st, device_ids, rule) -> str | None:
+    """Name the divergence's op; returns how it was found: "anchored" (its own value differs), "output"
+    (the op defining the differing output), or None."""
     op, res = None, None
+    how = None
     if st.name in ("lowered", "compiled"):
         op, res, verified = V.anchored_op(prev, st, device_ids, rule)
+        how = "anchored" if op is not None else None
         if op is not None and not verified:
             exp.notes.append(f"{op.name} is the first op whose own value differs when every paired op computes from "
                              f"the {prev.name} stage's values; putting right the ops of its name alone did not make "
@@ -239,6 +346,7 @@ def _name_op(exp: Explanation, prev, st, device_ids, rule):
     if op is None and exp.output is not None:
         program = prev.program if st.name == "executed" else st.program
         op = V.output_op(program, exp.output) if program is not None else None
+        how = "output" if op is not None else None
         if op is not None and st.name == "executed":
             exp.notes.append("execution differs from the compiled module's semantics (codegen or runtime); the "
                              f"op shown defines output {exp.output} in the compiled module.")
@@ -246,17 +354,19 @@ def _name_op(exp: Explanation, prev, st, device_ids, rule):
             exp.notes.append(f"no op inside could be paired with a differing value; the op shown defines output "
                              f"{exp.output} in the {st.name} module.")
     if op is None:
-        return
+        return None
     exp.op, exp.op_text, exp.source = op.name, op.text, op.loc.source
     exp.op_index = getattr(op, "index", None)
+    exp._op = op
     if res is not None:  # the op's own value: its per-device errors and first differing elements
         exp.devices, exp.elements = res[1], res[2]
+    return how
 
 
 def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, axis_names=None,
             in_shardings=None, out_shardings=None, pmap_kwargs=None, edit_module: Callable | None = None,
             max_ulp: float = 0, rtol: float = 0, lowering_platforms=None, isolate: bool = True,
-            tolerance: str = "auto") -> Explanation:
+            tolerance: str = "auto", policy: str = "auto") -> Explanation:
     """Evaluate `fn(*args)` at every stage and report where the results first diverge.
 
     It takes what `conformance.check` takes. Without layout keywords `fn` runs as given: under
@@ -277,6 +387,7 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
     the stage that was running instead of ending this process.
     """
     _check_tolerances(max_ulp, rtol)  # before any tracing: NaN would make every stage "agree"
+    _check_policy(policy)
     called = all(v is None for v in (mesh, in_specs, out_specs, in_shardings, out_shardings, pmap_kwargs))
     if mesh is not None:
         mesh = _program.refsim_mesh(mesh)
@@ -316,7 +427,7 @@ def explain(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool
         ids = np.asarray(staged.device_ids)
         mesh = Mesh((ids.size,), ((pmap_kwargs or {}).get("axis_name") or "i",), device_ids=ids)
     exp = explain_staged(staged, region=reg, mesh=mesh, edit_module=edit_module, max_ulp=max_ulp, rtol=rtol,
-                         isolate=isolate, tolerance=tolerance)
+                         isolate=isolate, tolerance=tolerance, policy=policy)
     if note:
         exp.notes.insert(0, note)
     return exp

@@ -50,7 +50,8 @@ def check(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool =
     except ConformanceError as e:
         if not explain:
             raise
-        line, explanation = explain_disagreement(fn, args, kwargs, layout, timeout=explain_timeout)
+        line, explanation = explain_disagreement(fn, args, kwargs, layout, timeout=explain_timeout,
+                                                 policy=policy if isinstance(policy, str) else "auto")
         err = ConformanceError(e.result, e.note, line)
         err.explanation = explanation
         raise err from None
@@ -73,8 +74,10 @@ def explain_line(exp) -> str:
             f"({exp.tolerance or 'auto'}; {head}), although the outputs differ under check's policy")
 
 
-def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | None) -> tuple[str, Any]:
-    """(line, Explanation or None): `conformance.explain` on the call `check` found disagreeing.
+def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | None,
+                         policy: str = "auto") -> tuple[str, Any]:
+    """(line, Explanation or None): `conformance.explain` on the call `check` found disagreeing, under
+    check's `policy` where explain has it ("auto", "spec", "heuristic"; else "auto").
 
     It runs on a helper thread that `check` waits for at most `timeout` seconds (the
     refsim stages run in this process; XLA compiles and runs in explain's worker process, so a
@@ -87,7 +90,8 @@ def explain_disagreement(fn, args, kwargs, layout: dict, *, timeout: float | Non
     def work():
         try:
             with intercept.unchecked():       # in oracle mode, explain's own runs are not checked again
-                box["exp"] = core.explain(target, *args, **layout)
+                box["exp"] = core.explain(target, *args, **layout,
+                                          policy=policy if policy in ("auto", "spec", "heuristic") else "auto")
         except BaseException as e:  # noqa: BLE001 - reported in the message, the mismatch stays the error
             box["error"] = e
 

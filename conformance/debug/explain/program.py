@@ -42,6 +42,9 @@ class Staged:
     mesh_context: Any = None
     platforms: tuple | None = None
     _compiled: Any = None
+    #: () -> (ClosedJaxpr, flat global NumPy inputs) of the whole program as JAX traces it: what the
+    #: bound walk (`refsim.bounds`) reads for the allowed set (`conformance.debug.explain.judge`)
+    jaxpr: Callable[[], tuple] | None = None
 
     def context(self):
         import jax
@@ -98,7 +101,15 @@ def build(fn, args, *, mesh: Mesh | None = None, in_specs=None, out_specs=None, 
     lowered = staged.lower(platforms)
     run = getattr(refsim, layout.entry)(fn, **layout.entry_kwargs())
     return Staged(lowered, list(staged.flat_args), list(args), staged.device_ids,
-                  lambda out_shardings=None: _leaves(run(*args)), staged.jax_mesh, platforms)
+                  lambda out_shardings=None: _leaves(run(*args)), staged.jax_mesh, platforms,
+                  jaxpr=lambda: _traced_jaxpr(staged.call, staged.args, staged.context))
+
+
+def _traced_jaxpr(call, args, context=None) -> tuple:
+    """(closed jaxpr, flat global NumPy inputs) of `call(*args)`, traced as `conformance.check` traces it."""
+    with (context() if context is not None else contextlib.nullcontext()):
+        traced = oprog.trace(call, tuple(args), {})
+    return traced.closed, [np.asarray(a) for a in traced.flat_args]
 
 
 def is_wrapped(fn) -> bool:
@@ -132,7 +143,8 @@ def build_called(fn, args, *, lowering_platforms=None) -> Staged:
         outs = [_Out(s) for s in (out_shardings or [None] * len(jax.tree_util.tree_leaves(traced.out_tree)))]
         return oprog.refsim_outputs(traced, outs)[0]
 
-    return Staged(lowered, list(args), global_args, np.asarray(ids, dtype=np.int64), run, None, platforms)
+    return Staged(lowered, list(args), global_args, np.asarray(ids, dtype=np.int64), run, None, platforms,
+                  jaxpr=lambda: (traced.closed, list(traced.flat_args)))
 
 
 class _Out:

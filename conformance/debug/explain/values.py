@@ -14,6 +14,7 @@ differs is the one that introduced the difference, not the first output that dif
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,8 @@ class Rule:
     rounds: bool = True
     max_ulp: float = 0.0
     rtol: float = 0.0
+    #: the program's allowed set (`judge.Judge`), judging each stage's float outputs (mode "auto" only)
+    judge: Any = dataclasses.field(default=None, compare=False)
 
     def bound(self, before: np.ndarray) -> float | None:
         if self.mode == "exact" or not self.rounds or not T._floating(before.dtype):
@@ -41,6 +44,12 @@ class Rule:
     def describe(self) -> str:
         if self.mode == "legacy":
             return f"within {self.max_ulp:g} ULP or relative {self.rtol:g}"
+        if self.judge is not None and self.judge.active:
+            name = "the spec's allowed set" if self.judge.policy == "spec" else \
+                "the allowed set under the platform's declared relaxations"
+            return (f"float outputs held to {name} where it decides the element and is tighter; elsewhere "
+                    + ("bit-exact" if not self.rounds else
+                       "within 256 (float32) / 16 (narrow) units of roundoff of max|value|") + " between stages")
         if self.mode == "exact" or not self.rounds:
             return "bit-exact (the program's floating values are exact)" if self.mode == "auto" else "bit-exact"
         return "exact for exact values; floats within 256 (float32) / 16 (narrow) units of roundoff of max|value|"
@@ -90,11 +99,29 @@ def per_device(a, b, device_ids, rule: Rule) -> tuple[bool, dict, list]:
     return not bool(bad.any()), {int(d): float(w) for d, w in zip(device_ids, worst)}, elements
 
 
-def compare_stages(prev, cur, device_ids, rule: Rule):
-    """(agree, first differing output index, {device: max ulp}, first differing elements)."""
+def compare_stages(prev, cur, device_ids, rule: Rule, left_spec: list | None = None):
+    """(agree, first differing output index, {device: max ulp}, first differing elements).
+
+    With `rule.judge` (the allowed set), an output it bounds is judged element by element
+    (`judge.Judge.bad_elements`); `left_spec`, when given, receives (output, mask) of the elements
+    that leave the spec's allowed set at `cur` (inside at `prev`)."""
     if len(prev.outputs) != len(cur.outputs):
         return False, 0, {}, []
+    judge = rule.judge
     for i, (a, b) in enumerate(zip(prev.outputs, cur.outputs)):
+        if judge is not None and i < len(judge.outputs) and judge.outputs[i] is not None \
+                and np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.asarray(b).dtype:
+            bad, left = judge.bad_elements(prev, cur, i, rule)
+            if left_spec is not None and left.any():
+                left_spec.append((i, left))
+            if bad.any():
+                a, b = np.asarray(a), np.asarray(b)
+                n = a.shape[0]
+                ulp = diff.ulp_error(a, b).reshape(n, -1)
+                worst = ulp.max(axis=1) if ulp.shape[1] else np.zeros(n)
+                return (False, i, {int(d): float(w) for d, w in zip(device_ids, worst)},
+                        first_elements(a, b, bad.reshape(n, -1), device_ids))
+            continue
         ok, devs, elements = per_device(a, b, device_ids, rule)
         if not ok:
             return False, i, devs, elements
@@ -209,13 +236,30 @@ def _queues(earlier: dict) -> dict:
     return out
 
 
+def _closest(q, val, device_ids, rule):
+    """The index in `q` of the value nearest `val` (largest absolute difference), among those of its type."""
+    best, where = None, 0
+    for i, ref in enumerate(q):
+        r = np.asarray(ref)
+        if r.shape[1:] != val.shape[1:] or r.dtype != val.dtype:
+            continue
+        with np.errstate(all="ignore"):
+            d = diff.abs_error(np.broadcast_to(r, (max(r.shape[0], val.shape[0]),) + r.shape[1:]),
+                               np.broadcast_to(val, (max(r.shape[0], val.shape[0]),) + val.shape[1:]))
+        d = float(np.nanmax(d)) if np.size(d) and not np.isnan(d).all() else float("inf")
+        if best is None or d < best:
+            best, where = d, i
+    return where
+
+
 def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dict, anchor=None,
-                  in_order: bool = False):
+                  in_order: bool = False, closest: bool = False):
     """One re-interpretation of `st` with its paired ops compared with, and (where `anchor(primary)`
     says so, default all) replaced by, `prev`'s values. Returns ([(op to name, per_device triple)]
     of the ops that differ, in evaluation order; the outputs, or None if the run failed).
     An op pairs with the first value of its key that it agrees with, else the first not yet
-    taken; with `in_order`, the ops `anchor` puts right take their key's values in order."""
+    taken (with `closest`, the nearest one: a rewritten op computes nearly its earlier value); with
+    `in_order`, the ops `anchor` puts right take their key's values in order."""
     queues = _queues(prev.trace)
     found: list = []
 
@@ -241,6 +285,8 @@ def _anchored_run(prev, st, device_ids, rule: Rule, compiled: bool, results: dic
             if r is not None and r[0]:
                 pick, res = i, r
                 break
+        if res is None and closest and not ordered:
+            pick = _closest(q, val, device_ids, rule)
         ref = q.pop(pick)
         if not compiled and pick:
             del q[:pick]  # same evaluation order: the values skipped will never be paired
@@ -318,3 +364,116 @@ def output_op(program, index: int):
             break
         op = nxt
     return op
+
+
+# -- the op that takes a value out of the allowed set ------------------------------------------
+
+_NOT_BLAMED = _SHAPING | {"fusion", "call", "return", "while", "if", "case", "manual_computation",
+                          "optimization_barrier", "custom_call"}
+
+
+def deviation_op(prev, st, device_ids, judge, output: int, mask: np.ndarray):
+    """(op, how) of stage `st` responsible for the elements `mask` of `output` leaving the spec's
+    allowed set (inside at stage `prev`), or (None, "").
+
+    1. The later module is interpreted again with each paired op (as `anchored_op` pairs them, a
+       changed op with its nearest earlier value) compared bit for bit with, and replaced by, the
+       earlier stage's value: the ops whose own value differs are the candidates.
+    2. A candidate is *verified* when putting right only its evaluations brings those elements
+       back inside the spec's set; the first verified one is named.
+    3. Failing that, the two modules' ops are diffed per source location: an op kind the later
+       module has at a location where the earlier one had another (`divide` became `multiply`).
+    """
+    if st.rerun is None or st.program is None or st.name not in ("lowered", "compiled"):
+        return None, ""
+    exact = Rule("exact")
+    compiled = st.name == "compiled"
+    ob = judge.outputs[output]
+    found, results = [], {}
+    if prev.trace:
+        results = {} if compiled else _result_ops(prev.trace, st.program)
+        if compiled or results:
+            found, _ = _anchored_run(prev, st, device_ids, exact, compiled, results, closest=True)
+    tried = set()
+    for op, _ in found:
+        if op.index in tried or op.name.split(".", 1)[-1] in _NOT_BLAMED:
+            continue
+        tried.add(op.index)
+        if len(tried) > 12:
+            break
+        _, outs = _anchored_run(prev, st, device_ids, exact, compiled, results, anchor=lambda p, i=op.index: p.index == i,
+                                closest=True)
+        if outs is None or output >= len(outs) or np.shape(outs[output]) != np.shape(ob.center):
+            continue
+        if ob.inside(outs[output], ob.spec)[mask].all():
+            return op, (f"its value differs from the {prev.name} stage's; putting right this op alone brings "
+                        "the elements back inside the spec's allowed set")
+    op = module_diff_op(prev, st)
+    if op is not None:
+        return op, (f"the {prev.name} module computes this source line with other ops; not verified by value")
+    for op, _ in found:
+        if op.name.split(".", 1)[-1] not in _NOT_BLAMED:
+            return op, (f"the first op whose own value differs from the {prev.name} stage's (bit for bit); "
+                        "putting it right alone did not bring the elements back: not verified")
+    return None, ""
+
+
+def module_diff_op(prev, st):
+    """The first op of `st`'s module (lowered or compiled) whose kind its source location does not have
+    in `prev`'s module (its ops by location; for the jaxpr stage, no module: None), ignoring ops
+    that only move or reshape values."""
+    if prev.program is None or st.program is None:
+        return None
+    def kinds(program):
+        out: dict = {}
+        for (key, _), ops in S.static_groups(program).items():
+            out.setdefault(key[1:], set()).update(o.name.split(".", 1)[-1] for o in ops
+                                                  if o.name.split(".", 1)[-1] not in _NOT_BLAMED)
+        return out
+    before = kinds(prev.program)
+    for (key, _), ops in S.static_groups(st.program).items():
+        had = before.get(key[1:])
+        if had is None:
+            continue
+        for o in ops:
+            short = o.name.split(".", 1)[-1]
+            if short not in _NOT_BLAMED and had and short not in had:
+                return o
+    return None
+
+
+def line_change(prev, st, op) -> str:
+    """What the earlier stage's module computes at `op`'s source line that the later one does not,
+    and `op`'s constant operands: "stablehlo.divide at this line became stablehlo.multiply by
+    constant 0.2" ("" when neither module says more)."""
+    parts = []
+    if prev.program is not None and st.program is not None and op.loc.file:
+        line = (op.loc.file, op.loc.line)
+        def kinds(program):
+            return {o.name for (key, _), ops in S.static_groups(program).items() if key[1:] == tuple(line)
+                    for o in ops if o.name.split(".", 1)[-1] not in _NOT_BLAMED}
+        gone = sorted(kinds(prev.program) - kinds(st.program))
+        if gone and op.name not in kinds(prev.program):
+            parts.append(f"the {prev.name} module computes this line with {', '.join(gone)}; "
+                         f"the {st.name} module with {op.name}")
+    consts = _constant_operands(st.program, op) if st.program is not None else []
+    if consts:
+        parts.append(f"{op.name.split('.', 1)[-1]} by constant {', '.join(consts)}")
+    return "; ".join(parts)
+
+
+def _constant_operands(program, op) -> list:
+    from refsim.stablehlo import plan
+
+    for fn in program.funcs.values():
+        ops = list(plan.walk(fn.body))
+        if any(o.index == op.index for o in ops):
+            defs = {r: o for o in ops for r in o.results}
+            out = []
+            for slot in op.operands:
+                d = defs.get(slot)
+                if d is not None and d.name in ("stablehlo.constant", "mhlo.constant"):
+                    text = d.text.split("dense<", 1)[-1].split(">", 1)[0] if "dense<" in d.text else d.text
+                    out.append(text)
+            return out
+    return []
