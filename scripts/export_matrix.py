@@ -146,6 +146,10 @@ def notes(result: dict) -> str:
             ran = cell["ran_outside"]
             out.append(f"* {key}: outside the window: {'; '.join(cell['outside'])}. Run anyway: {ran['agree']} "
                        f"agreed, {ran['disagree']} disagreed, {ran['error']} raised.")
+        own = cell["counts"].get("exporters-own", 0)
+        if own:
+            out.append(f"* {key}: {own} of the disagreements and errors happen in the exporting JAX's own round "
+                       "trip too: not cross-version differences (see below).")
         for f in cell["findings"]:
             out.append(f"* {key}: finding [{f['stage']}] {f['op']}: {f['error']} ({f['count']} program(s))")
     return "\n".join(out) or "* no program outside the window, no finding."

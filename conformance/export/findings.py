@@ -11,7 +11,8 @@
 * ``UPSTREAM.md``: the issue body: exporting and running versions, what differed, the program
   source, how to run the script.
 
-Programs outside the compatibility window are never findings. ``findings/CAUSES.md`` groups the
+Programs outside the compatibility window are never findings, nor are failures the exporting JAX
+has on its own round trip too (`conformance.export.run.ProgramOutcome.exporters_own`). ``findings/CAUSES.md`` groups the
 findings by root cause (`conformance.findings.write_causes`).
 """
 from __future__ import annotations
@@ -149,8 +150,9 @@ Mesh {dict(zip(entry['mesh']['names'], entry['mesh']['shape']))}, device ids
 
 def write(report_dir: str, bundle, entries: dict, outcomes: list, runner: dict) -> list:
     """Write one folder per distinct (stage, op, error) signature among the `outcomes` that
-    disagreed or erred inside the window; return their `Finding` records."""
-    failing = [p for p in outcomes if p.outcome in ("disagree", "error") and p.signature]
+    disagreed or erred inside the window where the exporter's own round trip agreed; return their
+    `Finding` records."""
+    failing = [p for p in outcomes if p.outcome in ("disagree", "error") and p.signature and not p.exporters_own]
     if not failing:
         return []
     root = os.path.join(report_dir, "findings")

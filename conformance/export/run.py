@@ -17,10 +17,15 @@ judges the same program). Outcomes:
   is said, but it is no failure;
 * ``rejected``: a file does not match its sha256.
 
+The exporter runs each artifact once itself (the manifest's ``exporter_run``). A disagreement or
+error that the exporting JAX's own round trip had too is counted as such (``exporters-own``) and
+is not a cross-version finding: it is the exporter version's own refsim-vs-XLA difference (or
+refsim's), which a run or hunt under that version reports.
+
 The report folder (default ``DIR/run-jax<version>``) gets the project's reports (results.jsonl,
 junit.xml, report.html: statuses pass / fail / error / unsupported for agree / disagree / error /
 outside-window), ``export-run.json`` (the counts and one record per program) and ``findings/``:
-one folder per distinct disagreement or error inside the window, ready to file
+one folder per distinct cross-version disagreement or error inside the window, ready to file
 (`conformance.export.findings`). Exit status 0 when nothing disagreed, erred or was rejected, 1
 otherwise, 2 on bad arguments or a folder that is no bundle.
 """
@@ -68,6 +73,12 @@ class ProgramOutcome:
     seconds: float = 0.0
     report: str = ""          # the comparison's report, or the traceback's last lines
     signature: tuple = ()     # (stage, op, error class) of a disagreement or error
+    exporter_run: str = ""    # how the exporting JAX's own round trip ended ("" when the bundle does not say)
+
+    @property
+    def exporters_own(self) -> bool:
+        """A disagreement or error the exporting JAX's own round trip had too: no cross-version difference."""
+        return self.outcome in ("disagree", "error") and self.exporter_run not in ("", "agree")
 
 
 @dataclasses.dataclass
@@ -88,6 +99,7 @@ class BundleRun:
              "rejected": 0}
         for p in self.programs:
             c[p.outcome] += 1
+        c["exporters-own"] = sum(p.exporters_own for p in self.programs)
         return c
 
     @property
@@ -152,7 +164,8 @@ def run_program(loaded, runner: dict) -> ProgramOutcome:
 
     entry = loaded.entry
     t0 = time.perf_counter()
-    res = ProgramOutcome(entry["id"], entry.get("case_id", ""), "error", outside=window.outside(entry, runner))
+    res = ProgramOutcome(entry["id"], entry.get("case_id", ""), "error", outside=window.outside(entry, runner),
+                         exporter_run=str((entry.get("exporter_run") or {}).get("outcome", "")))
     ops = "+".join(entry.get("ops") or []) or "-"
     stage = "deserialize"
     try:
@@ -188,6 +201,8 @@ def run_program(loaded, runner: dict) -> ProgramOutcome:
         if window.refused_as_expired(e):
             res.outside.append("JAX refused the artifact as older than its backward-compatibility window")
     res.outcome = "outside-window" if res.outside else res.ran
+    if res.exporters_own:
+        res.message += f" (the exporting JAX's own round trip: {res.exporter_run}; not a cross-version difference)"
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -274,7 +289,9 @@ def main(argv=None) -> int:
     c = run.counts
     print(f"export bundle: jax {run.exporter.get('jax', '?')} exported, jax {run.runner['jax']} ran: "
           f"{c['programs']} programs, {c['agree']} agree, {c['disagree']} disagree, {c['error']} error, "
-          f"{c['outside-window']} outside the window" + (f", {c['rejected']} rejected (sha256)" if c["rejected"] else ""))
+          f"{c['outside-window']} outside the window" + (f", {c['rejected']} rejected (sha256)" if c["rejected"] else "")
+          + (f"; {c['exporters-own']} of the disagreements and errors the exporting JAX has on its own round trip "
+             "too (not cross-version)" if c["exporters-own"] else ""))
     for f in run.findings:
         print(f"finding {f.number:03d} [{f.stage}] {f.op}: {f.error} ({f.count}x): {f.folder}")
     print(f"report: {run.report_dir}/{RUN_RECORD}, results.jsonl, junit.xml, report.html")

@@ -7,7 +7,9 @@ Programs are drawn from the sharded suite's strategy (`conformance.suites.sharde
 same seed, device count and JAX give the same programs. Each is exported with `jax.export`
 (``jax.jit`` with its drawn in/out shardings, under its drawn partitioner, inside
 ``jax.set_mesh`` of its mesh of virtual CPU devices) and serialized; refsim runs the program from
-the exporter's jaxpr for the expected outputs. A drawn program that JAX cannot export or refsim
+the exporter's jaxpr for the expected outputs, and the exporting JAX runs its own artifact once
+(``exporter_run`` in the manifest: agree, disagree or error), so that a runner can tell a
+cross-version difference from a disagreement the exporter's own version has. A drawn program that JAX cannot export or refsim
 cannot run is listed in the manifest's ``skipped`` with the reason, and another is drawn in its
 place (at most ``4 * N + 8`` draws). The bundle's layout is `conformance.export.bundle`'s.
 """
@@ -30,7 +32,8 @@ from xla_backend import platform as xplat
 
 # None of these loads JAX: `main` configures the platform first.
 
-__all__ = ["ExportResult", "export_bundle", "export_case", "export_function", "exporter_record", "main"]
+__all__ = ["ExportResult", "export_bundle", "export_case", "export_function", "exporter_record", "main",
+           "own_round_trip"]
 
 BATCH = 8
 _MAX_SEED = 2 ** 32
@@ -103,6 +106,17 @@ def export_case(case) -> tuple:
     return blob, text, meta
 
 
+def own_round_trip(blob: bytes, meta: dict, args, expected, exporter: dict) -> dict:
+    """The program deserialized and run by the exporting JAX itself, judged as `run-bundle` judges
+    it: ``{"outcome": agree | disagree | error, "message": ...}``. A runner's disagreement on a
+    program whose own round trip did not agree is no cross-version difference (`conformance.export.run`)."""
+    from conformance.export.bundle import LoadedProgram
+    from conformance.export.run import run_program
+
+    own = run_program(LoadedProgram(dict(meta, id="p000"), blob, [np.asarray(a) for a in args], expected), exporter)
+    return {"outcome": own.ran, "message": own.message}
+
+
 def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: " + next((ln for ln in str(e).splitlines() if ln.strip()), "")[:300]
 
@@ -138,6 +152,7 @@ def export_bundle(out, *, programs: int, seed: int = 0, devices: int = 8, say=pr
                                 "batch_seed": batch_seed})
                 continue
             meta["batch_seed"] = batch_seed
+            meta["exporter_run"] = own_round_trip(blob, meta, case.args, expected, exporter)
             entry = writer.add(meta, exported=blob, module_text=text, inputs=case.args, expected=expected)
             say(f"{entry['id']} {case.case_id}")
     writer.finish(exporter=exporter, seed=seed, skipped=skipped)

@@ -49,7 +49,8 @@ def test_the_hand_written_program_agrees_with_numpy_under_the_same_jax(tmp_path)
     run = run_mod.run_bundle(path, report_dir=tmp_path / "r", say=lambda *_: None)
     (p,) = run.programs
     assert (p.outcome, p.outside, run.ok) == ("agree", [], True), p.message + p.report
-    assert run.counts == {"programs": 1, "agree": 1, "disagree": 0, "error": 0, "outside-window": 0, "rejected": 0}
+    assert run.counts == {"programs": 1, "agree": 1, "disagree": 0, "error": 0, "outside-window": 0, "rejected": 0,
+                          "exporters-own": 0}
     record = json.loads((tmp_path / "r" / run_mod.RUN_RECORD).read_text())
     assert record["verdict"] == "AGREE" and record["runner"]["jax"] == record["exporter"]["jax"]
     lines = [json.loads(ln) for ln in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
@@ -84,6 +85,20 @@ def test_a_planted_wrong_expected_value_is_a_finding_ready_to_file(tmp_path, cap
     assert "output 0: 1 of 32 elements differ; first at (5, 2): refsim 32.0, jax 31.0" in script.stdout
 
 
+def test_a_failure_the_exporter_has_too_is_counted_but_no_cross_version_finding(tmp_path):
+    wrong = A * 2 + 1
+    wrong[0, 0] = -99
+    path = _bundle(tmp_path / "b", expected=[wrong, A.sum(axis=0)])
+    doc = json.loads((tmp_path / "b" / MANIFEST).read_text())
+    doc["programs"][0]["exporter_run"] = {"outcome": "disagree", "message": "MISMATCH"}
+    (tmp_path / "b" / MANIFEST).write_text(json.dumps(doc))
+    run = run_mod.run_bundle(path, report_dir=tmp_path / "r", say=lambda *_: None)
+    (p,) = run.programs
+    assert (p.outcome, p.exporters_own, run.counts["exporters-own"]) == ("disagree", True, 1)
+    assert "not a cross-version difference" in p.message
+    assert run.findings == [] and not run.ok
+
+
 def test_a_tampered_file_is_reported_and_never_run(tmp_path):
     path = _bundle(tmp_path / "b")
     inputs = tmp_path / "b" / "p000" / "inputs.npz"
@@ -114,6 +129,8 @@ def test_drawn_programs_export_and_agree_under_the_same_jax(tmp_path):
     assert res.programs == 3
     bundle = read_bundle(tmp_path / "b")
     assert all(e["case_id"].startswith("sharded[") and "def f(" in e["source"] for e in bundle.programs)
+    # the exporter ran each artifact itself: a runner can tell a cross-version difference from its own
+    assert all(e["exporter_run"]["outcome"] == "agree" for e in bundle.programs), bundle.programs
     run = run_mod.run_bundle(tmp_path / "b", report_dir=tmp_path / "r", say=lambda *_: None)
     assert [p.outcome for p in run.programs] == ["agree"] * 3, [p.message for p in run.programs]
 
