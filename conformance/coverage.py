@@ -3,11 +3,11 @@
     python -m conformance.coverage REPORT_DIR... [--out docs/sharded-programs.md]
 
 Reads every ``results.jsonl`` given (hunt reports record each program's ops with the sharding
-pattern of the operand each op used, its transform, axis types and partitioner, and the plan
+pattern of the operand each op used, its transform, axis types, partitioner and program class, and the plan
 records the JAX version) and writes a Markdown page: per op of `conformance.strategies.OPS`,
 how many programs used it under each pattern (`conformance.strategies.sharded.PATTERNS`),
 forward and backward (``grad`` / ``vjp``), and on which JAX versions; then the totals per
-transform, axis type and partitioner. Without ``--out`` the page goes to stdout.
+transform, axis type, partitioner and program class. Without ``--out`` the page goes to stdout.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def collect(paths) -> dict:
             statuses[rec.get("status")] += 1
             for key in ("transform", "axis_types", "partitioner"):
                 totals[(key, prog.get(key))] += 1
+            # the program class (sharded_programs(classes=...)); reports written before it existed are plain
+            totals[("program_class", prog.get("program_class", "plain"))] += 1
             for op, pattern in {tuple(x) for x in prog.get("ops", ())}:
                 cells[(op, pattern, direction)] += 1
                 versions[op].add(version)
