@@ -16,6 +16,7 @@ docs/comparison.md ("The allowed set").
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -79,9 +80,14 @@ def is_float(dtype) -> bool:
     return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name)
 
 
-def finfo(dtype):
-    dtype = np.dtype(dtype)
+@functools.lru_cache(maxsize=None)
+def _finfo(dtype: np.dtype):
     return np.finfo(dtype) if dtype.kind == "f" and dtype.type.__module__ == "numpy" else ml_dtypes.finfo(dtype)
+
+
+def finfo(dtype):
+    """np.finfo (ml_dtypes.finfo for the narrow floats), once per dtype: the walk asks per operation."""
+    return _finfo(np.dtype(dtype))
 
 
 def unit_roundoff(dtype) -> float:
@@ -112,7 +118,7 @@ def has_inf(dtype) -> bool:
 def flush_threshold(dtype) -> float:
     """Below this magnitude XLA:CPU flushes a float to zero: float32's smallest normal for every
     float narrower than 64 bits (they compute in float32), float64's for float64."""
-    return float(np.finfo(np.float64 if np.dtype(dtype).itemsize == 8 else np.float32).tiny)
+    return float(finfo(np.float64 if np.dtype(dtype).itemsize == 8 else np.float32).tiny)
 
 
 def half_ulp(a, dtype):
