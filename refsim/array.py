@@ -406,8 +406,9 @@ def device_put(x, sharding) -> Array:
     it already held under `x`'s own NamedSharding (a NumPy value counts as replicated), zeros
     elsewhere (`refsim.layouts.unreduced.decompose`).
     `x` gets JAX's canonical dtype (64-bit -> 32-bit unless x64 is on); non-numeric, None and
-    ragged inputs are rejected as `refsim.values.as_jax_array` says. The data is copied once
-    and made read-only; the shards are views of it.
+    ragged inputs are rejected as `refsim.values.as_jax_array` says, except NumPy's StringDType
+    arrays, which `jax.device_put` places too (data movement only: no refsim program takes them).
+    The data is copied once and made read-only; the shards are views of it.
     """
     return put(x, sharding, copy=True)
 
@@ -418,7 +419,7 @@ def put(x, sharding, *, copy: bool) -> Array:
     sharding = _as_sharding(sharding)
     if _stackable(sharding) and sharding.spec.unreduced:
         return _put_unreduced(x, sharding)
-    value = as_jax_array(x, arg="x", api="refsim.device_put")
+    value = as_jax_array(x, arg="x", api="refsim.device_put", strings=True)
     if copy and (not isinstance(x, np.ndarray) or np.may_share_memory(value, x)):
         value = np.array(value, copy=True)       # else as_jax_array's dtype conversion made it new
     else:

@@ -486,6 +486,80 @@ def stablehlo_dialect():
     return stablehlo
 
 
+def exported_platform_index(exported) -> int:
+    """The platform index an Exported lowered for several platforms takes as its first module
+    argument: the position of the platform JAX runs on among `exported.platforms` (0 where it is
+    not among them, as JAX's lowering with the platform safety check disabled)."""
+    import jax
+    from jax._src import xla_bridge
+
+    here = xla_bridge.canonicalize_platform(jax.default_backend())
+    return exported.platforms.index(here) if here in exported.platforms else 0
+
+
+def exported_out_specs(exported) -> list:
+    """Per result of an Exported, the layout it states: (axis names, axis sizes, jax PartitionSpec)
+    of its NamedSharding over an abstract mesh (`_out_named_shardings`, jax 0.10 … 0.12), or None
+    (unstated, or an HloSharding only)."""
+    out = []
+    for sh in getattr(exported, "_out_named_shardings", None) or (None,) * len(exported.out_avals):
+        mesh, spec = getattr(sh, "mesh", None), getattr(sh, "spec", None)
+        if mesh is None or spec is None:
+            out.append(None)
+            continue
+        out.append((tuple(mesh.axis_names), tuple(int(n) for n in mesh.axis_sizes), spec))
+    return out
+
+
+_REFSIM_MAIN = "_refsim_exported_main"
+
+
+def refined_exported_module(exported, shapes: tuple) -> str:
+    """The StableHLO text of an Exported's module for a call with argument shapes `shapes` (one per
+    argument of the call, before `module_kept_var_idx`). A module exported with static shapes is
+    its own text; a shape-polymorphic one (`tensor<?x8xf32>` arguments, dimension sizes read with
+    `get_dimension_size`) is wrapped in a `@main` taking the static shapes, which converts them to
+    the polymorphic ones and calls the original, and refined by JAX's shape refinement
+    (`mlir.refine_polymorphic_shapes`, as JAX does when it compiles a call of it; jax 0.10 … 0.12)."""
+    import re
+
+    text = exported.mlir_module()
+    if all(isinstance(d, int) for a in exported.in_avals for d in a.shape):
+        return text
+    from jax._src.interpreters import mlir
+
+    ir = mlir_ir()
+    with mlir_context(), ir.Location.unknown():
+        fn = ir.Module.parse(text).body.operations
+        main = next(op for op in fn if ir.StringAttr(op.attributes["sym_name"]).value == "main")
+        ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+        ins, outs = list(ftype.inputs), list(ftype.results)
+        n_lead = len(ins) - len(exported.module_kept_var_idx)      # the platform index, if any
+        kept_shapes = [tuple(shapes[i]) for i in exported.module_kept_var_idx]
+        static = [str(t) for t in ins[:n_lead]]
+        for t, shp in zip(ins[n_lead:], kept_shapes):
+            static.append(str(ir.RankedTensorType.get(shp, ir.RankedTensorType(t).element_type)))
+        dyn, res = [str(t) for t in ins], [str(t) for t in outs]
+        lines = [f"  func.func public @main({', '.join(f'%a{i}: {t}' for i, t in enumerate(static))}) -> "
+                 f"({', '.join(res)}) {{"]
+        for i, (st, dt) in enumerate(zip(static, dyn)):
+            lines.append(f"    %c{i} = stablehlo.convert %a{i} : ({st}) -> {dt}" if st != dt else
+                         f"    %c{i} = stablehlo.convert %a{i} : ({st}) -> {st}")
+        call_res = f"%r:{len(res)}" if len(res) > 1 else "%r"
+        lines.append(f"    {call_res} = func.call @{_REFSIM_MAIN}({', '.join(f'%c{i}' for i in range(len(dyn)))}) : "
+                     f"({', '.join(dyn)}) -> ({', '.join(res)})")
+        rets = [f"%r#{k}" for k in range(len(res))] if len(res) > 1 else ["%r"] * len(res)
+        lines.append(f"    return {', '.join(rets)} : {', '.join(res)}")
+        lines.append("  }")
+    # the original main becomes a private function; the wrapper is the module's first function
+    renamed = re.sub(r"func\.func public @main\(", f"func.func private @{_REFSIM_MAIN}(", text, count=1)
+    at = renamed.index(f"func.func private @{_REFSIM_MAIN}(")
+    wrapped = renamed[:at] + "\n".join(lines).lstrip() + "\n  " + renamed[at:]
+    with mlir_context():
+        module = mlir.refine_polymorphic_shapes(ir.Module.parse(wrapped))
+        return str(module)
+
+
 def attribute_names(op) -> list:
     """Names of an operation's attributes: iterating `op.attributes` yields str in jaxlib 0.10 …
     0.12 and NamedAttribute in older MLIR bindings."""
@@ -930,6 +1004,86 @@ def dispatch_module():
     from jax._src import dispatch
 
     return dispatch
+
+
+def runtime_token_type():
+    """`jax._src.core.Token` (jax 0.10 … 0.12): the runtime token an ordered effect threads
+    through its executions (`io_callback(..., ordered=True)`); JAX's dispatch moves it onto the
+    next execution's devices with `jax.device_put` (`RuntimeTokenSet.get_token_input`). It
+    wraps a zero-size buffer and carries no data."""
+    from jax._src import core
+
+    return core.Token
+
+
+#: The JAX functions (jax 0.10 … 0.12) that assemble one multi-device jax.Array from values given
+#: per device without `jax.device_put`'s dispatch, by the name of the code that calls the hook
+#: (`placement_hooks`): {code name: the public API the user called}. `pxla.batched_device_put(aval,
+#: sharding, xs, devices)` is called by `make_array_from_callback` (xs: the callback's values, one
+#: per device) and by `device_put_sharded` / `device_put_replicated` (their inner functions
+#: `_device_put_sharded` / `_device_put_replicated`; xs[i] a leading-axis block for devices[i]);
+#: `ArrayImpl._check_and_rearrange(arrays, sharding, aval)` orders the single-device arrays of
+#: `make_array_from_single_device_arrays` (and of `make_array_from_callback` with a Format) by
+#: the sharding's device assignment. Other callers (pmap's argument handling, device_put's own
+#: dispatch) are jit executions or device_puts the oracle sees elsewhere.
+PLACEMENT_CALLERS = {"make_array_from_callback": "make_array_from_callback",
+                     "_device_put_sharded": "device_put_sharded",
+                     "_device_put_replicated": "device_put_replicated",
+                     "make_array_from_single_device_arrays": "make_array_from_single_device_arrays"}
+
+
+def placement_hooks() -> tuple:
+    """((module, "batched_device_put"), (ArrayImpl, "_check_and_rearrange", is_static)): where
+    oracle mode sees the placements of `PLACEMENT_CALLERS`. `_check_and_rearrange` is a method in
+    jax 0.10 and a staticmethod in 0.12; ArrayImpl's C++ constructor looks it up on each call."""
+    from jax._src import array
+    from jax._src.interpreters import pxla
+
+    static = isinstance(array.ArrayImpl.__dict__.get("_check_and_rearrange"), staticmethod)
+    return (pxla, "batched_device_put"), (array.ArrayImpl, "_check_and_rearrange", static)
+
+
+#: What `placement_caller` says for JAX's own runtime-token bookkeeping: an executable with ordered
+#: effects assembles its per-device token buffers with `make_array_from_single_device_arrays`
+#: (`pxla` `_handle_token_bufs` / `_add_tokens_to_inputs`, jax 0.10 … 0.12).
+RUNTIME_TOKEN_PLACEMENT = "runtime token"
+
+
+def placement_caller(depth: int = 4) -> str | None:
+    """The public API (`PLACEMENT_CALLERS`) whose code called the running placement hook, looked
+    up the stack up to `depth` frames above the hook's caller (jax._src.array / jax._src.api
+    code only); `RUNTIME_TOKEN_PLACEMENT` when JAX's executable machinery (`pxla`) called that
+    API for its runtime tokens; None for any other caller."""
+    import sys
+
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        mod = frame.f_globals.get("__name__", "")
+        if mod in ("jax._src.array", "jax._src.api"):
+            api = PLACEMENT_CALLERS.get(frame.f_code.co_name)
+            if api is not None:
+                up = frame.f_back
+                if up is not None and up.f_globals.get("__name__", "") == "jax._src.interpreters.pxla":
+                    return RUNTIME_TOKEN_PLACEMENT
+                return api
+        frame = frame.f_back
+    return None
+
+
+def sharding_device_order(sharding) -> list:
+    """The devices of a JAX sharding in its device assignment's order (what
+    `_check_and_rearrange` orders the single-device arrays by)."""
+    return list(sharding._addressable_device_assignment)
+
+
+def legacy_device_put_sharded():
+    """`jax.device_put_sharded` and `jax.device_put_replicated` (deprecated: the public names
+    raise AttributeError on jax 0.10 … 0.12; libraries reach them in `jax._src.api`)."""
+    from jax._src import api
+
+    return api.device_put_sharded, api.device_put_replicated
 
 
 def aot_compiled_class():

@@ -3,7 +3,8 @@
 `as_jax_array(x, arg=..., api=...)` turns one array-like into the ndarray JAX would hold:
 
 - numeric only: bool, integer, floating and complex dtypes (and ml_dtypes' bfloat16, float8,
-  int4 ...); strings, objects, datetimes are a TypeError with JAX's text;
+  int4 ...); strings, objects, datetimes are a TypeError with JAX's text (`refsim.device_put`
+  alone also places NumPy's StringDType arrays, as `jax.device_put` does);
 - JAX's canonical dtype: with `jax_enable_x64` off, 64-bit values become 32-bit
   (`np.full(8, 2**40)` becomes int32 and wraps, as `jax.device_put` does); a Python int
   that does not fit the canonical integer type is an OverflowError, as in JAX;
@@ -40,8 +41,22 @@ def canonical_dtype(dtype) -> np.dtype:
     return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
-def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put") -> np.ndarray:
-    """`x` as an ndarray with JAX's canonical numeric dtype (see the module docstring)."""
+def _is_float0(dtype: np.dtype) -> bool:
+    import jax
+
+    return dtype == jax.dtypes.float0
+
+
+def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put", strings: bool = False,
+                 float0: bool = False) -> np.ndarray:
+    """`x` as an ndarray with JAX's canonical numeric dtype (see the module docstring).
+
+    `strings=True` (`refsim.device_put`) also takes NumPy's variable-width `StringDType` arrays
+    as they are: `jax.device_put` places them (JAX's string arrays: placement and resharding
+    only; a jit refuses them), while fixed-width ``str_`` / ``bytes_`` arrays stay a TypeError,
+    as in JAX. `float0=True` (a program's arguments) takes `jax.dtypes.float0` arrays, the
+    data-less tangents of integer inputs that jit and pmap accept: they flow through a program's
+    data movement (a pmap body squeezes them) and carry no values."""
     if x is None:
         raise TypeError(
             f"{api}: {arg}=None is not an array; pass a NumPy array, a Python scalar or (nested) "
@@ -62,6 +77,10 @@ def as_jax_array(x, *, arg: str = "x", api: str = "refsim.device_put") -> np.nda
         ) from None
     if compat.jax_key_dtype(value.dtype) is not None:
         return value  # refsim's structured form of a JAX PRNG key array: placed as it is
+    if float0 and value.dtype.kind == "V" and _is_float0(value.dtype):
+        return value  # jax.dtypes.float0: no data, JAX takes it as it is
+    if strings and value.dtype.kind == "T":
+        return value  # NumPy's StringDType: placed as it is, as jax.device_put does
     dtype = check_numeric_dtype(value.dtype, arg=arg, api=api)
     canon = canonical_dtype(dtype)
     return value if canon == dtype else value.astype(canon)

@@ -686,6 +686,67 @@ def finish_device_put(hosts, targets, ys) -> tuple[CheckResult, list]:
                        provenance=_provenance(ref), seconds=secs), ref
 
 
+# -- placements: one jax.Array assembled from values given per device -------------------------------
+#: The placements oracle mode checks besides `jax.device_put` (`refsim.compat.PLACEMENT_CALLERS`).
+PLACEMENTS = ("make_array_from_callback", "make_array_from_single_device_arrays", "device_put_sharded",
+              "device_put_replicated")
+
+
+def placement_hosts(values, devices) -> list:
+    """[(device id, host copy)] of the values a placement puts on `devices` (one each, in order),
+    taken before the placement runs."""
+    out = []
+    for v, d in zip(values, devices):
+        data = np.asarray(v)
+        out.append((int(d.id), np.array(data, copy=True)))
+    return out
+
+
+def finish_placement(api: str, sharding, shape, dtype, hosts, result) -> tuple[CheckResult, list]:
+    """(result, refsim's array) of a placement `api` (`PLACEMENTS`) that made `result` from the
+    per-device values `hosts` ([(device id, block)]) under `sharding`. Exact, device by device:
+
+    * ``device_put_sharded(shards, devices)`` / ``device_put_replicated(x, devices)``: the stack of
+      the blocks along a new leading axis (each block one row: a shard, or `x` itself) laid out by
+      the sharding JAX builds (one row per device, devices in the order given): refsim's
+      `device_put` of that global value;
+    * ``make_array_from_callback`` / ``make_array_from_single_device_arrays``: device d holds the
+      block given for d (the callback's value for d's index, the array that was on d), at the
+      index refsim's layout gives d: `refsim.make_array_from_single_device_arrays`.
+
+    `result` is the jax.Array JAX made, or, for `make_array_from_single_device_arrays`, the
+    [(device id, block)] its device assignment holds (`_check_and_rearrange`'s order)."""
+    try:
+        sh = convert.from_jax_sharding(sharding)
+    except (TypeError, ValueError, NotImplementedError) as e:
+        raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    dtype = np.dtype(compat.physical_dtype(dtype))
+    blocks = {d: (h if h.dtype == dtype else h.astype(dtype)) for d, h in hosts}
+    t0 = time.perf_counter()
+    try:
+        if api in ("device_put_sharded", "device_put_replicated"):
+            ref = refsim_array.put(np.concatenate([blocks[d] for d, _ in hosts], axis=0), sh, copy=False)
+        else:
+            ref = refsim.make_array_from_single_device_arrays(tuple(shape), sh, blocks, dtype=dtype)
+    except (ValueError, TypeError) as e:
+        raise NotCheckable("refsim error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    t1 = time.perf_counter()
+    if isinstance(result, list):
+        xla = refsim.make_array_from_single_device_arrays(tuple(shape), sh, {d: np.asarray(b) for d, b in result},
+                                                          dtype=dtype)
+    else:
+        _await([result])
+        xla = prog.host_array(result, copy=False)
+    t2 = time.perf_counter()
+    pols = [compare.EXACT]
+    cmp = compare.compare([ref], [xla], tolerances=pols)
+    t3 = time.perf_counter()
+    summaries = _summaries([ref], [xla], pols, ["program"], [""], cmp=cmp)
+    secs = {"refsim": t1 - t0, "host_outputs": t2 - t1, "compare": t3 - t2, "summaries": time.perf_counter() - t3}
+    return CheckResult(name=api, entry="placement", comparison=cmp, outputs=summaries,
+                       provenance=_provenance([ref]), seconds=secs), [ref]
+
+
 def write_device_put_reproducer(hosts, targets, ref, repro_dir) -> tuple[str | None, str]:
     """(path, note): the reproducer of a device_put that disagreed (`reproduce.device_put_source`)
     written to `repro_dir` (a folder or a function returning one), or (None, why it could not be)."""

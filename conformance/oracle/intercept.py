@@ -24,7 +24,11 @@ It hooks the Python side of JAX's jit dispatch (`refsim.compat.JIT_EXECUTION_HOO
 * under `jax.disable_jit()` no jit runs and nothing is checked twice: a program's Python runs
   exactly as often as without the oracle (eager operations on sharded arrays are still seen);
 * `jax.device_put` onto or off several devices (`dispatch._batched_device_put_impl`) is a
-  reshard: each device must hold its block of the value (exact);
+  reshard: each device must hold its block of the value (exact); a runtime token an ordered
+  effect's dispatch moves is passed through (no data);
+* placements that assemble one multi-device jax.Array without device_put's dispatch
+  (`make_array_from_callback`, `make_array_from_single_device_arrays`, `device_put_sharded`,
+  `device_put_replicated`: `refsim.compat.placement_hooks`) are checked the same way;
 * a program returning typed PRNG keys keeps C++'s fast path after its first call (JAX's Python
   path would lay the key words out differently, `KEY_FAST_PATH`), counted once per program;
 * ahead-of-time compiled calls (`jit(f).lower(...).compile()(...)`) run their executable
@@ -271,12 +275,83 @@ def _hook_device_put(original):
             return original(*xs, devices=devices, srcs=srcs, copy_semantics=copy_semantics, dst_avals=dst_avals)
         with own_work():
             pending = s.before_device_put(xs, devices)
-        ys = original(*xs, devices=devices, srcs=srcs, copy_semantics=copy_semantics, dst_avals=dst_avals)
+        prev, _STATE.putting = getattr(_STATE, "putting", False), True
+        try:
+            ys = original(*xs, devices=devices, srcs=srcs, copy_semantics=copy_semantics, dst_avals=dst_avals)
+        except BaseException:
+            if pending is not None:
+                s.abandon_put(pending)        # the program's own error (a deleted array): it reaches the user
+            raise
+        finally:
+            _STATE.putting = prev
         if pending is not None:
             with own_work():
                 s.after_device_put(pending, ys)
         return ys
     return _batched_device_put_impl
+
+
+def _placing(s) -> str | None:
+    """The placement API (`refsim.compat.PLACEMENT_CALLERS`) whose JAX code called the running
+    hook, when the session checks it; else None."""
+    if s is None or not s.active or busy() or getattr(_STATE, "putting", False):
+        return None        # (a placement inside a device_put is that put's own work, checked with it)
+    api = _compat.placement_caller()
+    if api == _compat.RUNTIME_TOKEN_PLACEMENT:      # JAX's ordered-effect tokens: no data
+        s.passed[s.RUNTIME_TOKEN] += 1
+        return None
+    return api
+
+
+def _hook_batched_device_put(original):
+    def batched_device_put(aval, sharding, xs, devices, *rest, **kw):
+        s = _SESSION[0]
+        api = _placing(s)
+        if api is None or api == "make_array_from_single_device_arrays":
+            return original(aval, sharding, xs, devices, *rest, **kw)
+        with own_work():
+            pending = s.before_placement(api, sharding, xs, devices)
+        try:
+            y = original(aval, sharding, xs, devices, *rest, **kw)
+        except BaseException:
+            if pending is not None:
+                s.abandon_put(pending)
+            raise
+        if pending is not None:
+            with own_work():
+                s.after_placement(pending, aval.shape, aval.dtype, y)
+        return y
+    return batched_device_put
+
+
+def _hook_rearrange(original):
+    """`ArrayImpl._check_and_rearrange(arrays, sharding, aval)` (after `self` in jax 0.10): the
+    single-device arrays of `make_array_from_single_device_arrays` put in the order of the
+    sharding's device assignment, which the new jax.Array holds."""
+    def _check_and_rearrange(*args):
+        s = _SESSION[0]
+        api = _placing(s)
+        if api is None:
+            return original(*args)
+        arrays, sharding, aval = args[-3:]
+        with own_work():
+            pending = s.before_placement(api, sharding, arrays, [_device_of(a) for a in arrays])
+        try:
+            ordered = original(*args)
+        except BaseException:
+            if pending is not None:
+                s.abandon_put(pending)
+            raise
+        if pending is not None:
+            with own_work():
+                held = [(int(d.id), b) for d, b in zip(_compat.sharding_device_order(sharding), ordered)]
+                s.after_placement(pending, aval.shape, aval.dtype, held)
+        return ordered
+    return _check_and_rearrange
+
+
+def _device_of(a):
+    return next(iter(a.devices()))
 
 
 def _replay(held) -> None:
@@ -390,6 +465,12 @@ def install(session) -> None:
     _patch(_compat.aot_lowered_class(), "compile", _hook_compile)
     _patch(_compat.aot_compiled_class(), "__call__", _hook_aot)
     _patch(_compat.dispatch_module(), "_batched_device_put_impl", _hook_device_put)
+    (mod, name), (cls, method, static) = _compat.placement_hooks()
+    _patch(mod, name, _hook_batched_device_put)
+    descriptor = cls.__dict__[method]           # a staticmethod in jax 0.12: restored as it was
+    _PATCHES.append((cls, method, descriptor))
+    hook = _hook_rearrange(descriptor.__func__ if static else descriptor)
+    setattr(cls, method, staticmethod(hook) if static else hook)
     _compat.clear_jit_dispatch_caches()
 
 

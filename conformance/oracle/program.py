@@ -410,6 +410,51 @@ def _compiler_placed(xla_out, out_spec, mesh, manual: set):
     return sh
 
 
+#: Equations that pass a sub-jaxpr's outputs on as their own (an Exported's call sits under them:
+#: `Exported.call` wraps it in a custom_vjp_call, a jit of it in a jit equation).
+_PASS_THROUGH = {"custom_vjp_call": "call_jaxpr", "custom_jvp_call": "call_jaxpr", "jit": "jaxpr", "pjit": "jaxpr",
+                 "closed_call": "call_jaxpr", "core_call": "call_jaxpr"}
+
+
+def _exported_spec(jaxpr, k: int, depth: int = 8):
+    """The layout the Exported whose call makes output `k` of `jaxpr` states for it, or None."""
+    for _ in range(depth):
+        var = jaxpr.outvars[k]
+        eqn = next((e for e in jaxpr.eqns if any(o is var for o in e.outvars)), None)
+        if eqn is None:
+            return None
+        j = next(i for i, o in enumerate(eqn.outvars) if o is var)
+        name = eqn.primitive.name
+        if name == "call_exported":
+            specs = compat.exported_out_specs(eqn.params["exported"])
+            return specs[j] if j < len(specs) else None
+        sub = eqn.params.get(_PASS_THROUGH.get(name, ""))
+        if sub is None:
+            return None
+        jaxpr, k = getattr(sub, "jaxpr", sub), j
+    return None
+
+
+def _exported_layouts(jaxpr, traced: Traced, xla_outs: list) -> list:
+    """Per output, the refsim NamedSharding a called `jax.export.Exported` states for it (its out
+    shardings, over an abstract mesh), bound to the devices of a mesh of the call with the same
+    axis names and sizes (XLA's result's, else an input's); None where none is stated or bound."""
+    meshes = [getattr(getattr(x, "sharding", None), "mesh", None) for x in xla_outs]
+    for _, _, sh in traced.in_avals or ():
+        try:
+            meshes.append(convert.from_jax_sharding(sh).mesh if _refsim_sharding(sh) is not None else None)
+        except (TypeError, ValueError, NotImplementedError):
+            continue
+    meshes = [m for m in meshes if isinstance(m, Mesh)]
+    out = []
+    for k in range(len(jaxpr.outvars)):
+        spec = _exported_spec(jaxpr, k)
+        mesh = None if spec is None else next(
+            (m for m in meshes if (tuple(m.axis_names), tuple(m.axis_sizes)) == spec[:2]), None)
+        out.append(None if mesh is None else NamedSharding(mesh, PartitionSpec.from_jax(spec[2])))
+    return out
+
+
 def refsim_outputs(traced: Traced, xla_outs: list, probe=None) -> tuple[list, list[str]]:
     """refsim's outputs (refsim.Array each) and, per output, where its layout came from:
     "program" (stated by out_specs / out_shardings) or "xla" (unstated: XLA's choice).
@@ -442,6 +487,8 @@ def refsim_outputs(traced: Traced, xla_outs: list, probe=None) -> tuple[list, li
                         if placed is not None:
                             layouts[k], where[k] = placed, "xla"
             return refsim.evaluate(closed, args, mesh=mesh, out_layouts=layouts, probe=probe), where
+        from_exported = _exported_layouts(closed.jaxpr, traced, xla_outs)
+        stated = [s if s is not None else e for s, e in zip(stated, from_exported)]
         layouts = [s if s is not None else x.sharding for s, x in zip(stated, xla_outs)]
         outs = refsim.evaluate(closed, traced.flat_args, out_layouts=layouts, probe=probe)
     except UnsupportedPrimitive as e:

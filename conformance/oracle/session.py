@@ -26,6 +26,7 @@ from conformance.oracle import check as chk
 from conformance.oracle import intercept
 from conformance.oracle import program as prog
 from conformance.oracle.policy import DEFAULT_ULPS
+from refsim import compat
 
 # JAX is imported inside functions: importing conformance never loads it, so the platform
 # (xla_backend.platform.configure, a user's jax.config) is chosen first; JAX reads it once, when it loads.
@@ -35,8 +36,11 @@ from conformance.oracle.policy import DEFAULT_ULPS
 #: an eager `shard_map` body, an eager operation on sharded arrays, `jax.device_put` onto or off
 #: several devices (a reshard), or a jit equation run by a transformation applied outside jit
 #: (grad / vjp / jvp / vmap / linearize of a jit).
-PATHS = ("jit call", "pmap", "eager shard_map", "eager op", "device_put", "transformation outside jit",
-         "jit equation")
+PATHS = ("jit call", "pmap", "eager shard_map", "eager op", "device_put", *chk.PLACEMENTS,
+         "transformation outside jit", "jit equation")
+
+#: Why a value is passed through unchecked and left out of the census: not the user's data.
+RUNTIME_TOKEN = "runtime token"
 
 
 @dataclasses.dataclass
@@ -54,6 +58,21 @@ class _Pending:
     host_inputs: float = 0.0        # seconds of t1 - t0 spent reading the inputs off their devices
 
 
+@dataclasses.dataclass
+class _PendingPut:
+    """One `jax.device_put` or placement between `before_*` and `after_*`: the host copies of its
+    inputs, or the error reading them raised (recorded only if the put itself succeeds: a put of
+    a deleted array raises the program's own error, which is not the oracle's)."""
+
+    path: str
+    keep: list            # positions of the put's values that are checked (runtime tokens are not)
+    hosts: Any
+    targets: Any
+    t0: float
+    t1: float
+    error: Exception | None = None
+
+
 def _label(fun, via: str, params: dict) -> str:
     """The name a record gives an execution: the user's function, or the operation run eagerly."""
     if via == "eager op":
@@ -68,6 +87,8 @@ def _label(fun, via: str, params: dict) -> str:
 class Session:
     """Counts and per-call records of one oracle run; `context` names the running test/script."""
 
+    RUNTIME_TOKEN = RUNTIME_TOKEN
+
     def __init__(self, *, repro_dir: str | None = None, policy="auto", ulps: int = DEFAULT_ULPS, echo=None):
         self.active = True
         self._repro_dir = repro_dir
@@ -77,6 +98,7 @@ class Session:
         self.skipped = 0
         self.seen: collections.Counter = collections.Counter()          # path -> distributed executions
         self.missed: collections.Counter = collections.Counter()        # reason -> not intercepted
+        self.passed: collections.Counter = collections.Counter()        # reason -> passed through unchecked
         self.failures: dict[str, list] = collections.defaultdict(list)
         self.echo = echo                    # called with each disagreement's report (the CLI prints it)
 
@@ -158,29 +180,37 @@ class Session:
             path, note = None, f"no reproducer: {type(e).__name__}: {e}"
         res.repro_path = path
         rec["repro"] = path
-        err = chk.ConformanceError(res, note)
-        self.failures[self.context].append(err)
-        if self.echo is not None:
-            self.echo(str(err))
+        self._fail(chk.ConformanceError(res, note))
 
     def before_device_put(self, xs, targets):
         """Before `jax.device_put(xs, targets)`: None unless some input or target spans several
-        devices (a single-device put is not counted); else the inputs' host copies."""
+        devices (a single-device put is not counted); else the inputs' host copies. A runtime
+        token (an ordered effect's, which JAX's dispatch moves onto the next execution's devices)
+        carries no data: it is passed through, counted under `passed` and not in the census."""
         t0 = time.perf_counter()
+        token = compat.runtime_token_type()
+        keep = [k for k, x in enumerate(xs) if not isinstance(x, token)]
+        if len(keep) < len(xs):
+            self.passed[RUNTIME_TOKEN] += len(xs) - len(keep)
+        xs, targets = [xs[k] for k in keep], [targets[k] for k in keep]
         if not (any(prog._multi_device(x) for x in xs)
                 or any(prog._multi_device_sharding(getattr(t, "sharding", t)) for t in targets)):
             return None
         self.seen["device_put"] += 1
         try:
             hosts = chk.device_put_hosts(xs)
-        except Exception as e:  # noqa: BLE001 - see `before`
-            self._not_checkable("device_put", "device_put", "device_put", e, time.perf_counter() - t0, None)
-            return None
-        return (hosts, list(targets), t0, time.perf_counter())
+        except Exception as e:  # noqa: BLE001 - see `before`; recorded once the put has run
+            return _PendingPut("device_put", keep, None, targets, t0, time.perf_counter(), e)
+        return _PendingPut("device_put", keep, hosts, targets, t0, time.perf_counter())
 
-    def after_device_put(self, pending, ys) -> None:
-        hosts, targets, t0, t1 = pending
+    def after_device_put(self, pending: _PendingPut, ys) -> None:
+        p = pending
+        t0, t1 = p.t0, p.t1
         t2 = time.perf_counter()
+        if p.error is not None:
+            self._not_checkable("device_put", "device_put", "device_put", p.error, t1 - t0, t2 - t1)
+            return
+        hosts, targets, ys = p.hosts, p.targets, [ys[k] for k in p.keep]
         try:
             res, ref = chk.finish_device_put(hosts, targets, ys)
             wait = res.seconds.get("xla_wait", 0.0)         # XLA's transfer, dispatched asynchronously
@@ -192,12 +222,51 @@ class Session:
             if not res.ok:
                 path, note = chk.write_device_put_reproducer(hosts, targets, ref, lambda: self.repro_dir)
                 res.repro_path = rec["repro"] = path
-                err = chk.ConformanceError(res, note)
-                self.failures[self.context].append(err)
-                if self.echo is not None:
-                    self.echo(str(err))
+                self._fail(chk.ConformanceError(res, note))
         except Exception as e:  # noqa: BLE001 - see `before`
             self._not_checkable("device_put", "device_put", "device_put", e, (t1 - t0) + (time.perf_counter() - t2), t2 - t1)
+
+    def abandon_put(self, pending: _PendingPut) -> None:
+        """The put raised (the program's own error, e.g. a put of a deleted or donated array, which
+        reaches the user as itself): not counted, nor recorded."""
+        self.seen[pending.path] -= 1
+
+    def before_placement(self, api: str, sharding, values, devices):
+        """Before JAX assembles one jax.Array from values given per device (`api`, one of
+        `check.PLACEMENTS`): None unless `sharding` spans several devices; else their host copies."""
+        if not prog._multi_device_sharding(sharding):
+            return None
+        t0 = time.perf_counter()
+        self.seen[api] += 1
+        try:
+            hosts = chk.placement_hosts(values, devices)
+        except Exception as e:  # noqa: BLE001 - see `before_device_put`
+            return _PendingPut(api, [], None, sharding, t0, time.perf_counter(), e)
+        return _PendingPut(api, [], hosts, sharding, t0, time.perf_counter())
+
+    def after_placement(self, pending: _PendingPut, shape, dtype, result) -> None:
+        """After it: each device must hold its block (`check.finish_placement`); `result` is the
+        jax.Array made, or the [(device id, block)] its device assignment holds."""
+        p = pending
+        t2 = time.perf_counter()
+        if p.error is not None:
+            self._not_checkable(p.path, "placement", p.path, p.error, p.t1 - p.t0, t2 - p.t1)
+            return
+        try:
+            res, _ = chk.finish_placement(p.path, p.targets, shape, dtype, p.hosts, result)
+            rec = self._record(p.path, "placement", p.path, "agree" if res.ok else "disagree", policy=res.policies,
+                               overhead=(p.t1 - p.t0) + (time.perf_counter() - t2), xla=t2 - p.t1)
+            rec["phases"] = {"host_inputs": round(p.t1 - p.t0, 6), **{k: round(v, 6) for k, v in res.seconds.items()}}
+            if not res.ok:
+                self._fail(chk.ConformanceError(res, "no reproducer: a placement's values are the program's own "
+                                                     "(rerun the test to see it again)"))
+        except Exception as e:  # noqa: BLE001 - see `before`
+            self._not_checkable(p.path, "placement", p.path, e, (p.t1 - p.t0) + (time.perf_counter() - t2), t2 - p.t1)
+
+    def _fail(self, err) -> None:
+        self.failures[self.context].append(err)
+        if self.echo is not None:
+            self.echo(str(err))
 
     def abandon(self, pending: _Pending) -> None:
         """XLA raised on the execution (the user's error, which reaches the user): not counted,
@@ -242,6 +311,7 @@ class Session:
             "skipped": self.skipped,
             "census": {"seen": sum(self.seen.values()), "by_path": _by_path(self.seen),
                        "not_intercepted": dict(sorted(self.missed.items()))},
+            "passed_through": dict(sorted((k, v) for k, v in self.passed.items() if v)),
             "overhead": _overhead(self.calls),
         }
 
@@ -283,8 +353,9 @@ def _overhead(calls) -> dict:
 def merge(reports: list[dict]) -> dict:
     """One report from several (pytest-xdist workers): counts added, calls concatenated."""
     out = {"checked": 0, "disagreed": 0, "not_checkable": collections.Counter(), "skipped": 0, "calls": []}
-    seen, by_path, missed = 0, collections.Counter(), collections.Counter()
+    seen, by_path, missed, passed = 0, collections.Counter(), collections.Counter(), collections.Counter()
     for r in reports:
+        passed.update(r.get("passed_through", {}))
         for k in ("checked", "disagreed", "skipped"):
             out[k] += r[k]
         out["not_checkable"].update(r["not_checkable"])
@@ -295,6 +366,7 @@ def merge(reports: list[dict]) -> dict:
         missed.update(census.get("not_intercepted", {}))
     out["not_checkable"] = dict(sorted(out["not_checkable"].items()))
     out["census"] = {"seen": seen, "by_path": _by_path(by_path), "not_intercepted": dict(sorted(missed.items()))}
+    out["passed_through"] = dict(sorted(passed.items()))
     out["overhead"] = _overhead(out["calls"])
     for k in ("platform", "devices", "jax_version"):
         if reports and k in reports[0]:
@@ -319,6 +391,8 @@ def summary_lines(c: dict) -> list[str]:
               f"{c['skipped']} single-device calls skipped"]
     if c["not_checkable"]:
         detail.append("not checkable: " + ", ".join(f"{k} x{v}" for k, v in c["not_checkable"].items()))
+    if c.get("passed_through"):
+        detail.append("passed through unchecked: " + ", ".join(f"{k} x{v}" for k, v in c["passed_through"].items()))
     lines.append("  " + "; ".join(detail))
     total = census["seen"] + missed
     share = f"{100.0 * c['checked'] / total:.1f}%" if total else "-"

@@ -407,6 +407,8 @@ def element_classes(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, d
     nonzero subnormal of `dtype`, got zero), "signed-zero", "1-ulp" (one ulp apart), "value"."""
     if not bad.any():
         return ()
+    if np.asarray(actual).dtype.kind in "TUSO":   # strings: no numeric classes
+        return ("value",)
     e = np.asarray(expected)[bad]
     a = np.asarray(actual)[bad]
     if e.dtype.kind == "c" or a.dtype.kind == "c":
@@ -1113,6 +1115,8 @@ def _scalar(v):
         return int(v)
     if v.dtype.kind == "b":
         return bool(v)
+    if v.dtype.kind in "TUS":  # a string array's element (NumPy's StringDType, str_, bytes_)
+        return v.item()
     return float(v)
 
 

@@ -131,6 +131,39 @@ def _split_axes(axes, local_ndim: int, api: str):
     return tuple(named), tuple(positional)
 
 
+def _reduce_local(x: np.ndarray, pos: tuple, op: str) -> np.ndarray:
+    """op-reduce the array dimensions `pos` of `x` (NaN propagates through max / min)."""
+    ufunc = _OPS[op]
+    red = ufunc.reduce(x, axis=pos, dtype=x.dtype)
+    return ieee_max_min(ufunc, x, red, axis=pos) if op != "sum" and _is_inexact(x.dtype) else red
+
+
+def positional_reduce(x, *, axes, axis_index_groups=None, op: str = "sum", api: str = "psum", nm: int = 0):
+    """`psum` / `pmax` / `pmin` whose `axes` are all positional (ints): what `jax.vmap(f,
+    axis_name=...)` of a collective leaves in a jaxpr, as JAX's batching rule binds it
+    (`_reduction_with_positional_batcher`: the named axis became array dimension k). Each is a
+    reduction of those array dimensions of the value (after `nm` leading mesh dimensions), with
+    no device communication, so it needs no mesh: refsim evaluates it in global view too.
+    ValueError for a named axis (a collective: it needs a manual region) or `axis_index_groups`
+    (JAX allows them over named axes only)."""
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    x = np.asarray(x)
+    named, positional = _split_axes(axes, x.ndim - nm, api)
+    if named:
+        raise ValueError(f"{api}: axes={axes!r} names mesh axes {named!r}; only positional (int) axes "
+                         "reduce without a manual region (shard_map / pmap).")
+    if axis_index_groups is not None:
+        raise ValueError(f"{api}: axis_index_groups can only be used with reductions over named axes, "
+                         f"but got axes={axes!r}.")
+    return _reduce_local(x, tuple(nm + a for a in positional), op) if positional else x
+
+
+def is_positional(axes) -> bool:
+    """True when every entry of a reduction's `axes` is positional (an int, not an axis name)."""
+    axes = tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+    return all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes)
+
+
 def all_reduce(x, *, mesh, axes, axis_index_groups=None, op: str = "sum", api: str = "psum"):
     """op-reduce `x` over the named `axes` (and any positional int axes) within each group.
 
@@ -149,9 +182,7 @@ def all_reduce(x, *, mesh, axes, axis_index_groups=None, op: str = "sum", api: s
             f"but got axes={axes!r}."
         )
     if positional:
-        pos = tuple(nm + a for a in positional)
-        red = ufunc.reduce(x, axis=pos, dtype=x.dtype)
-        x = ieee_max_min(ufunc, x, red, axis=pos) if op != "sum" and _is_inexact(x.dtype) else red
+        x = _reduce_local(x, tuple(nm + a for a in positional), op)
     if not named:
         return x
     if op != "sum" and x.dtype.kind == "c":

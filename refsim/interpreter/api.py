@@ -91,9 +91,10 @@ def _tracing_mesh(mesh: AbstractMesh, types=None):
 
 def _canonical(x) -> np.ndarray:
     """A NumPy argument with JAX's canonical dtype (float64 -> float32 unless x64 is on); a JAX key
-    array becomes refsim's structured keys; a non-numeric argument is a TypeError, as in JAX."""
+    array becomes refsim's structured keys; a float0 argument (a data-less tangent) is taken as it
+    is; any other non-numeric argument is a TypeError, as in JAX."""
     try:
-        return as_jax_array(x, arg="a program argument", api="refsim")
+        return as_jax_array(x, arg="a program argument", api="refsim", float0=True)
     except (TypeError, ValueError, OverflowError) as e:  # name the value only when it is bad (no repr on the hot path)
         import reprlib
 
