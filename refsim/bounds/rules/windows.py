@@ -70,3 +70,67 @@ def _window_extreme(bctx, eqn, ins):
         return [BVal(c, None, dt, x.nonneg)]
     b = _runner(bctx, eqn, "reduce_window_max")(x.full_bound())
     return [BVal(c, np.maximum(b, 0.0), dt, x.nonneg)]   # an all-padding window: its init, exact
+
+
+def _padded(a, nm, padding, fill):
+    if any(lo < 0 or hi < 0 for lo, hi in padding):
+        return None
+    return np.pad(a, [(0, 0)] * nm + [tuple(p) for p in padding], constant_values=fill)
+
+
+@register("select_and_scatter_add")
+def _select_and_scatter_add(bctx, eqn, ins):
+    """The gradient of max / min pooling: each window's `source` value is added at the element
+    `select_prim` (ge: the maximum, le: the minimum) picks in `operand`'s window. A window's pick
+    is decided where one element's allowed set clears every other's (an exact tie between two
+    positions is not: StableHLO leaves the order of the selections to the implementation); every
+    element a window with an undecided pick could reach is undecidable. The rest is a sum of the
+    source values that land on an element, in any order (`reductions.sum_latitude`)."""
+    src, op = ins
+    p = eqn.params
+    nm = bctx.nm
+    dt = _dtype(eqn)
+    rule = RULES["select_and_scatter_add"]
+    ctx = bctx.rule_context()
+
+    def run(s):
+        with np.errstate(**ERR):
+            return np.asarray(rule(ctx, np.asarray(s, np.float64), np.asarray(op.center, np.float64), **p), np.float64)
+
+    c = rule(ctx, src.center, op.center, **p)
+    shape = np.broadcast_shapes(np.shape(c), np.shape(op.center))
+    sgn = 1.0 if getattr(p["select_prim"], "name", str(p["select_prim"])) == "ge" else -1.0
+    wd, ws = tuple(p["window_dimensions"]), tuple(p["window_strides"])
+    v = _padded(np.broadcast_to(sgn * np.asarray(op.center, np.float64), shape), nm, p["padding"], -np.inf)
+    b = _padded(np.broadcast_to(op.full_bound(), shape), nm, p["padding"], 0.0)
+    if v is None or not V.is_float(dt):
+        exact = src.bound is None and op.bound is None and v is not None
+        return [BVal(c, None if exact else np.full(np.shape(c), np.nan), dt)]
+    axes = tuple(range(nm, v.ndim))
+    sel = (slice(None),) * nm + tuple(slice(None, None, s) for s in ws)
+    with np.errstate(**ERR):
+        wv = np.lib.stride_tricks.sliding_window_view(v, wd, axis=axes)[sel]
+        wb = np.lib.stride_tricks.sliding_window_view(b, wd, axis=axes)[sel]
+        wv = wv.reshape(wv.shape[:v.ndim] + (-1,))
+        wb = wb.reshape(wb.shape[:v.ndim] + (-1,))
+        lower = np.max(wv - wb, axis=-1, keepdims=True)
+        count = np.sum(wv + wb >= lower, axis=-1)
+        und_w = (count > 1) | np.any(np.isnan(wb), axis=-1) | np.any(np.isnan(wv) & (wb == 0), axis=-1)
+        n = run(np.ones(np.shape(src.center)))
+        ac = run(np.abs(src.center))
+        prop = None if src.bound is None else run(np.broadcast_to(src.full_bound(), np.shape(src.center)))
+        local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
+        if prop is None:
+            local = np.where(n <= 1, 0.0, local)        # an exact source placed alone: itself
+        bound = local if prop is None else prop + local
+    if und_w.any():
+        # the footprint of every undecided window: any of its elements may receive the value
+        reach = np.zeros(v.shape, bool)
+        m = np.broadcast_to(und_w, wv.shape[:-1])
+        for off in np.ndindex(*wd):
+            idx = (slice(None),) * nm + tuple(slice(o, o + s * (k - 1) + 1, s)
+                                              for o, s, k in zip(off, ws, m.shape[nm:]))
+            reach[idx] |= m
+        crop = (slice(None),) * nm + tuple(slice(lo, lo + n_) for (lo, _), n_ in zip(p["padding"], shape[nm:]))
+        bound = np.where(reach[crop], np.nan, np.broadcast_to(bound, shape))
+    return [BVal(c, bound, dt)]

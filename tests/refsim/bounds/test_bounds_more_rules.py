@@ -299,3 +299,29 @@ def test_bitcast_of_an_exact_value_is_its_bits_and_of_a_bounded_one_undecidable(
     (out,) = walk_of(lambda x: lax.bitcast_convert_type(x, jnp.int32), (np.array([1.0, 2.0]), np.array([0.0, 1e-3])))
     assert int(out.center[0]) == int(np.float32(1.0).view(np.int32))
     assert out.bound[0] == 0 and np.isnan(out.bound[1])
+
+
+# -- select_and_scatter_add (max-pooling's gradient) -----------------------------------------------
+def _pool_grad(a, g):
+    pool = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (2,), "VALID")  # noqa: E731
+    return jax.vjp(pool, a)[1](g)[0]
+
+
+def test_pool_gradient_goes_to_the_decided_maximum_and_is_undecidable_where_the_pick_is_not():
+    (out,) = walk_of(_pool_grad, (np.array([1.0, 3.0, 2.0, 0.0]), np.array([0.5, 0.5, 1.0, 1.5])),
+                     (np.array([10.0, 20.0]), np.array([1e-3, 0.0])))
+    assert out.center.tolist() == [0.0, 10.0, 20.0, 0.0]
+    # window 0: 3 +- .5 clears 1 +- .5; window 1: 2 +- 1 and 0 +- 1.5 overlap
+    assert out.bound[0] == 0.0 and out.bound[1] == pytest.approx(1e-3 + growth(1, 2.0 ** -53) * 10, rel=1e-9)
+    assert np.isnan(out.bound[2:]).all()
+
+
+def test_pool_gradient_with_an_exact_tie_is_undecidable_and_overlapping_windows_add():
+    (tie,) = walk_of(_pool_grad, (np.array([3.0, 3.0, 2.0, 0.0]), None), (np.array([10.0, 20.0]), None))
+    assert np.isnan(tie.bound[:2]).all() and tie.bound[2] == 0.0
+    pool = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (1,), "VALID")  # noqa: E731
+    (out,) = walk_of(lambda a, g: jax.vjp(pool, a)[1](g)[0], (np.array([1.0, 5.0, 2.0]), None),
+                     (np.array([0.1, 0.2]), None))
+    # both windows pick 5: 0.1 + 0.2 in either order, one rounding of float32
+    assert out.center[1] == pytest.approx(0.3, abs=1e-16)
+    assert out.bound[1] == pytest.approx(growth(1) * 0.3 + HS + growth(2, 2.0 ** -53) * 0.3, rel=1e-9)
