@@ -169,6 +169,7 @@ class Array:
 
     @property
     def _shards(self) -> list[Shard]:
+        self._check_alive()
         if self._shard_list is None:
             self._shard_list = _shards_of_stacked(self._stacked, self._sharding, self._shape)
         return self._shard_list
@@ -186,6 +187,20 @@ class Array:
         return list(self._shards)
 
     addressable_shards = shards  # JAX's name
+
+    # -- donation --------------------------------------------------------------
+    def delete(self) -> None:
+        """Consume the array (`jax.Array.delete`; `refsim.jit(..., donate_argnums=...)` does it to a
+        donated argument): reading its value or its shards afterwards raises RuntimeError, as JAX's does."""
+        self._deleted = True
+
+    def is_deleted(self) -> bool:
+        return getattr(self, "_deleted", False)
+
+    def _check_alive(self) -> None:
+        if getattr(self, "_deleted", False):
+            raise RuntimeError(f"Array has been deleted with shape={self._dtype}{list(self._shape)}: it was "
+                               "donated (donate_argnums) or deleted; use the program's outputs instead.")
 
     @property
     def is_fully_replicated(self) -> bool:
@@ -218,6 +233,7 @@ class Array:
     # -- the global value ------------------------------------------------------
     def __array__(self, dtype=None, copy=None):
         """The global value; ReplicationError if devices holding the same block disagree."""
+        self._check_alive()
         if copy is False:
             raise ValueError("refsim.Array assembles its global value, so np.asarray(arr, copy=False) cannot avoid a copy.")
         unreduced = getattr(getattr(self._sharding, "spec", None), "unreduced", None)

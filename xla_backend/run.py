@@ -84,16 +84,20 @@ def pmap(f, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, devices=No
     return call
 
 
-def jit(f, in_shardings=None, out_shardings=None, *, static_argnums=(), hlo=False):
+def jit(f, in_shardings=None, out_shardings=None, *, static_argnums=(), donate_argnums=(), hlo=False):
     """Run `jax.jit(f, in_shardings=..., out_shardings=...)` with refsim shardings converted.
+
+    `donate_argnums`: as `jax.jit`'s: the placed arguments are donated (XLA may write outputs into
+    their buffers). A NumPy argument is placed afresh for each call, so only that copy is consumed.
 
     When all NamedShardings share one mesh, the program runs under `jax.set_mesh` of it,
     so `with_sharding_constraint(x, P(...))`, `reshard` and explicit-sharding types work.
     """
-    layout = staging.Layout.jit(in_shardings, out_shardings, static_argnums=static_argnums)
+    layout = staging.Layout.jit(in_shardings, out_shardings, static_argnums=static_argnums,
+                                donate_argnums=donate_argnums)
     wrapped = staging.wrap(f, layout)
     static = ("jit", f, staging.tree_key(in_shardings, staging.is_sharding),
-              staging.tree_key(out_shardings, staging.is_sharding), static_argnums)
+              staging.tree_key(out_shardings, staging.is_sharding), static_argnums, layout.donate_argnums)
 
     @functools.wraps(f)
     def call(*args):

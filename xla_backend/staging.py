@@ -135,6 +135,7 @@ class Layout:
     out_shardings: Any = None
     static_argnums: tuple = ()
     place_unsharded: bool = True
+    donate_argnums: tuple = ()
     # pmap
     axis_name: Any = None
     in_axes: Any = 0
@@ -177,15 +178,17 @@ class Layout:
 
     @classmethod
     def jit(cls, in_shardings=None, out_shardings=None, *, mesh=None, static_argnums=(),
-            place_unsharded: bool = True) -> "Layout":
+            place_unsharded: bool = True, donate_argnums=()) -> "Layout":
         """`jax.jit(fn, in_shardings=..., out_shardings=..., static_argnums=...)` with refsim or JAX
         shardings. `mesh`: the context mesh (None: the one mesh every NamedSharding shares).
         `place_unsharded`: an argument without an in_sharding goes to the default device as the
         array JAX would make of it (True), or is passed as given (False: Python scalars stay
-        weakly typed, as in the user's own call)."""
+        weakly typed, as in the user's own call). `donate_argnums`: as `jax.jit`'s (the placed
+        arguments are donated: XLA may alias them to outputs and JAX deletes them)."""
         static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         return cls("jit", mesh, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static,
-                   place_unsharded=bool(place_unsharded))
+                   place_unsharded=bool(place_unsharded), donate_argnums=donate)
 
     @classmethod
     def pmap(cls, axis_name=None, *, in_axes=0, out_axes=0, axis_size=None, devices=None,
@@ -211,6 +214,8 @@ class Layout:
             kw = {"in_shardings": self.in_shardings, "out_shardings": self.out_shardings}
             if self.static_argnums:
                 kw["static_argnums"] = self.static_argnums
+            if self.donate_argnums:
+                kw["donate_argnums"] = self.donate_argnums
             return kw
         kw = {"axis_name": self.axis_name, "in_axes": self.in_axes, "out_axes": self.out_axes}
         if self.axis_size is not None:
@@ -374,6 +379,8 @@ def wrap(fn: Callable, layout: Layout) -> Wrapped:
             kw["in_shardings"] = j_in
         if layout.out_shardings is not None:
             kw["out_shardings"] = j_out
+        if layout.donate_argnums:
+            kw["donate_argnums"] = layout.donate_argnums
         jitted = jax.jit(fn, static_argnums=layout.static_argnums, **kw)
         if layout.mesh is not None:
             jmesh = meshes.jax_mesh(layout.mesh)

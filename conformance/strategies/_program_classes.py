@@ -30,6 +30,12 @@ arguments and outputs are, so the value model still holds for every output:
   remaining axes, so its own shard_map ops nest a second manual region. Arguments of rank >= 1
   are split over ``M`` along dimension 0; each output gains a leading dimension of one block per
   manual position (``out_specs=P(M)``).
+* ``donation``: the jit donates drawn arguments (``donate_argnums``, the case's field of that name;
+  a training step donates its parameters and optimizer state). ``model`` returns ``g``'s outputs
+  and, per donated argument, its next state (the ``scan_layers`` carry update: an exact output of
+  ``g`` of its shape and dtype, or ``-a`` / ``~a``), and outputs of a donated argument's shape and
+  dtype are often given its in_sharding, so XLA can write them into the donated buffer. refsim
+  consumes donated arguments (a donated `refsim.Array` is deleted); values never depend on it.
 * ``jit_chain``: 2-3 ``jax.jit`` calls of one training step (the ``scan_layers`` step: carry
   update and ``g``'s outputs), each with its own drawn ``out_shardings``, the carry of one feeding
   the next (a training loop's steps across different shardings).
@@ -46,7 +52,7 @@ import re
 from conformance.strategies._sharded_graph import BOOL, F32, I32, spec_text
 
 CLASSES = ("plain", "scan_layers", "remat", "custom_vjp", "custom_jvp", "host_offload", "shard_map_nested",
-           "jit_chain")
+           "jit_chain", "donation")
 #: Classes drawn under grad / vjp where the transforms allow (forward, they are the plain program).
 BACKWARD_CLASSES = ("remat", "custom_vjp")
 VJP_MODES = ("pullback", "recompute", "scaled")
@@ -200,6 +206,12 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         h_args = tuple((dt, (s[0] * size,) + tuple(s[1:]) if len(s) else ()) for dt, s in args)
         h_outs = tuple((nm, (size,) + tuple(s), dt, err) for nm, s, dt, err in outs)
         return Wrapped("model", src, lines, h_args, h_outs)
+    if name == "donation":
+        states = [carry_update(outs, args[i], spec, p["explicit"], var="o", c=f"a{i}")
+                  for i, spec in zip(p["donated"], p["specs"])]
+        src = (f"def model({names}):\n    o = g({names})\n    return tuple(o) + ({', '.join(states)},)\n")
+        h_outs = tuple(outs) + tuple((f"next_a{i}", args[i][1], args[i][0], 0.0) for i in p["donated"])
+        return Wrapped("model", src, lines, args, h_outs)
     if name == "jit_chain":
         upd = carry_update(outs, args[0], p["carry_spec"], p["explicit"])
         rest = "".join(f", a{i}" for i in range(1, n))

@@ -22,6 +22,7 @@ correct results may be apart (`ErrorBound`, around refsim's value).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -107,6 +108,8 @@ class ShardedProgram(Program):
     policies: tuple = ()
     op_patterns: tuple = ()
     graph: object = None
+    #: the jit's donate_argnums (the "donation" class): both engines consume these arguments
+    donate_argnums: tuple = ()
 
     @property
     def program_class(self) -> str:
@@ -131,6 +134,16 @@ class ShardedProgram(Program):
         state.pop("_refsim_out", None)
         return state
 
+    @functools.cached_property
+    def _structure_key(self) -> tuple:
+        return Program._structure_key.func(self) + (self.donate_argnums,)
+
+    def _build_entry(self, entry):
+        if self.donate_argnums:
+            return entry(self.fn, in_shardings=self.in_shardings, out_shardings=self.out_shardings,
+                         donate_argnums=self.donate_argnums)
+        return super()._build_entry(entry)
+
     def tolerances(self) -> list:
         """Per output: exact (either sign of a zero), or an `ErrorBound` around refsim's value."""
         if "_refsim_out" not in self.__dict__:
@@ -151,6 +164,9 @@ class ShardedProgram(Program):
     def repro(self, expected=None, tolerances=None) -> str:
         """The v1 reproducer, set up for this program's partitioner (its axis types are the mesh's)."""
         text = super().repro(expected, tolerances)
+        if self.donate_argnums:
+            text = text.replace("return jax.jit(program, in_shardings=",
+                                f"return jax.jit(program, donate_argnums={self.donate_argnums!r}, in_shardings=", 1)
         head = "from jax.sharding import PartitionSpec as P\n"
         extra = ""
         if self.partitioner == "gspmd":
@@ -292,6 +308,15 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
     part = draw(st.sampled_from(partitioners))
     in_sh = tuple(NamedSharding(m, _pspec(s)) for s in in_specs)
     out_sh = tuple(NamedSharding(m, _pspec(whole.draw_spec(shape, dividing=True))) for shape, _ in final)
+    if klass == "donation":   # an output XLA may write into a donated buffer: same shape, dtype and sharding
+        free = list(pc.params(graph.program_class)["donated"])
+        out_sh = list(out_sh)
+        for k, (shape, dt) in enumerate(final):
+            i = next((i for i in free if tuple(full_shapes[i]) == tuple(shape) and arg_dtypes[i] == dt), None)
+            if i is not None and draw(st.integers(0, 3)):
+                out_sh[k] = in_sh[i]
+                free.remove(i)
+        out_sh = tuple(out_sh)
     seed = draw(st.integers(0, 2 ** 32 - 1))
     rng = np.random.default_rng(seed)
     data = tuple(_exact_data(rng, s, dt) for s, dt in zip(full_shapes, arg_dtypes))
@@ -325,6 +350,11 @@ def _draw_class(draw, b: Builder, klass: str, graph: "Graph", in_specs: list, ma
         return (klass, ("host_args", host), ("host_outs", outs), ("compute_on", use))
     if klass == "shard_map_nested":
         return (klass, ("manual", manual), ("manual_size", pc.manual_size(b.mesh, manual)))
+    if klass == "donation":
+        n = len(graph.args)
+        donated = tuple(sorted(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))))
+        return (klass, ("donated", donated), ("specs", tuple(_g_spec(in_specs[i], graph.args[i][2]) for i in donated)),
+                ("explicit", b.explicit))
     if klass == "jit_chain":
         carry = graph.args[0]
         shapes = [carry[1]] + [s for _, s, _, _ in graph.outs]
@@ -441,10 +471,12 @@ def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitio
     labels = (("ops", "+".join(dict.fromkeys(op for op, _ in op_patterns)) or "none"),
               *((("class", graph.program_class[0]),) if graph.program_class[0] != "plain" else ()),
               ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
+    donate = tuple(pc.params(graph.program_class)["donated"]) if graph.program_class[0] == "donation" else ()
     return ShardedProgram(family="sharded", source=source, entry="jit", mesh=mesh, args=tuple(args),
                           in_shardings=tuple(in_shardings), out_shardings=tuple(out_shardings), labels=labels,
                           outputs=("exact",) * len(policies), partitioner=partitioner, transform=graph.transform,
-                          axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph)
+                          axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph,
+                          donate_argnums=donate)
 
 
 def _pspec(spec: tuple) -> PartitionSpec:
@@ -466,7 +498,7 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
     "gspmd" (default: those the installed JAX has, `refsim.compat.partitioners`); dtypes of the
     arguments: "float32", "int32", "bool"; classes: how the graph is called (`CLASSES`: "plain",
     "scan_layers", "remat", "custom_vjp", "custom_jvp", "host_offload", "shard_map_nested",
-    "jit_chain"; docs/strategies.md, "Program classes"). Shrinks towards one op on one small argument.
+    "jit_chain", "donation"; docs/strategies.md, "Program classes"). Shrinks towards one op on one small argument.
 
     >>> sharded_programs(ops=("cumsum", "pad"), max_ops=2).example().case_id  # doctest: +SKIP
     'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'

@@ -34,7 +34,7 @@ DATA = ("drawn", "exact")
 def strategy(family: str, dtype: str | None, devices: int):
     """Sharded programs over meshes of at most `devices` devices (`family` is "sharded"), called as
     every program class (`CLASSES`: plain, scanned layers, remat, custom_vjp / custom_jvp, host
-    offload, nested shard_map, a chain of jits)."""
+    offload, nested shard_map, a chain of jits, donated arguments)."""
     return sharded_programs(max_devices=devices, classes=CLASSES)
 
 

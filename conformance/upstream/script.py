@@ -141,7 +141,7 @@ def run(mesh_shape, device_ids):
     grid = np.array([devices[i] for i in np.ravel(device_ids)], dtype=object).reshape(mesh_shape)
     mesh = jax.sharding.Mesh(grid, AXIS_NAMES, axis_types=AXIS_TYPES)
     with jax.set_mesh(mesh):
-        fn = jax.jit(f, in_shardings=tuple(NamedSharding(mesh, s) for s in IN_SPECS),
+        fn = jax.jit(f, {donate}in_shardings=tuple(NamedSharding(mesh, s) for s in IN_SPECS),
                      out_shardings=tuple(NamedSharding(mesh, s) for s in OUT_SPECS))
         return jax.tree_util.tree_leaves(fn(*inputs()))
 
@@ -232,6 +232,8 @@ def script_text(case, *, title: str, about: str, expected: str = "one-device", v
                         types="(" + ", ".join(f"jax.sharding.AxisType.{t}" for t in types)
                               + ("," if len(types) == 1 else "") + ")",
                         ids=ids.tolist(), in_specs=_specs(case.in_shardings), out_specs=_specs(case.out_shardings),
+                        donate=(f"donate_argnums={tuple(case.donate_argnums)!r}, "
+                                if getattr(case, "donate_argnums", ()) else ""),
                         inputs="\n".join(f"        {array_literal(a)}," for a in case.args))
     if expected == "one-device":
         text += _ONE_DEVICE

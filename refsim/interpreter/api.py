@@ -738,8 +738,12 @@ def _sharding_to_jax(s, jmesh):
 
 
 def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = False,
-        intermediates=None) -> Callable:
+        intermediates=None, donate_argnums=()) -> Callable:
     """`jax.jit` run by refsim: global-view evaluation, outputs laid out by their shardings.
+
+    `donate_argnums` (an int or ints, as `jax.jit`'s): those arguments are consumed by the call, as
+    JAX's documentation of buffer donation states: a donated `refsim.Array` is deleted after the
+    call (reading it raises RuntimeError); the values computed do not depend on donation.
 
     Output placement follows `out_shardings`, else the shardings the traced program states
     (the jit equation's out_shardings, or the avals' explicit-sharding types), else fully
@@ -747,6 +751,8 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
     `intermediates=` dumps every equation's value as in `refsim.shard_map`.
     """
     import jax
+
+    donated = _donate_argnums(donate_argnums)
 
     def wrapped(*args):
         load_rules()
@@ -810,11 +816,31 @@ def jit(f: Callable, in_shardings=None, out_shardings=None, *, fallback: bool = 
                       treedef=tree)
         res = evaluate(closed, flat, mesh=mesh, out_layouts=_out_placements(closed, out_shardings, out_shape, mesh),
                        fallback=fallback, intermediates=intermediates)
+        for i in donated:   # consumed, whatever XLA would do with the buffer
+            for leaf in (jax.tree_util.tree_leaves(args[i]) if i < len(args) else ()):
+                if isinstance(leaf, Array):
+                    leaf.delete()
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), res)
 
     wrapped.__name__ = getattr(f, "__name__", "jit")
     wrapped.__wrapped__ = f
     return wrapped
+
+
+def _donate_argnums(donate_argnums) -> tuple:
+    """`donate_argnums` as a tuple of non-negative ints; TypeError / ValueError naming the value otherwise."""
+    nums = (donate_argnums,) if isinstance(donate_argnums, int) else donate_argnums
+    try:
+        nums = tuple(nums)
+    except TypeError:
+        raise TypeError(f"donate_argnums={donate_argnums!r} must be an int or a sequence of ints, as for "
+                        "jax.jit.") from None
+    for n in nums:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"donate_argnums contains {n!r}; pass the positions of the donated arguments as ints.")
+        if n < 0:
+            raise ValueError(f"donate_argnums contains {n}; pass non-negative argument positions.")
+    return tuple(int(n) for n in nums)
 
 
 def _out_placements(closed, out_shardings, out_shape, mesh) -> list:

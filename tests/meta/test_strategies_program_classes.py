@@ -32,6 +32,7 @@ SHOWS = {
     "host_offload": lambda c: "jax.memory.Space.Host" in c.source or "compute_on" in c.source,
     "shard_map_nested": lambda c: "jax.shard_map(body" in c.source,
     "jit_chain": lambda c: c.source.count("jax.jit(step, out_shardings=") >= 2,
+    "donation": lambda c: bool(c.donate_argnums) and "def model(" in c.source,
 }
 
 
@@ -112,10 +113,11 @@ def test_the_wrapper_never_changes_values(klass, transforms):
 
 
 def test_the_suite_draws_every_class():
+    from conformance.suites.base import draw
+
     seen = set()
-    for k in range(3):
-        from conformance.suites.base import draw
-        seen |= {c.program_class for c in draw(suite_strategy("sharded", None, 8), 40, 1000 + k)}
+    for k in range(20):   # as the suite and the hunt draw: a seed per batch of 8
+        seen |= {c.program_class for c in draw(suite_strategy("sharded", None, 8), 8, 2000 + k)}
     assert seen == set(CLASSES), set(CLASSES) - seen
 
 
@@ -178,3 +180,39 @@ def test_a_database_entry_of_a_classes_hunt_replays_with_those_classes_only():
     doc = json.loads(entry)
     for bad, reason in ((dict(doc, classes=["nope"]), "stale"), (dict(doc, classes="remat"), "unreadable")):
         assert hunt_mod.replay([json.dumps(bad).encode()], 8)[2] == {reason: 1}
+
+
+def test_donation_donates_on_both_engines_and_the_reproducers_say_so():
+    # an output with a donated argument's shape, dtype and sharding: XLA may write it into the donated buffer
+    case = _find("donation", lambda c: c.transform == "none" and c.mesh.size > 1
+                 and any(c.out_shardings[k] == c.in_shardings[i] for k in range(len(c.out_shardings))
+                         for i in c.donate_argnums))
+    assert case.donate_argnums == dict(case.graph.program_class[1:])["donated"]
+    run_judged(case)
+    assert f"donate_argnums={case.donate_argnums!r}" in case.repro(case.run(refsim))
+    from conformance.upstream.script import script_text
+    assert f"jax.jit(f, donate_argnums={case.donate_argnums!r}, " in script_text(case, title="t", about="a")
+    plain = make_case(dataclasses.replace(case.graph, program_class=("plain",)), mesh=case.mesh, args=case.args,
+                      in_shardings=case.in_shardings, out_shardings=case.out_shardings[:len(case.graph.outs)],
+                      partitioner=case.partitioner, axis_types=case.axis_types)
+    assert plain.donate_argnums == () and "donate_argnums" not in plain.repro(plain.run(refsim))
+
+
+def test_refsim_jit_consumes_donated_arrays():
+    import jax.numpy as jnp
+
+    mesh = Mesh((2, 2), ("x", "y"))
+    s = refsim.NamedSharding(mesh, refsim.PartitionSpec("x"))
+    a, b = refsim.device_put(np.arange(8.0, dtype=np.float32), s), refsim.device_put(np.ones(8, np.float32), s)
+    out = refsim.jit(lambda u, v: (jnp.flip(u) + v, v * 2), in_shardings=(s, s), out_shardings=(s, s),
+                     donate_argnums=0)(a, b)
+    assert a.is_deleted() and not b.is_deleted()
+    with pytest.raises(RuntimeError, match=r"Array has been deleted with shape=float32\[8\]"):
+        np.asarray(a)
+    with pytest.raises(RuntimeError, match="donated"):
+        a.shards
+    np.testing.assert_array_equal(np.asarray(out[0]), np.arange(8.0)[::-1] + 1)
+    with pytest.raises(TypeError, match="donate_argnums contains 'a'"):
+        refsim.jit(lambda u: u, donate_argnums=("a",))
+    with pytest.raises(ValueError, match="donate_argnums contains -1"):
+        refsim.jit(lambda u: u, donate_argnums=(-1,))
