@@ -86,7 +86,10 @@ def matrix(envs, *, programs: int, seed: int, out: str) -> dict:
         with open(manifest, encoding="utf-8") as fh:
             doc = json.load(fh)
         exports[version] = {"venv": name, "ok": True, "bundle": bundle, "programs": len(doc["programs"]),
-                            "skipped": len(doc["skipped"]), "exporter": doc["exporter"]}
+                            "skipped": len(doc["skipped"]), "exporter": doc["exporter"],
+                            "own_failures": [[e["id"], e["exporter_run"]["outcome"], e["exporter_run"]["message"]]
+                                             for e in doc["programs"]
+                                             if (e.get("exporter_run") or {}).get("outcome", "agree") != "agree"]}
         print(f"jax {version} ({name}) exported {len(doc['programs'])} programs "
               f"({len(doc['skipped'])} drawn programs skipped)", file=sys.stderr)
     for exp_version, ex in exports.items():
@@ -139,6 +142,9 @@ def table(result: dict) -> str:
 def notes(result: dict) -> str:
     """Per cell: why programs are outside the window (and what they did anyway), and the findings."""
     out = []
+    for version, ex in result["exports"].items():
+        for pid, outcome, message in ex.get("own_failures", ()):
+            out.append(f"* jax {version}'s own round trip of its {pid}: {outcome}: {message[:160]}")
     for key, cell in result["cells"].items():
         if "failed" in cell:
             continue
@@ -149,7 +155,7 @@ def notes(result: dict) -> str:
         own = cell["counts"].get("exporters-own", 0)
         if own:
             out.append(f"* {key}: {own} of the disagreements and errors happen in the exporting JAX's own round "
-                       "trip too: not cross-version differences (see below).")
+                       "trip too: not cross-version differences.")
         for f in cell["findings"]:
             out.append(f"* {key}: finding [{f['stage']}] {f['op']}: {f['error']} ({f['count']} program(s))")
     return "\n".join(out) or "* no program outside the window, no finding."

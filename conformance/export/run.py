@@ -186,7 +186,8 @@ def run_program(loaded, runner: dict) -> ProgramOutcome:
         cmp = compare(want, got, tolerances=tolerances(want, entry["policies"]))
         res.ran = "agree" if cmp.ok else "disagree"
         res.report = cmp.report()
-        res.message = "agreed with refsim" if cmp.ok else cmp.report().splitlines()[0]
+        res.message = "agreed with refsim" if cmp.ok else (
+            f"{len(cmp.mismatches)} mismatch(es), the first: {cmp.mismatches[0].render().splitlines()[0]}")
         if not cmp.ok:
             classes = ",".join(cmp.classes) or ",".join(sorted({m.kind for m in cmp.mismatches}))
             res.signature = ("cross-version:mismatch", ops, classes or "value")

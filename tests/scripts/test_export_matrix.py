@@ -19,7 +19,8 @@ def _cell(programs, agree, disagree=0, error=0, outside=0, why=(), ran=None, fin
 
 RESULT = {"versions": ["0.10.2", "0.12.0.1"], "venvs": {"0.10.2": ".venv", "0.12.0.1": ".venv312"},
           "programs": 3, "seed": 0,
-          "exports": {"0.10.2": {"ok": True}, "0.12.0.1": {"ok": True}},
+          "exports": {"0.10.2": {"ok": True, "own_failures": [["p003", "error", "call raised E: no"]]},
+                      "0.12.0.1": {"ok": True}},
           "cells": {"0.10.2 -> 0.10.2": _cell(3, 3), "0.10.2 -> 0.12.0.1": _cell(3, 2, disagree=1, findings=[
                         {"stage": "cross-version:mismatch", "op": "sin", "error": "value", "count": 1}]),
                     "0.12.0.1 -> 0.10.2": _cell(3, 0, outside=3, why=["StableHLO artifact v1.18.0 is newer"],
@@ -39,6 +40,7 @@ def test_the_notes_say_why_outside_and_list_findings():
     assert "0.12.0.1 -> 0.10.2: outside the window: StableHLO artifact v1.18.0 is newer. Run anyway: 2 agreed, " \
            "0 disagreed, 1 raised." in text
     assert "0.10.2 -> 0.12.0.1: finding [cross-version:mismatch] sin: value (1 program(s))" in text
+    assert "* jax 0.10.2's own round trip of its p003: error: call raised E: no" in text
 
 
 def test_the_doc_block_is_rewritten_in_place_only(tmp_path):
