@@ -1,4 +1,4 @@
-"""Every difference between supported JAX versions (0.10 … 0.12+) lives here.
+"""Every difference between supported JAX versions (0.9 … 0.12+) lives here.
 
 Other modules import JAX internals only through this module, so a JAX upgrade
 touches one file. It is a leaf: it imports nothing from this project (tests/test_layering.py
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 
 import numpy as _np
 
@@ -183,6 +184,16 @@ def make_jax_mesh(devices, axis_names, axis_types=None):
 
 # --- interpreter: jaxpr params whose names differ between JAX versions -----------------
 
+def drop_var_type() -> type:
+    """The class of a jaxpr's dropped output (`_`): `jax.extend.core.DropVar` (jax 0.10 … 0.12);
+    jax 0.9 does not export it there, only as `jax._src.core.DropVar`."""
+    try:
+        from jax.extend.core import DropVar
+    except ImportError:  # jax 0.9
+        from jax._src.core import DropVar
+    return DropVar
+
+
 def aval_vma(aval) -> frozenset:
     """The mesh axes an aval varies over (JAX's vma: `aval.vma` or `aval.manual_axis_type.varying`)."""
     vma = getattr(aval, "vma", None)
@@ -334,8 +345,16 @@ def physical_dtype(dtype):
 # --- layouts: JAX's own HLO / Shardy text, for comparison tests --------------------------
 
 def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
-    """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.10 … 0.12)."""
-    return str(jax_named_sharding._to_xla_hlo_sharding(ndim))
+    """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.9 … 0.12).
+
+    On a one-device mesh jax 0.9 prints a spec that names its axis as a one-tile tiling,
+    `{devices=[1,1]<=[1]}`; jax 0.10 … 0.12 print the same layout as `{replicated}`, the text
+    given here for every version."""
+    text = str(jax_named_sharding._to_xla_hlo_sharding(ndim))
+    return "{replicated}" if _ONE_TILE.match(text) else text
+
+
+_ONE_TILE = re.compile(r"^\{devices=\[1(?:,1)*\]<=\[1\]\}$")   # jax 0.9's one-device tiling
 
 
 def xla_parse_hlo_sharding(text: str):
@@ -348,13 +367,24 @@ def xla_parse_hlo_sharding(text: str):
 def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: bool = False) -> str:
     """The printed `#sdy.sharding<mesh<...>, [...]>` attribute JAX builds for a NamedSharding.
 
-    jax 0.10 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` needs
-    an MLIR context with the sdy dialect loaded.
+    jax 0.9 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` needs
+    an MLIR context with the sdy dialect loaded. `modify_wrt_axis_types` (jax >= 0.10; see
+    `sdy_marks_unused_explicit_axes`) must be False on jax 0.9, which has no such mode.
     """
     from jax._src.interpreters import mlir
 
+    args = (ndim, modify_wrt_axis_types) if sdy_marks_unused_explicit_axes() else (ndim,)
+    if modify_wrt_axis_types and len(args) == 1:
+        raise ValueError(f"modify_wrt_axis_types=True: jax {'.'.join(map(str, jax_version()))} has no such "
+                         f"mode (jax >= 0.10); pass False")
     with mlir.make_ir_context():
-        return str(jax_named_sharding._to_sdy_sharding(ndim, modify_wrt_axis_types).build({}))
+        return str(jax_named_sharding._to_sdy_sharding(*args).build({}))
+
+
+def sdy_marks_unused_explicit_axes() -> bool:
+    """True when JAX's `NamedSharding._to_sdy_sharding` takes `modify_wrt_axis_types` (jax >= 0.10:
+    Explicit axes a spec leaves unused become `replicated={...}`); jax 0.9 has no such mode."""
+    return jax_version() >= (0, 10)
 
 
 # --- debugging: where an equation came from ---------------------------------------------------

@@ -11,14 +11,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jax.extend.core import DropVar, Literal
+from jax.extend.core import Literal
 
-from refsim.compat import physical_dtype, to_numpy
+from refsim.compat import drop_var_type, physical_dtype, to_numpy
 from refsim.errors import UnsupportedPrimitive
 from refsim.interpreter import unreduced
 from refsim.interpreter.registry import RULES, Context
 from refsim.interpreter.rules.refs import RefCell
 from refsim.interpreter.unreduced import Partials
+
+DropVar = drop_var_type()
 
 # Called as hook(eqn, invals, outvals) after each equation when set in ctx.extra["probe"].
 Probe = Callable[[Any, list, list], None]
