@@ -219,6 +219,8 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         text = [f"def model({names}):", f"    def step(c{rest}):", f"        o = g(c{rest})",
                 f"        return ({upd},) + tuple(o)", "    m = jax.sharding.get_abstract_mesh()", "    c = a0"]
         for k, specs in enumerate(steps):
+            if len(specs) != 1 + len(outs):   # g cut to fewer outputs (shrinking): its outputs replicated
+                specs = (specs[0],) + ("P()",) * len(outs)
             shs = ", ".join(f"jax.sharding.NamedSharding(m, {s})" for s in specs)
             text.append(f"    o{k} = jax.jit(step, out_shardings=({shs},))(c{rest})")
             text.append(f"    c = o{k}[0]")

@@ -19,7 +19,7 @@ import re
 import time
 import zlib
 
-from conformance.strategies.sharded import CLASSES, make_case, sharded_programs
+from conformance.strategies.sharded import CLASSES, assemble, make_case, sharded_programs
 from conformance.suites.base import draw, group_tasks
 from conformance.suites.base import flatten
 from refsim.layouts.named_sharding import NamedSharding
@@ -66,7 +66,14 @@ def candidates(case):
               partitioner=case.partitioner, axis_types=case.axis_types)
     n_f = sum(1 for dt, _, _ in g.args if dt == "float32")
     # a program class other than plain changes the outputs (a scan's carry, a chain's steps): its
-    # out_shardings are not g's one by one, so only the layout and constraint steps apply to it
+    # out_shardings are not g's one by one, so one output of g comes with replicated outputs
+    if len(g.outs) > 1 and g.program_class[0] != "plain":
+        rep = NamedSharding(case.mesh, PartitionSpec())
+        for k in range(len(g.outs)):
+            if g.transform in ("grad", "vjp") and g.outs[k][2] != "float32":
+                continue
+            small = dataclasses.replace(g, outs=(g.outs[k],))
+            yield make_case(small, **dict(kw, out_shardings=(rep,) * len(assemble(small)[2])))
     if len(g.outs) > 1 and g.program_class[0] == "plain":
         for k in range(len(g.outs)):
             outs = (g.outs[k],)

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import refsim
-from conformance.strategies.sharded import make_case
+from conformance.strategies.sharded import assemble, make_case
 from conformance.suites.sharded import candidates
 from conformance.verdict.compare import as_outputs
 from refsim.layouts.mesh import Mesh
@@ -82,6 +82,8 @@ def earlier_values(case):
         err = float("inf") if dtype == "float32" else 0.0
         graph = dataclasses.replace(g, outs=((name, shape, _DTYPES[dtype], err),))
         out_sh = {"grad": grads, "vjp": (rep,) + grads}.get(g.transform, (rep,))
+        if g.program_class[0] != "plain":   # a class wraps the value (a scan stacks it): replicate every output
+            out_sh = (rep,) * len(assemble(graph)[2])
         try:
             yield _rebuilt(case, graph, out_sh)
         except ValueError:

@@ -216,3 +216,15 @@ def test_refsim_jit_consumes_donated_arrays():
         refsim.jit(lambda u: u, donate_argnums=("a",))
     with pytest.raises(ValueError, match="donate_argnums contains -1"):
         refsim.jit(lambda u: u, donate_argnums=(-1,))
+
+
+@pytest.mark.parametrize("klass", ["scan_layers", "jit_chain", "donation"])
+def test_a_class_program_shrinks_to_one_output_of_g(klass):
+    from conformance.suites.sharded import candidates
+    from conformance.upstream.shrink import earlier_values
+
+    case = _find(klass, lambda c: len(c.graph.outs) >= 2 and c.transform == "none")
+    smaller = [c for c in candidates(case) if len(c.graph.outs) == 1]
+    assert smaller and all(c.program_class == klass for c in smaller)
+    for c in smaller[:2] + list(earlier_values(case))[:2]:
+        assert_traces_as_modelled(c)
