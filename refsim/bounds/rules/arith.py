@@ -33,7 +33,10 @@ def sp(x, y):
     if x is None or y is None:
         return None
     with np.errstate(**ERR):
-        return np.where((x == 0) | (y == 0), 0.0, x * y)
+        r = x * y
+        if not np.isnan(np.sum(r)):         # no 0 * inf in it (and no NaN): the product as it is
+            return r
+        return np.where((x == 0) | (y == 0), 0.0, r)
 
 
 def _same_var(eqn) -> bool:
@@ -85,11 +88,12 @@ def _mul(bctx, eqn, ins):
         tb = V.add_bounds(sp(np.abs(ca), b.bound), sp(a.bound, b.bound))
         bp = V.add_bounds(ta, tb)
         local = rounding(c, bp, dt)
-        # an infinity times a zero that may not be zero: NaN or an infinity
+        # an infinity times a zero that may not be zero: NaN or an infinity (the center is NaN there)
         und = None
-        if b.bound is not None:
+        nan_center = bool(np.isnan(np.sum(c)))
+        if nan_center and b.bound is not None:
             und = np.isinf(ca) & (cb == 0) & (b.bound > 0)
-        if a.bound is not None:
+        if nan_center and a.bound is not None:
             m = np.isinf(cb) & (ca == 0) & (a.bound > 0)
             und = m if und is None else und | m
     out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)],
