@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["FILES", "FORMAT", "MANIFEST", "POLICIES", "Bundle", "BundleWriter", "IntegrityError", "LoadedProgram",
-           "load_program", "read_bundle", "sha256_file", "spec_from_data", "spec_to_data"]
+           "load_program", "read_bundle", "sha256_file", "spec_from_data", "spec_to_data", "update_programs"]
 
 FORMAT = "conformance-export-bundle-1"
 MANIFEST = "manifest.json"
@@ -172,6 +172,20 @@ class BundleWriter:
             json.dump(doc, fh, indent=1)
         os.replace(tmp, os.path.join(self.path, MANIFEST))
         return os.path.join(self.path, MANIFEST)
+
+
+def update_programs(path, fields: dict) -> None:
+    """Add `fields` ({program id: {key: value}}) to the programs of the bundle manifest at `path`
+    (rewritten atomically; the program files and their digests are not touched)."""
+    where = os.path.join(os.fspath(path), MANIFEST)
+    with open(where, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    for e in doc["programs"]:
+        e.update(fields.get(e["id"], {}))
+    fd, tmp = tempfile.mkstemp(dir=os.fspath(path), prefix=".manifest-")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, where)
 
 
 def _check_entry(e, n: int) -> None:

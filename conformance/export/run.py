@@ -17,6 +17,10 @@ judges the same program). Outcomes:
   is said, but it is no failure;
 * ``rejected``: a file does not match its sha256.
 
+The programs run in a child process of the same Python (this process never loads JAX): a
+program that kills it (a fatal CHECK in XLA) or runs past ``CASE_TIMEOUT`` seconds is an
+``error`` naming XLA's fatal line, and a fresh child runs the rest.
+
 The exporter runs each artifact once itself (the manifest's ``exporter_run``). A disagreement or
 error that the exporting JAX's own round trip had too is counted as such (``exporters-own``) and
 is not a cross-version finding: it is the exporter version's own refsim-vs-XLA difference (or
@@ -36,7 +40,10 @@ import dataclasses
 import json
 import os
 import platform as _platform
+import re
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -51,12 +58,15 @@ from xla_backend import platform as xplat
 
 # None of these loads JAX: `run_bundle` configures the platform first.
 
-__all__ = ["OUTCOMES", "BundleRun", "ProgramOutcome", "main", "run_bundle", "run_program", "tolerances"]
+__all__ = ["OUTCOMES", "BundleRun", "ProgramOutcome", "main", "run_bundle", "run_outcomes", "run_program", "tolerances"]
 
 #: A program's outcome -> the `CaseResult` status the project's reports use.
 OUTCOMES = {"agree": "pass", "disagree": "fail", "error": "error", "outside-window": "unsupported",
             "rejected": "error"}
 RUN_RECORD = "export-run.json"
+CASE_TIMEOUT = 300.0
+#: A test hook: the child process aborts before running the program of this id, as on a fatal CHECK.
+ABORT_AT = "CONFORMANCE_EXPORT_ABORT_AT"
 
 
 @dataclasses.dataclass
@@ -148,8 +158,6 @@ def tolerances(expected: list, policies) -> list:
 
 
 def _key(text: str) -> str:
-    import re
-
     line = next((ln for ln in str(text).splitlines() if ln.strip()), "")
     return re.sub(r"\d+", "N", re.sub(r"0x[0-9a-f]+", "", line)).strip()[:100]
 
@@ -201,10 +209,15 @@ def run_program(loaded, runner: dict) -> ProgramOutcome:
         res.signature = (f"cross-version:{stage}", ops, f"{type(e).__name__}: {_key(str(e))}")
         if window.refused_as_expired(e):
             res.outside.append("JAX refused the artifact as older than its backward-compatibility window")
+    res.seconds = time.perf_counter() - t0
+    return _settled(res)
+
+
+def _settled(res: ProgramOutcome) -> ProgramOutcome:
+    """`res` with its outcome: outside-window where the window excludes it, else what happened."""
     res.outcome = "outside-window" if res.outside else res.ran
     if res.exporters_own:
         res.message += f" (the exporting JAX's own round trip: {res.exporter_run}; not a cross-version difference)"
-    res.seconds = time.perf_counter() - t0
     return res
 
 
@@ -226,13 +239,123 @@ def _case_result(p: ProgramOutcome, entry: dict, family: str) -> CaseResult:
                       status=OUTCOMES[p.outcome], seconds=p.seconds, message=msg, details=details)
 
 
-def run_bundle(path, *, report_dir=None, devices: int = 8, findings: bool = True, say=print) -> BundleRun:
+def _run_entry(bundle, entry: dict, runner: dict) -> ProgramOutcome:
+    try:
+        loaded = load_program(bundle, entry)
+    except (IntegrityError, ValueError) as e:
+        return ProgramOutcome(entry["id"], entry.get("case_id", ""), "rejected", message=str(e), ran="not run")
+    if os.environ.get(ABORT_AT) == entry["id"]:
+        os.abort()   # a fault the tests plant: this process dies here as on a fatal CHECK in XLA
+    return run_program(loaded, runner)
+
+
+def _child_main(argv) -> int:
+    """``python -m conformance.export.run --child BUNDLE START RECORDS DEVICES``: run the bundle's
+    programs from position START on, one JSON line per event in RECORDS (flushed as it happens)."""
+    path, start, records, devices = argv[0], int(argv[1]), argv[2], int(argv[3])
+    bundle = read_bundle(path)
+    xplat.configure("cpu", devices)
+    runner = runner_record()
+    with open(records, "a", encoding="utf-8") as fh:
+        def put(record):
+            fh.write(json.dumps(record, default=str) + "\n")
+            fh.flush()
+
+        put({"runner": runner})
+        for entry in bundle.programs[start:]:
+            put({"start": entry["id"]})
+            put({"done": dataclasses.asdict(_run_entry(bundle, entry, runner))})
+    return 0
+
+
+def _records(path: str) -> list:
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:   # a line cut short by the process's death
+                    break
+    except OSError:
+        pass
+    return out
+
+
+def _fatal_line(stderr: str) -> str:
+    """XLA's fatal log line (``F1206 ... file.cc:N] Check failed: ...``) of a dead process, else its last line."""
+    m = re.search(r"^F\d{4} [\d:.]+\s+\d+ (.*)$", stderr, re.M)
+    if m:
+        return m.group(1).strip()
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith(("W", "    @"))]
+    return lines[-1].strip() if lines else ""
+
+
+def run_outcomes(path, *, devices: int = 8, case_timeout: float = CASE_TIMEOUT, on_result=None) -> tuple:
+    """(runner record, [ProgramOutcome]) of every program of the bundle at `path`, run in a child
+    process of this Python (JAX starts there, not here): a program that kills it (a fatal CHECK in
+    XLA) or runs past `case_timeout` seconds is an error naming the fatal line, and a fresh child
+    runs the rest. `on_result(outcome)` is called as each program ends."""
+    bundle = read_bundle(path)
+    by_id = {e["id"]: (i, e) for i, e in enumerate(bundle.programs)}
+    runner, outcomes, start = None, [], 0
+    with tempfile.TemporaryDirectory(prefix="conformance-run-bundle-") as tmp:
+        while True:
+            records, errors = os.path.join(tmp, f"records-{start}.jsonl"), os.path.join(tmp, f"stderr-{start}.txt")
+            with open(errors, "w", encoding="utf-8") as err:
+                try:
+                    p = subprocess.run([sys.executable, "-m", "conformance.export.run", "--child", bundle.path,
+                                        str(start), records, str(devices)], stdout=subprocess.DEVNULL, stderr=err,
+                                       timeout=case_timeout * max(1, len(bundle.programs) - start) + 120)
+                    how = None if p.returncode == 0 else (f"was killed by signal {-p.returncode}" if p.returncode < 0
+                                                          else f"exited with status {p.returncode}")
+                except subprocess.TimeoutExpired:
+                    how = f"ran past {case_timeout:g} s per program and was killed"
+            with open(errors, encoding="utf-8", errors="replace") as fh:
+                stderr = fh.read()
+            started = None
+            for rec in _records(records):
+                if "runner" in rec:
+                    runner = rec["runner"]
+                elif "start" in rec:
+                    started = rec["start"]
+                elif "done" in rec:
+                    done = ProgramOutcome(**dict(rec["done"], signature=tuple(rec["done"]["signature"])))
+                    outcomes.append(done)
+                    started = None
+                    if on_result is not None:
+                        on_result(done)
+            if how is None:
+                return runner, outcomes
+            if runner is None or started is None:
+                raise RuntimeError(f"the runner process {how} before it ran a program: {_fatal_line(stderr)}")
+            i, entry = by_id[started]
+            fatal = _fatal_line(stderr)
+            dead = _settled(ProgramOutcome(
+                entry["id"], entry.get("case_id", ""), "error", message=f"the runner process {how}: {fatal}",
+                outside=window.outside(entry, runner), ran="error", report=stderr[-3000:],
+                signature=("cross-version:crash", "+".join(entry.get("ops") or []) or "-", _key(fatal) or how),
+                exporter_run=str((entry.get("exporter_run") or {}).get("outcome", ""))))
+            outcomes.append(dead)
+            if on_result is not None:
+                on_result(dead)
+            start = i + 1
+            if start >= len(bundle.programs):
+                return runner, outcomes
+
+
+def run_bundle(path, *, report_dir=None, devices: int = 8, findings: bool = True, case_timeout: float = CASE_TIMEOUT,
+               say=print) -> BundleRun:
     """Run every program of the bundle at `path` under the installed JAX (see the module)."""
     from conformance.export import findings as findings_mod
 
     bundle = read_bundle(path)
-    xplat.configure("cpu", devices)
-    runner = runner_record()
+    t0 = time.perf_counter()
+
+    def said(p):
+        say(f"{p.id} {p.outcome:<14} {p.case_id[:90]}" + (f"\n    {p.message}" if p.outcome != "agree" else ""))
+
+    runner, outcomes = run_outcomes(bundle.path, devices=devices, case_timeout=case_timeout, on_result=said)
     report_dir = prepare_report_dir(report_dir or os.path.join(bundle.path, f"run-jax{runner['jax']}"))
     family = f"jax {bundle.exporter.get('jax', '?')} -> {runner['jax']}"
     reporters = open_report_dir(report_dir)
@@ -240,20 +363,11 @@ def run_bundle(path, *, report_dir=None, devices: int = 8, findings: bool = True
             "platform": runner["platform"], "devices": devices, "suite": "export"}
     for r in reporters:
         r.start(dict(plan))
-    t0 = time.perf_counter()
-    outcomes, results, entries = [], [], {}
-    for entry in bundle.programs:
-        entries[entry["id"]] = entry
-        try:
-            p = run_program(load_program(bundle, entry), runner)
-        except (IntegrityError, ValueError) as e:
-            p = ProgramOutcome(entry["id"], entry.get("case_id", ""), "rejected", message=str(e), ran="not run")
-        outcomes.append(p)
-        res = _case_result(p, entry, family)
-        results.append(res)
+    entries = {e["id"]: e for e in bundle.programs}
+    results = [_case_result(p, entries[p.id], family) for p in outcomes]
+    for res in results:
         for r in reporters:
             r.case_finished(res)
-        say(f"{p.id} {p.outcome:<14} {p.case_id[:90]}" + (f"\n    {p.message}" if p.outcome != "agree" else ""))
     found = findings_mod.write(report_dir, bundle, entries, outcomes, runner) if findings else []
     summary = summarize(results, wall_seconds=time.perf_counter() - t0, compile_seconds=0.0)
     summary["plan"] = plan
@@ -277,13 +391,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--child"]:
+        return _child_main(argv[1:])
+    args = build_parser().parse_args(argv)
     if args.devices < 1:
         print(f"error: --devices {args.devices}: pass a whole number >= 1", file=sys.stderr)
         return 2
     try:
         run = run_bundle(args.bundle, report_dir=args.report, devices=args.devices, findings=not args.no_findings)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_table(run.summary)

@@ -27,13 +27,13 @@ import numpy as np
 
 from conformance.arguments import Parser
 from conformance.export import window
-from conformance.export.bundle import BundleWriter, spec_to_data
+from conformance.export.bundle import BundleWriter, spec_to_data, update_programs
 from xla_backend import platform as xplat
 
 # None of these loads JAX: `main` configures the platform first.
 
 __all__ = ["ExportResult", "export_bundle", "export_case", "export_function", "exporter_record", "main",
-           "own_round_trip"]
+           "own_round_trips"]
 
 BATCH = 8
 _MAX_SEED = 2 ** 32
@@ -106,15 +106,17 @@ def export_case(case) -> tuple:
     return blob, text, meta
 
 
-def own_round_trip(blob: bytes, meta: dict, args, expected, exporter: dict) -> dict:
-    """The program deserialized and run by the exporting JAX itself, judged as `run-bundle` judges
-    it: ``{"outcome": agree | disagree | error, "message": ...}``. A runner's disagreement on a
-    program whose own round trip did not agree is no cross-version difference (`conformance.export.run`)."""
-    from conformance.export.bundle import LoadedProgram
-    from conformance.export.run import run_program
+def own_round_trips(path, devices: int = 8) -> list:
+    """Run the bundle at `path` with this JAX itself (`conformance.export.run.run_outcomes`: in a
+    child process, so a fatal CHECK in XLA ends only that program) and record each program's result
+    in the manifest as ``exporter_run``: ``{"outcome": agree | disagree | error, "message": ...}``.
+    A runner's disagreement on a program whose own round trip did not agree is no cross-version
+    difference (`conformance.export.run`)."""
+    from conformance.export.run import run_outcomes
 
-    own = run_program(LoadedProgram(dict(meta, id="p000"), blob, [np.asarray(a) for a in args], expected), exporter)
-    return {"outcome": own.ran, "message": own.message}
+    _, outcomes = run_outcomes(path, devices=devices)
+    update_programs(path, {p.id: {"exporter_run": {"outcome": p.ran, "message": p.message}} for p in outcomes})
+    return outcomes
 
 
 def _first_line(e: BaseException) -> str:
@@ -152,10 +154,10 @@ def export_bundle(out, *, programs: int, seed: int = 0, devices: int = 8, say=pr
                                 "batch_seed": batch_seed})
                 continue
             meta["batch_seed"] = batch_seed
-            meta["exporter_run"] = own_round_trip(blob, meta, case.args, expected, exporter)
             entry = writer.add(meta, exported=blob, module_text=text, inputs=case.args, expected=expected)
             say(f"{entry['id']} {case.case_id}")
     writer.finish(exporter=exporter, seed=seed, skipped=skipped)
+    own_round_trips(writer.path, devices)
     return ExportResult(writer.path, len(writer.programs), skipped, exporter)
 
 

@@ -27,7 +27,7 @@ def f(a):
     return a * 2 + 1, jnp.sum(a, axis=0)
 
 
-def _bundle(path, expected=None):
+def _bundle(path, expected=None, copies=1):
     blob, text, meta = write.export_function(
         f, mesh=MESH, args=(A,), in_shardings=(NamedSharding(MESH, P("x", "y")),),
         out_shardings=(NamedSharding(MESH, P("x", None)), NamedSharding(MESH, P())))
@@ -35,7 +35,8 @@ def _bundle(path, expected=None):
                 ops=["mul", "add", "reduce_sum"], policies=[["exact", 0.0], ["exact", 0.0]])
     want = expected if expected is not None else [A * 2 + 1, A.sum(axis=0)]
     w = BundleWriter(path)
-    w.add(meta, exported=blob, module_text=text, inputs=[A], expected=want)
+    for _ in range(copies):
+        w.add(dict(meta), exported=blob, module_text=text, inputs=[A], expected=want)
     w.finish(exporter=write.exporter_record(), seed=None, skipped=[])
     return path
 
@@ -97,6 +98,18 @@ def test_a_failure_the_exporter_has_too_is_counted_but_no_cross_version_finding(
     assert (p.outcome, p.exporters_own, run.counts["exporters-own"]) == ("disagree", True, 1)
     assert "not a cross-version difference" in p.message
     assert run.findings == [] and not run.ok
+
+
+def test_a_program_that_kills_the_runner_is_an_error_and_the_rest_still_run(tmp_path, monkeypatch):
+    path = _bundle(tmp_path / "b", copies=2)
+    monkeypatch.setenv(run_mod.ABORT_AT, "p000")   # the child aborts there, as on a fatal CHECK in XLA
+    run = run_mod.run_bundle(path, report_dir=tmp_path / "r", say=lambda *_: None)
+    first, second = run.programs
+    assert (first.outcome, first.signature[0]) == ("error", "cross-version:crash")
+    assert "the runner process was killed by signal 6" in first.message
+    assert second.outcome == "agree", second.message   # a fresh process ran the rest
+    (finding,) = run.findings
+    assert finding.stage == "cross-version:crash" and os.path.exists(os.path.join(finding.folder, "upstream.py"))
 
 
 def test_a_tampered_file_is_reported_and_never_run(tmp_path):
