@@ -154,7 +154,7 @@ def _compute(dt):
 @register("atan2")
 def _atan2(bctx, eqn, ins):
     """atan2(a, b), the angle of (b, a): over the operands' box the angle is extreme at a corner
-    while the box holds neither the origin nor a point of the branch cut (b < 0, a = 0); a box
+    while the box holds neither the origin nor a point of the branch cut (b <= 0, a = 0); a box
     that does is undecidable (the sign of a decides between near pi and near -pi). The platform's
     accuracy is measured on [-1e3, 1e3] per operand; beyond it the result is unbounded."""
     a, b = ins
@@ -171,7 +171,8 @@ def _atan2(bctx, eqn, ins):
         if a.bound is not None or b.bound is not None:
             moves = (ba > 0) | (bb > 0)
             a_zero = (a.center - ba <= 0) & (a.center + ba >= 0)
-            cut = a_zero & (b.center - bb < 0) & moves
+            # b reaching 0 counts: a zero b's sign (atan2(0, -0) is pi) is not tracked
+            cut = a_zero & (b.center - bb <= 0) & moves
             und = cut | np.isnan(ba) | np.isnan(bb)
             corners = [np.abs(np.arctan2(a.center + sa * ba, b.center + sb * bb) - c)
                        for sa in (-1, 1) for sb in (-1, 1)]

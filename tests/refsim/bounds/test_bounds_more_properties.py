@@ -194,6 +194,14 @@ def test_xla_on_random_inputs_is_judged_agree(name):
             assert _inside(got, out), (name, seed, np.asarray(got), out.center, out.bound)
 
 
+def test_a_bfloat16_iota_past_256_is_what_xla_gives():
+    fn = lambda x: lax.iota(jnp.bfloat16, 2000) + x  # noqa: E731
+    x = np.zeros(2000, jnp.bfloat16)
+    (out,) = B.evaluate(jax.make_jaxpr(fn)(x), [x]).outputs
+    got = np.asarray(jax.jit(fn)(x)).astype(np.float64)
+    assert out.bound is None and (got == out.center).all()
+
+
 @pytest.mark.parametrize("name", ["sort", "top_k", "cumprod", "scatter_add", "lgamma_digamma"])
 def test_conformance_check_holds_these_outputs_to_the_allowed_set(name):
     rng = np.random.default_rng(7)

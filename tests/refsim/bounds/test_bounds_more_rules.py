@@ -263,6 +263,8 @@ def test_atan2_across_its_branch_cut_is_undecidable_and_beyond_the_measured_doma
     assert np.isinf(far.bound[0])
     (side,) = walk_of(jnp.arctan2, (np.array([0.0]), np.array([1e-3])), (np.array([1.0]), None))
     assert np.isfinite(side.bound[0])                             # b > 0: no cut
+    (origin,) = walk_of(jnp.arctan2, (np.array([0.0]), np.array([1e-3])), (np.array([1e-3]), np.array([1e-3])))
+    assert np.isnan(origin.bound[0])                              # b may be a zero of either sign
 
 
 def test_lgamma_and_digamma_are_the_mixed_bound_plus_the_interval():
