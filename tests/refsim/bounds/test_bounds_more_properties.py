@@ -210,3 +210,43 @@ def test_conformance_check_holds_these_outputs_to_the_allowed_set(name):
     assert res.ok, res.report()
     assert not any("no bound rule" in line for line in res.bounds), res.bounds
     assert any(o.policy.startswith("allowed set") for o in res.outputs), res.report()
+
+
+def _logaddexp32(x, y):
+    """JAX's logaddexp (jax._src.lax.other) in float32, each operation rounded."""
+    x, y = F32(x), F32(y)
+    amax = max(x, y)
+    delta = F32(x - y)
+    if np.isnan(delta):
+        return F32(x + y)
+    return F32(amax + np.log1p(np.exp(-np.abs(delta), dtype=F32), dtype=F32))
+
+
+@given(data=rows(2, 10), seed=st.integers(0, 2 ** 32 - 1))
+def test_every_tree_of_float32_logaddexp_combines_is_within_the_cumlogsumexp_bound(data, seed):
+    c, _ = data
+    (out,) = _walk(lax.cumlogsumexp, [c], [None])
+    rng = np.random.default_rng(seed)
+    for m in range(1, len(c) + 1):
+        for _ in range(5):
+            got = _tree([-np.inf, *c[:m]], _logaddexp32, rng)      # the reduce_window's -inf init too
+            assert abs(got - out.center[m - 1]) <= out.bound[m - 1] * MARGIN
+
+
+@given(data=rows(4, 10), seed=st.integers(0, 2 ** 32 - 1))
+def test_pooling_gradients_of_allowed_operands_agree_where_decided(data, seed):
+    c, b = data
+    n = len(c) - len(c) % 2
+    c, b = c[:n], b[:n]
+    src = np.arange(1, n // 2 + 1, dtype=np.float64)
+    pool = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2,), (2,), "VALID")  # noqa: E731
+    (out,) = _walk(lambda a, g: jax.vjp(pool, a)[1](g)[0], [c, src], [b, None])
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        x = _allowed(c, b, rng)
+        got = np.zeros(n)
+        for w in range(n // 2):
+            pair = x[2 * w:2 * w + 2]
+            pick = 2 * w + (int(pair[1] > pair[0]) if pair[0] != pair[1] else int(rng.integers(2)))
+            got[pick] += src[w]
+        assert _inside(got, out)
