@@ -160,7 +160,7 @@ def test_a_differentiated_host_round_trip_is_the_known_jax_bug():
     # expects exactly that error for class=host_offload under grad / vjp, and nothing else
     case = _find("host_offload", lambda c: c.transform == "grad" and "a0 = jax.device_put" in c.source,
                  transforms=("grad",), dtypes=("float32",), axis_types=("auto",))
-    with pytest.raises(ValueError, match=r"Expected cotangent type \S+ but got \S+<host>"):
+    with pytest.raises(ValueError, match=r"xpected cotangent type (is )?\S+ but got \S+<host>"):
         case.run(refsim)
     assert run_judged(case) == "xfail"
 
