@@ -120,13 +120,18 @@ def _cell(cell: dict) -> str:
         return f"run failed: {cell['failed']}"
     c = cell["counts"]
     text = f"{c['programs']} / {c['agree']} / {c['disagree']} / {c['error']} / {c['outside-window']}"
-    return text + (f" ({c['rejected']} rejected)" if c.get("rejected") else "")
+    extra = [f"{c['exporters-own']} own" if c.get("exporters-own") else "",
+             f"{c['rejected']} rejected" if c.get("rejected") else ""]
+    return text + (f" ({', '.join(x for x in extra if x)})" if any(extra) else "")
 
 
 def table(result: dict) -> str:
     """The matrix as a Markdown table: exported by (rows) × run by (columns)."""
     versions = result["versions"]
-    lines = ["Each cell: programs / agree / disagree / error / outside-window.", "",
+    found = sum(len(c.get("findings", ())) for c in result["cells"].values())
+    lines = ["Each cell: programs / agree / disagree / error / outside-window; \"own\": of the disagreements and "
+             "errors, those the exporting JAX has on its own round trip too (not cross-version). Cross-version "
+             f"findings (inside the window, the exporter's own round trip agreeing): {found}.", "",
              "| exported by ↓ · run by → | " + " | ".join(f"jax {v}" for v in versions) + " |",
              "|---|" + "---|" * len(versions)]
     for a in versions:

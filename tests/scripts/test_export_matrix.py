@@ -31,8 +31,15 @@ RESULT = {"versions": ["0.10.2", "0.12.0.1"], "venvs": {"0.10.2": ".venv", "0.12
 def test_the_table_has_exporters_as_rows_and_runners_as_columns():
     lines = em.table(RESULT).splitlines()
     assert lines[2] == "| exported by ↓ · run by → | jax 0.10.2 | jax 0.12.0.1 |"
+    assert lines[0].endswith("Cross-version findings (inside the window, the exporter's own round trip agreeing): 1.")
     assert lines[4] == "| jax 0.10.2 | 3 / 3 / 0 / 0 / 0 | 3 / 2 / 1 / 0 / 0 |"
     assert lines[5] == "| jax 0.12.0.1 | 3 / 0 / 0 / 0 / 3 | 3 / 3 / 0 / 0 / 0 |"
+
+
+def test_a_cell_says_how_many_failures_are_the_exporters_own():
+    cell = _cell(20, 19, error=1)
+    cell["counts"]["exporters-own"] = 1
+    assert em._cell(cell) == "20 / 19 / 0 / 1 / 0 (1 own)"
 
 
 def test_the_notes_say_why_outside_and_list_findings():
