@@ -17,7 +17,11 @@ unless given ``compile_cache=``). No stored state may bend a verdict, so:
   step) keeps both keys. So the first executable of each of the first `VERIFY_PER_RUN` case families
   that come from the cache in a run (all with ``CONFORMANCE_VERIFY_PER_RUN=all``) is compiled again
   past the cache and the two optimized modules compared (`HitVerifier`); any difference stops the
-  cache in every process of the run for the rest of it, and the run says so in one line.
+  cache in every process of the run for the rest of it, and the run says so in one line. An entry
+  that a process of the same run wrote (its key is marked beside the run's events file when it is
+  put) is not verified: the same code, compiler and hooks made it moments before, so a fresh compile
+  can only repeat it; such hits are counted apart ("hits_from_run") and leave the family's first
+  stored hit still to be verified.
 * **Data, never code, and checked.** Each entry is JAX's bytes behind a header holding the sha256
   of the identity, the key and the bytes (`DigestCache`): an entry that is torn, flipped, copied
   under another key or from another identity is a miss (recompiled, counted in the run's summary),
@@ -173,12 +177,12 @@ def _event(kind: str, **fields) -> None:
 
 
 def run_events(path: str | None = None) -> dict:
-    """This run's cache events so far: ``{"hits": N, "bad_entries": N, "verified": N, "verify_seconds": S,
+    """This run's cache events so far: ``{"hits": N, "hits_from_run": N, "bad_entries": N, "verified": N, "verify_seconds": S,
     "identity_seconds": I, "invalidated": [reason, ...], "bad": [reason, ...]}`` (the first few reasons;
     S: the seconds the verifying compiles took, summed over the processes; I: this process's seconds
     computing the code identity)."""
     path = path or os.environ.get(EVENTS_ENV)
-    out = {"hits": 0, "bad_entries": 0, "verified": 0, "verify_seconds": 0.0,
+    out = {"hits": 0, "hits_from_run": 0, "bad_entries": 0, "verified": 0, "verify_seconds": 0.0,
            "identity_seconds": _IDENTITY_SECONDS[0], "invalidated": [], "bad": []}
     if not path:
         return out
@@ -194,6 +198,8 @@ def run_events(path: str | None = None) -> dict:
             continue
         if e.get("event") == "hit":
             out["hits"] += 1
+        elif e.get("event") == "hit_from_run":
+            out["hits_from_run"] += 1
         elif e.get("event") == "bad_entry":
             out["bad_entries"] += 1
             if len(out["bad"]) < 5:
@@ -218,6 +224,7 @@ def end_run() -> dict:
         import shutil
 
         shutil.rmtree(path + ".verified", ignore_errors=True)
+        shutil.rmtree(path + ".written", ignore_errors=True)
         try:
             os.remove(path)
         except OSError:
@@ -227,7 +234,9 @@ def end_run() -> dict:
 
 def use_line(events: dict) -> str:
     """What the cache did in a run, in one line: executables read back, families verified."""
-    return (f"compile cache: {events.get('hits', 0)} executable(s) read back instead of compiled; "
+    own = events.get("hits_from_run", 0)
+    return (f"compile cache: {events.get('hits', 0)} executable(s) read back instead of compiled"
+            + (f" (and {own} that this run had compiled itself)" if own else "") + "; "
             f"{events.get('verified', 0)} famil{'y' if events.get('verified', 0) == 1 else 'ies'} checked against a "
             "fresh compile")
 
@@ -288,12 +297,14 @@ class DigestCache:
             self.bad_entries += 1
             self._bad.add(key)
             _event("bad_entry", key=key, reason=why)
+        _LAST_GET[0] = key if value is not None else None
         return value
 
     def put(self, key: str, value: bytes) -> None:
         if _passed_by():
             return
         sealed = seal(self.identity, key, bytes(value))
+        _mark_written(key)
         if key in self._bad and self._replace(key, sealed):
             self._bad.discard(key)
             return
@@ -358,6 +369,10 @@ class HitVerifier:
         self.failed: str | None = None
 
     def __call__(self, scope, executable, recompile_fn):
+        if _written_in_run(_LAST_GET[0]):
+            # written by this run's own code moments ago: a fresh compile could only repeat it
+            _event("hit_from_run")
+            return recompile_fn() if self.failed is not None or _invalidated_in_run() else executable
         _event("hit")
         if self.failed is None and _invalidated_in_run():
             # another process of this run found the cache untrustworthy: nothing from it is used here either
@@ -409,6 +424,36 @@ def _passed_by() -> bool:
 
 _DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}|,?\s*stack_frame_id=\d+")
+
+
+_LAST_GET: list = [None]   # the key of the last entry `DigestCache.get` returned in this process
+
+
+def _written_folder() -> str | None:
+    events = os.environ.get(EVENTS_ENV)
+    return None if not events else events + ".written"
+
+
+def _key_marker(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _mark_written(key: str) -> None:
+    """Mark `key` as written by this run (a file beside the run's events file; nothing without one)."""
+    folder = _written_folder()
+    if folder is None:
+        return
+    try:
+        os.makedirs(folder, exist_ok=True)
+        open(os.path.join(folder, _key_marker(key)), "w").close()
+    except OSError:
+        pass
+
+
+def _written_in_run(key: str | None) -> bool:
+    """Whether a process of this run wrote the entry under `key` (False without a run's events file)."""
+    folder = _written_folder()
+    return key is not None and folder is not None and os.path.exists(os.path.join(folder, _key_marker(key)))
 
 
 def _run_folder() -> str | None:

@@ -208,12 +208,20 @@ def enabled(tmp_path, monkeypatch):
                 os.environ[k] = v
 
 
-def test_a_warm_cache_gives_back_the_same_values_with_every_entry_sealed(enabled):
+def _next_run(tmp_path):
+    """End this run (its events and markers go) and start the next on the same cache folder, as a
+    second `python -m conformance run` would."""
+    compile_cache.end_run()
+    compile_cache.enable(str(tmp_path / "cc"))
+
+
+def test_a_warm_cache_gives_back_the_same_values_with_every_entry_sealed(enabled, tmp_path):
     import jax
 
     case = _case()
     first = case.run(xla_backend)
     hits = cache.stats()["persistent_hits"]
+    _next_run(tmp_path)                                              # the next run reads what this one kept
     cache.clear_cache()
     jax.clear_caches()
     again = case.run(xla_backend)
@@ -238,13 +246,14 @@ def _max_instead_of_add(plain):
     return patched
 
 
-def test_a_compile_step_patched_without_a_file_change_is_caught_by_the_hit_check(enabled, monkeypatch):
+def test_a_compile_step_patched_without_a_file_change_is_caught_by_the_hit_check(enabled, monkeypatch, tmp_path):
     import jax
     from jax._src import compiler
 
     case = _case()
     want = _values(case.run(refsim))
     assert _values(case.run(xla_backend)) == want                    # clean: compiled and kept
+    _next_run(tmp_path)                                              # a later run, with the compile step patched
     cache.clear_cache()
     jax.clear_caches()
     monkeypatch.setattr(compiler, "backend_compile_and_load", _max_instead_of_add(compiler.backend_compile_and_load))
@@ -253,6 +262,28 @@ def test_a_compile_step_patched_without_a_file_change_is_caught_by_the_hit_check
     events = compile_cache.run_events()
     assert events["invalidated"] and "compile cache NOT used" in compile_cache.summary_line(events)
     assert compile_cache._passed_by()                                 # for the rest of this process
+
+
+def test_an_entry_this_run_wrote_is_read_back_unverified_and_counted_apart(enabled, tmp_path):
+    # a sibling worker (here: this process) compiled it moments ago with the same code: a fresh
+    # compile could only repeat it, so it costs no second compile and leaves the family unchecked
+    import jax
+
+    case = _case()
+    first = case.run(xla_backend)
+    cache.clear_cache()
+    jax.clear_caches()
+    again = case.run(xla_backend)
+    events = compile_cache.run_events()
+    assert _values(again) == _values(first)
+    assert (events["hits_from_run"], events["hits"], events["verified"]) == (1, 0, 0)
+    assert "(and 1 that this run had compiled itself)" in compile_cache.use_line(events)
+    _next_run(tmp_path)                                              # the next run: a stored entry, verified
+    cache.clear_cache()
+    jax.clear_caches()
+    case.run(xla_backend)
+    events = compile_cache.run_events()
+    assert (events["hits_from_run"], events["hits"], events["verified"]) == (0, 1, 1)
 
 
 def test_without_the_hit_check_that_patch_would_have_agreed(enabled, monkeypatch):
