@@ -29,7 +29,9 @@ arguments and outputs are, so the value model still holds for every output:
   (partial-manual, inside the auto- or explicitly-sharded ``jit``); ``g`` itself is drawn over the
   remaining axes, so its own shard_map ops nest a second manual region. Arguments of rank >= 1
   are split over ``M`` along dimension 0; each output gains a leading dimension of one block per
-  manual position (``out_specs=P(M)``).
+  manual position (``out_specs=P(M)``). The region is ``check_vma=False`` (as MaxText's and levanter's
+  ``shard_map`` calls often are): ``g`` is global-view code, whose scans start from invariant
+  values that a varying body would make a type error under vma checking.
 * ``donation``: the jit donates drawn arguments (``donate_argnums``, the case's field of that name;
   a training step donates its parameters and optimizer state). ``model`` returns ``g``'s outputs
   and, per donated argument, its next state (the ``scan_layers`` carry update: an exact output of
@@ -202,7 +204,7 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         in_specs = ", ".join(f"P({mspec})" if len(s) else "P()" for _, s in args)
         src = (f"def model({names}):\n    def body({names}):\n        return tuple(x[None] for x in g({names}))\n"
                f"    return jax.shard_map(body, in_specs=({in_specs},), out_specs=P({mspec}), "
-               f"axis_names={set(manual)!r})({names})\n")
+               f"axis_names={set(manual)!r}, check_vma=False)({names})\n")
         h_args = tuple((dt, (s[0] * size,) + tuple(s[1:]) if len(s) else ()) for dt, s in args)
         h_outs = tuple((nm, (size,) + tuple(s), dt, err) for nm, s, dt, err in outs)
         return Wrapped("model", src, lines, h_args, h_outs)
