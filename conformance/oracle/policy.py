@@ -198,6 +198,26 @@ AUTO_POLICIES = ("auto", "spec", "heuristic")
 #: The bound walk holds a float64 center and bound per element of every live value: above this
 #: many input and output elements it is not run (the heuristic judges, and a note says so).
 ALLOWED_SET_MAX_ELEMENTS = 1 << 24
+#: Nor above this many element operations (`refsim.bounds.coverage.work_estimate`: every
+#: result element, and each dot's products): the walk costs ~2.5 ns of CPU per element operation
+#: and runs twice where a relaxation widened a bound, against refsim's ~0.2 ns, so a GPT-style
+#: step of 3.7 M parameters (1.2e10 operations) would take 31 CPU-s where refsim takes 2.7
+#: (docs/comparison.md). `$CONFORMANCE_ALLOWED_SET_MAX_WORK` changes it; `policy="spec"` runs the
+#: walk whatever its size. The examples' training steps need 1e5-2e6.
+ALLOWED_SET_MAX_WORK = 1 << 26
+WORK_ENV = "CONFORMANCE_ALLOWED_SET_MAX_WORK"
+
+
+def allowed_set_max_work() -> int:
+    """`ALLOWED_SET_MAX_WORK`, or `$CONFORMANCE_ALLOWED_SET_MAX_WORK` where set to an integer."""
+    import os
+
+    value = os.environ.get(WORK_ENV, "").strip()
+    try:
+        return int(float(value)) if value else ALLOWED_SET_MAX_WORK
+    except ValueError:
+        raise ValueError(f"${WORK_ENV}={value!r} is not a number; set it to the largest number of element "
+                         f"operations the bound walk may take (default {ALLOWED_SET_MAX_WORK}).") from None
 
 
 def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cpu"):
@@ -217,6 +237,14 @@ def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cp
     if size > ALLOWED_SET_MAX_ELEMENTS:
         return pols, [f"allowed set not computed: {size} input and output elements, above "
                       f"ALLOWED_SET_MAX_ELEMENTS = {ALLOWED_SET_MAX_ELEMENTS}: held to the heuristic"], None
+    if policy != "spec":
+        from refsim.bounds.coverage import work_estimate
+
+        work, limit = work_estimate(closed), allowed_set_max_work()
+        if work > limit:
+            return pols, [f"allowed set not computed: its bound walk would take {work:.2g} element operations, "
+                          f"above {limit:.2g} (${WORK_ENV}; policy='spec' computes it whatever its size): "
+                          "held to the heuristic"], None
     try:
         out, notes, result = allowed.build(closed, flat_args, ref, candidates, pols, relaxations=relax,
                                            platform=platform)

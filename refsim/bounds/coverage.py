@@ -64,3 +64,37 @@ def unruled_primitives(jaxpr) -> dict[str, int]:
                 counts[why] += 1
             todo.extend(_sub_jaxprs(eqn.params))
     return dict(sorted(counts.items()))
+
+
+def _size(v) -> int:
+    shape = getattr(getattr(v, "aval", None), "shape", ())
+    n = 1
+    for d in shape:
+        n *= int(d) if isinstance(d, int) else 1
+    return n
+
+
+def work_estimate(jaxpr) -> int:
+    """The element operations the bound walk would perform on `jaxpr` (a Jaxpr or ClosedJaxpr),
+    read statically: every equation's result elements, and for `dot_general` its result
+    elements times the contracted size (the walk forms |a| |b| products), sub-jaxprs included
+    (a scan's body times its length). The walk costs about this many float64 passes' worth of
+    work, a few times what refsim's own evaluation costs, so callers bound it (`conformance.oracle.
+    policy.ALLOWED_SET_MAX_WORK`)."""
+    total = 0
+    todo = [(getattr(jaxpr, "jaxpr", jaxpr), 1)]
+    while todo:
+        j, times = todo.pop()
+        for eqn in j.eqns:
+            out = sum(_size(v) for v in eqn.outvars)
+            if eqn.primitive.name == "dot_general":
+                (lc, _rc), _ = eqn.params["dimension_numbers"]
+                shape = getattr(eqn.invars[0].aval, "shape", ())
+                k = 1
+                for d in lc:
+                    k *= int(shape[d])
+                out *= max(1, k)
+            total += out * times
+            reps = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
+            todo.extend((s, times * reps) for s in _sub_jaxprs(eqn.params))
+    return total

@@ -88,3 +88,32 @@ def test_a_shallow_program_reports_its_worst_ratio():
     (line,) = res.bounds[:1]
     ratio = float(line.split("worst |xla - exact| / bound ")[1].split()[0])
     assert 0 <= ratio <= 1, line
+
+
+def test_work_estimate_counts_results_and_dot_products_by_hand():
+    from refsim.bounds.coverage import work_estimate
+
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    # tanh: 12 results; dot: 15 results x 4 products; add: 15 results
+    j = jax.make_jaxpr(lambda x, y: jnp.tanh(x) @ y + 1.0)(a, b)
+    assert work_estimate(j) == 12 + 15 * 4 + 15
+
+    def body(c, _):
+        return c * 2.0, None
+    # a scan of length 7 over a body of one multiply of 3 elements, plus the scan's own 3 results
+    j = jax.make_jaxpr(lambda c: lax.scan(body, c, None, length=7)[0])(np.ones(3, np.float32))
+    assert work_estimate(j) == 7 * 3 + 3
+
+
+def test_a_walk_above_the_work_limit_is_not_run_and_the_report_says_so(monkeypatch):
+    x = np.array([9, 0, 0, 0, 0], np.int32)
+    kw = dict(mesh=MESH5, in_specs=P("i"), out_specs=P(), explain=False)
+    monkeypatch.setenv("CONFORMANCE_ALLOWED_SET_MAX_WORK", "1")
+    res = conformance.check(_pmean, x, **kw)                        # the heuristic judges: 1 ulp passes
+    assert res.ok and any(b.startswith("allowed set not computed: its bound walk would take") and
+                          "CONFORMANCE_ALLOWED_SET_MAX_WORK" in b for b in res.bounds), res.bounds
+    with pytest.raises(conformance.ConformanceError):               # policy='spec' walks whatever the size
+        conformance.check(_pmean, x, policy="spec", **kw)
+    monkeypatch.setenv("CONFORMANCE_ALLOWED_SET_MAX_WORK", "lots")
+    with pytest.raises(ValueError, match="CONFORMANCE_ALLOWED_SET_MAX_WORK='lots' is not a number"):
+        conformance.check(_pmean, x, **kw)
