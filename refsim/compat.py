@@ -194,6 +194,13 @@ def drop_var_type() -> type:
     return DropVar
 
 
+def binds_nonnegative_collective_dims() -> bool:
+    """True when JAX counts a negative `scatter_dimension` / `split_axis` / `concat_axis` from the
+    end when it binds psum_scatter / all_to_all (jax >= 0.11); jax 0.9 and 0.10 bind it as given and
+    their lowering refuses it (StableHLO's verifier: "must be non-negative")."""
+    return jax_version() >= (0, 11)
+
+
 def aval_vma(aval) -> frozenset:
     """The mesh axes an aval varies over (JAX's vma: `aval.vma` or `aval.manual_axis_type.varying`)."""
     vma = getattr(aval, "vma", None)
@@ -367,9 +374,10 @@ def xla_parse_hlo_sharding(text: str):
 def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: bool = False) -> str:
     """The printed `#sdy.sharding<mesh<...>, [...]>` attribute JAX builds for a NamedSharding.
 
-    jax 0.9 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` needs
-    an MLIR context with the sdy dialect loaded. `modify_wrt_axis_types` (jax >= 0.10; see
-    `sdy_marks_unused_explicit_axes`) must be False on jax 0.9, which has no such mode.
+    jax 0.9 … 0.12 all return an `SdyArray` from `_to_sdy_sharding` whose `build` (with an
+    attribute cache from 0.10 on) needs an MLIR context with the sdy dialect loaded.
+    `modify_wrt_axis_types` (jax >= 0.10; see `sdy_marks_unused_explicit_axes`) must be False on
+    jax 0.9, which has no such mode.
     """
     from jax._src.interpreters import mlir
 
@@ -377,8 +385,10 @@ def jax_sdy_sharding_text(jax_named_sharding, ndim: int, modify_wrt_axis_types: 
     if modify_wrt_axis_types and len(args) == 1:
         raise ValueError(f"modify_wrt_axis_types=True: jax {'.'.join(map(str, jax_version()))} has no such "
                          f"mode (jax >= 0.10); pass False")
+    sdy_array = jax_named_sharding._to_sdy_sharding(*args)
     with mlir.make_ir_context():
-        return str(jax_named_sharding._to_sdy_sharding(*args).build({}))
+        # jax >= 0.10's build takes an attribute cache; jax 0.9's takes nothing
+        return str(sdy_array.build({}) if jax_version() >= (0, 10) else sdy_array.build())
 
 
 def sdy_marks_unused_explicit_axes() -> bool:

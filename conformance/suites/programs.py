@@ -21,7 +21,7 @@ from conformance.strategies.programs import FAMILIES, PROGRAM_DTYPES, programs
 from conformance.suites.base import PROGRAM_DATA, CheckTask, Outcome, draw, flatten, group_tasks
 from conformance.verdict.compare import compare
 from conformance.verdict.elements import close
-from conformance.verdict.xfails import comparison_failure
+from conformance.verdict.xfails import comparison_failure, exception_failure
 import refsim
 
 NAME = "programs"
@@ -112,7 +112,11 @@ def check_corpus(name: str, xla) -> Outcome:
                     return Outcome("fail", f"{name}: refsim output {k} differs from the NumPy reference "
                                            f"(seed {seed})", examples=len(CORPUS_SEEDS))
             continue
-        got = leaves(xla_fn(*inputs))
+        try:
+            got = leaves(xla_fn(*inputs))
+        except Exception as e:  # noqa: BLE001 - refsim ran it: XLA's side raised, which an xfails entry may expect
+            return Outcome("error", f"xla raised {type(e).__name__} on {name} (seed {seed}): {e}",
+                           examples=len(CORPUS_SEEDS), details=Failure(signature=exception_failure("xla", e)))
         if len(want) != len(got):
             return Outcome("fail", f"{name}: refsim gave {len(want)} outputs, xla {len(got)}")
         for k, (e, a) in enumerate(zip(want, got)):

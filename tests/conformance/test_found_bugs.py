@@ -23,7 +23,8 @@ import pytest
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "found-bugs.md"
 # The page's versions are jax/jaxlib pairs: a mixed install matches no column.
 INSTALLED = version("jax") if version("jax") == version("jaxlib") else None
-PAGE_VERSIONS = ("0.10.2", "0.12.0.1")
+#: The jax/jaxlib pairs the page claims about, oldest first (the supported range, docs/xla_backend.md).
+PAGE_VERSIONS = ("0.9.2", "0.10.2", "0.11.2", "0.12.0.1")
 
 CORRECT = "correct"
 _VERSIONS = re.compile(r"^jax (\d+(?:\.\d+)+(?:, \d+(?:\.\d+)+)*)$")
@@ -202,7 +203,8 @@ def test_page_claims_are_readable_and_complete():
 
 def test_summary_table_agrees_with_entries():
     text = PAGE.read_text()
-    rows = re.findall(r"^\| (\d+) \| .*? \| [^|]* \| (yes|no[^|]*?) \| (yes|no[^|]*?) \|$", text, re.M)
+    cells = r" \| ".join([r"(yes|no[^|]*?)"] * len(PAGE_VERSIONS))
+    rows = re.findall(rf"^\| (\d+) \| .*? \| [^|]* \| {cells} \|$", text, re.M)
     assert len(rows) == len(ENTRIES), "the summary table has a row per entry"
     for (num, *cells), e in zip(rows, ENTRIES):
         assert int(num) == e.number
@@ -210,6 +212,25 @@ def test_summary_table_agrees_with_entries():
             said = "reproduces" if cell == "yes" else "correct"
             claim = "reproduces" if ver in e.reproduces else "correct"
             assert said == claim, f"entry {e.number}: the table says {said} on {ver}, the entry {claim}"
+
+
+def test_rediscovered_table_lists_the_bugs_fixed_upstream():
+    """"Rediscovered (fixed upstream)": one row per entry that reproduces on an older page version and is
+    correct on the newest (a bug JAX or XLA fixed), naming a version where it reproduces, the first page
+    version after its last reproducing one (where it is correct), and the fix."""
+    section = re.search(r"^## Rediscovered \(fixed upstream\)\n(.*?)(?=^## )", PAGE.read_text(), re.M | re.S)
+    assert section, "docs/found-bugs.md has no '## Rediscovered (fixed upstream)' section"
+    rows = re.findall(r"^\| \[(\d+)\]\(#[^)]+\) \| jax ([\d.]+) \| jax ([\d.]+) \| (.+) \|$", section.group(1), re.M)
+    by_number = {e.number: e for e in ENTRIES}
+    fixed = {e.number for e in ENTRIES if e.reproduces and PAGE_VERSIONS[-1] in e.correct}
+    assert sorted(int(r[0]) for r in rows) == sorted(fixed), "the table lists exactly the entries fixed upstream"
+    for number, found, first_fixed, fix in rows:
+        e = by_number[int(number)]
+        last = max(PAGE_VERSIONS.index(v) for v in e.reproduces)
+        assert found in e.reproduces, f"entry {number}: found on jax {found}, but it claims {e.reproduces}"
+        assert first_fixed == PAGE_VERSIONS[last + 1], f"entry {number}: first fixed on jax {PAGE_VERSIONS[last + 1]}"
+        assert all(v in e.correct for v in PAGE_VERSIONS[last + 1:]), f"entry {number} comes back after its fix"
+        assert fix.strip() and fix.strip() != "?", f"entry {number}: name the fix (a change or the release)"
 
 
 @pytest.mark.parametrize("entry, name, code", CASES, ids=[name for _, name, _ in CASES])
