@@ -176,7 +176,7 @@ class BisectResult:
 
 def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool = True, in_shardings=None,
            out_shardings=None, runner: Runner | None = None, max_ulp: float = 0,
-           tolerance: str = "auto") -> BisectResult:
+           tolerance: str = "auto", policy: str = "auto") -> BisectResult:
     """Run `fn` on refsim and on XLA; when they differ, find the first diverging equation.
 
     With `in_specs`/`out_specs` the program is `jax.shard_map(fn, mesh=mesh, ...)` and the
@@ -193,17 +193,23 @@ def bisect(fn, *args, mesh=None, in_specs=None, out_specs=None, check_vma: bool 
     bit for bit and any other floating value to |xla - refsim| <= 256 units of roundoff of its
     largest magnitude (16 for narrow floats); "exact" holds every value bit for bit. `max_ulp` > 0
     instead accepts elements within that many ULP (ints / bools: unequal is a difference).
+    With tolerance "auto", `policy` ("auto", "spec", "heuristic", as `conformance.check` and
+    `conformance.explain` take it) also holds each floating value to the program's allowed set
+    where that decides the element and is tighter (`AllowedCuts`).
     """
     validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     if tolerance not in ("auto", "exact"):
         raise ValueError(f"tolerance={tolerance!r}; use 'auto' (exact where exact, else scaled to each value) or "
                          "'exact' (bit for bit).")
+    if policy not in ("auto", "spec", "heuristic"):
+        raise ValueError(f"policy={policy!r}; use 'auto' (the allowed set under the platform's declared "
+                         "relaxations), 'spec' (the allowed set without them) or 'heuristic' (256 ulps of max|value|).")
     if mesh is None and in_specs is None and out_specs is None and in_shardings is None and out_shardings is None:
         region, flat = trace_called(fn, args)
-        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
+        return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance, policy=policy)
     region, flat = trace(fn, args, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma,
                          in_shardings=in_shardings, out_shardings=out_shardings)
-    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance)
+    return bisect_region(region, flat, runner=runner, max_ulp=max_ulp, tolerance=tolerance, policy=policy)
 
 
 def _rounded_vars(jaxpr) -> set:
@@ -230,8 +236,83 @@ def _bound(value: np.ndarray, rounded: bool, tolerance: str, max_ulp: float):
     return T.allowed(np.asarray(value))
 
 
+class AllowedCuts:
+    """The allowed set of every value a cut compares (docs/comparison.md, "The allowed set"): the
+    bound walk (`refsim.bounds`) over the program that returns every probed variable of the body,
+    traced as `xla_runner` runs a prefix (shard_map values with the mesh dims in front), under the
+    platform's declared relaxations ("auto") or the spec alone ("spec").
+
+    `bound(v, ref, heuristic)` gives the per-element allowed |xla - refsim| of variable v (in
+    `as_global` coordinates): where the walk decides the element and its bound is tighter than the
+    heuristic's (`heuristic`; None: exact), the element's bound plus refsim's own distance from the
+    center (so no result the set allows is refused; at most twice the bound); where undecidable,
+    infinite (not judged); elsewhere the heuristic. None where the walk has no bound for v."""
+
+    def __init__(self, centers: dict, bounds: dict, notes: list):
+        self.centers, self.bounds, self.notes = centers, bounds, notes
+
+    @classmethod
+    def build(cls, region: Region, args, variables: list, policy: str, platform: str = "cpu") -> "AllowedCuts":
+        from conformance.debug import region as R
+        from conformance.oracle import program as oprog
+        from refsim import bounds as rb
+        from refsim.bounds import platform as bp
+        from xla_backend import staging
+
+        centers, bnds, notes = {}, {}, []
+        if not variables:
+            return cls(centers, bnds, notes)
+        try:
+            sub = region.prefix(len(region.jaxpr.eqns), variables)
+            fn, out_specs = R._region_program(sub)
+            layout = (staging.Layout.shard_map(region.mesh, tuple(region.in_layouts), out_specs,
+                                               check_vma=region.check_vma) if out_specs is not None
+                      else staging.Layout.jit(tuple(region.in_layouts), None))
+            staged = staging.stage(fn, layout, tuple(args))
+            with staged.context():
+                traced = oprog.trace(staged.call, tuple(staged.args), {})
+            flat = [np.asarray(a) for a in traced.flat_args]
+            if policy != "spec":   # as conformance.check: the walk's cost is bounded unless the spec is asked for
+                from conformance.oracle.policy import allowed_set_max_work
+                from refsim.bounds.coverage import work_estimate
+
+                work, limit = work_estimate(traced.closed), allowed_set_max_work()
+                if work > limit:
+                    return cls(centers, bnds, [f"allowed set not computed: its bound walk would take {work:.2g} "
+                                               f"element operations, above {limit:.2g}: values held to the heuristic"])
+            relax = frozenset() if policy == "spec" else bp.default_relaxations(platform)
+            res = rb.evaluate(traced.closed, flat, relaxations=relax)
+        except Exception as e:  # noqa: BLE001 - the heuristic still judges; the note says why
+            notes.append(f"allowed set not computed ({type(e).__name__}: {str(e).splitlines()[0][:160]}): "
+                         "values held to the heuristic")
+            return cls(centers, bnds, notes)
+        if len(res.outputs) != len(variables):
+            return cls(centers, bnds, ["allowed set not computed: the walk's outputs do not match the values"])
+        for v, out in zip(variables, res.outputs):
+            if isinstance(out, rb.BVal) and out.floating:
+                centers[v] = np.asarray(out.center, np.float64)
+                bnds[v] = np.asarray(out.full_bound(), np.float64)
+        return cls(centers, bnds, notes)
+
+    def bound(self, v, ref: np.ndarray, heuristic: float | None):
+        if v not in self.centers or np.shape(self.centers[v]) != np.shape(ref):
+            return None
+        c, b = self.centers[v], self.bounds[v]
+        r = np.asarray(ref).astype(np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            und = np.isnan(b)
+            tight = (b == 0) if heuristic is None else (b * _MARGIN <= heuristic)
+            governed = ~und & tight
+            room = b * _MARGIN + np.where(np.isfinite(r - c), np.abs(r - c), 0.0)
+            other = 0.0 if heuristic is None else heuristic
+            return np.where(governed, room, np.where(und, np.inf, other))
+
+
+_MARGIN = 1 + 2.0 ** -40
+
+
 def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner | None = None,
-                  max_ulp: float = 0, tolerance: str = "auto") -> BisectResult:
+                  max_ulp: float = 0, tolerance: str = "auto", policy: str = "auto") -> BisectResult:
     """`bisect` over an already traced Region and its flat arguments."""
     validation.check("max_ulp", max_ulp, low=0, what="0: bit-exact, NaN equals NaN")
     runner = runner or region_mod.planted_runner or isolated_runner   # a planted fault (conformance.faults.inject)
@@ -244,6 +325,14 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
     rounded = _rounded_vars(jaxpr) if tolerance == "auto" and not max_ulp else set()
     words = (f"{max_ulp:g} ULP" if max_ulp else "bit-exact" if tolerance == "exact" or not rounded else
              "exact values bit-exact, rounded floats within 256 (float32) / 16 (narrow) roundoffs of max|value|")
+    cuts = None
+    if tolerance == "auto" and not max_ulp and policy != "heuristic":
+        probed = list(dict.fromkeys(v for k in sorted(live) for v in live[k]))
+        cuts = AllowedCuts.build(region, args, probed, policy)
+        if cuts.centers:
+            words += ("; floats also held to the allowed set " + ("without relaxations" if policy == "spec" else
+                      "under the platform's declared relaxations") + " where it decides the element and is tighter")
+        words += "".join(f"; {n}" for n in cuts.notes)
     steps: list[Step] = []
     cache: dict[int, list[ValueReport]] = {}
 
@@ -267,8 +356,11 @@ def bisect_region(region: Region, args: Sequence[np.ndarray], *, runner: Runner 
                 for v, arr in zip(vars_, arrays):
                     local = tuple(v.aval.shape) if region.kind == "shard_map" else None
                     glob = as_global(region, ref[v], v.aval)
-                    devs = diff.compare_shards(glob, arr, max_ulp, local,
-                                               bound=_bound(glob, v in rounded, tolerance, max_ulp))
+                    bound = _bound(glob, v in rounded, tolerance, max_ulp)
+                    if cuts is not None and not max_ulp and tolerance == "auto":
+                        per = cuts.bound(v, glob, bound if v in rounded else None)
+                        bound = bound if per is None else per
+                    devs = diff.compare_shards(glob, arr, max_ulp, local, bound=bound)
                     reports.append(ValueReport(names[v], names.aval(v), devs))
             cache[k] = reports
             steps.append(Step(k, len(vars_), any(not r.matched for r in reports)))

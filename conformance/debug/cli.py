@@ -28,6 +28,9 @@ def build_parser(prog: str = "python -m conformance bisect") -> argparse.Argumen
     p.add_argument("--tolerance", choices=("auto", "exact"), default="auto",
                    help="auto (default): exact values bit-exact, rounded floats within 256 (float32) / 16 (narrow "
                         "floats) units of roundoff of each value's largest magnitude; exact: bit for bit")
+    p.add_argument("--policy", choices=("auto", "spec", "heuristic"), default="auto",
+                   help="with --tolerance auto, floats are also held to the program's allowed set: auto (default) "
+                        "under the platform's declared relaxations, spec without them; heuristic: not at all")
     p.add_argument("--metric", choices=picture.METRICS, default="ulp", help="what the device grid shows")
     p.add_argument("--html", metavar="PATH", help="write the report and device grid as an HTML page")
     p.add_argument("--svg", metavar="PATH", help="write the device grid as SVG")
@@ -73,7 +76,7 @@ def main(argv=None) -> int:
         return 2
     try:
         with catalogue.planted(plants, lambda line: print(line, file=sys.stderr)):
-            result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance)
+            result = case.bisect(max_ulp=max_ulp, runner=runner, tolerance=args.tolerance, policy=args.policy)
     except (NotImplementedError, RuntimeError, ValueError) as e:
         if "unreduced" not in str(e):
             raise

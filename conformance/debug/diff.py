@@ -97,7 +97,8 @@ def compare_shards(ref_global: np.ndarray, array, max_ulp: float = 0, local_shap
     """Each shard of `array` (XLA's) against `ref_global[shard.index]` (refsim's), by device id.
 
     `local_shape` reshapes both blocks (a shard_map value's block without its size-1 mesh dims).
-    An element matches within `max_ulp` ULP or, with `bound`, within |xla - refsim| <= bound.
+    An element matches within `max_ulp` ULP or, with `bound` (a number, or per element an array of
+    `ref_global`'s shape), within |xla - refsim| <= bound.
     """
     mesh = getattr(getattr(array, "sharding", None), "mesh", None)
     out = {}
@@ -109,19 +110,23 @@ def compare_shards(ref_global: np.ndarray, array, max_ulp: float = 0, local_shap
                 f"device {s.device_id}: refsim block {exp.shape} {exp.dtype} vs XLA block {act.shape} "
                 f"{act.dtype} at index {s.index}; the XLA runner must return the probed values unchanged."
             )
+        b = bound
+        if bound is not None and np.ndim(bound):          # a per-element bound, in `ref_global`'s shape
+            b = np.asarray(bound[tuple(s.index)])
         if local_shape is not None:
             exp, act = exp.reshape(local_shape), act.reshape(local_shape)
+            b = b.reshape(local_shape) if b is not None and np.ndim(b) else b
         ulp = ulp_error(exp, act)
         ae = abs_error(exp, act)
         try:
             pos = mesh.device_position(int(s.device_id)) if mesh is not None else None
         except (ValueError, AttributeError):
             pos = None
-        bad = (ulp > max_ulp) & (ae > bound) if bound is not None else ulp > max_ulp
+        bad = (ulp > max_ulp) & (ae > b) if b is not None else ulp > max_ulp
         out[int(s.device_id)] = DeviceDiff(
             int(s.device_id), pos, tuple(s.index), exp, act,
             float(ulp.max()) if ulp.size else 0.0, float(ae.max()) if ae.size else 0.0,
-            int(bad.sum()), bound)
+            int(bad.sum()), b)
     return out
 
 

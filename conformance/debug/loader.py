@@ -82,7 +82,7 @@ class Reproducer:
                                                           self.out_axes, self.device_ids)
         return dict(mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False, _fn=fn)
 
-    def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto"):
+    def bisect(self, *, runner=None, max_ulp: float = 0, tolerance: str = "auto", policy: str = "auto"):
         """Run `conformance.debug.bisect` on this case; a device_put case, which has no equations,
         is compared device by device instead (`conformance.debug.movement`, runner(x, source, target))."""
         if self.kind == "device_put":
@@ -91,7 +91,7 @@ class Reproducer:
 
         kw = self.bisect_kwargs()
         fn = kw.pop("_fn", self.program)
-        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, tolerance=tolerance, **kw)
+        return bisect(fn, *self.inputs, runner=runner, max_ulp=max_ulp, tolerance=tolerance, policy=policy, **kw)
 
 
 def split_target(target: str) -> tuple[str, str | None]:

@@ -185,6 +185,16 @@ class Judge:
                 judge.notes.append(f"allowed set not computed: {size} input and output elements, above "
                                    f"{MAX_ELEMENTS}: every output held to the heuristic")
                 return judge
+            if policy != "spec":   # as conformance.check: the walk's cost is bounded unless the spec is asked for
+                from conformance.oracle.policy import WORK_ENV, allowed_set_max_work
+                from refsim.bounds.coverage import work_estimate
+
+                work, limit = work_estimate(closed), allowed_set_max_work()
+                if work > limit:
+                    judge.notes.append(f"allowed set not computed: its bound walk would take {work:.2g} element "
+                                       f"operations, above {limit:.2g} (${WORK_ENV}; policy='spec' computes it "
+                                       "whatever its size): every output held to the heuristic")
+                    return judge
             relax = bp.default_relaxations(platform)   # computed under "spec" too: to say what would cover it
             relaxed = bounds.evaluate(closed, flat, relaxations=relax)
             spec = bounds.evaluate(closed, flat, relaxations=()) if relaxed.used else relaxed

@@ -172,3 +172,16 @@ def test_the_command_line_follows_the_policy(tmp_path, capsys):
     assert main(["explain", "--policy", "spec", str(repro)]) == 1
     out = capsys.readouterr().out
     assert "diverged in: compiler" in out and "first diverging op: stablehlo.multiply" in out
+
+
+def test_bisect_holds_each_cut_to_the_same_allowed_set():
+    from conformance.debug import bisect
+
+    mesh5 = xla_backend.mesh((5,), ("i",))
+    kw = dict(mesh=mesh5, in_specs=P("i"), out_specs=P())
+    strict = bisect(lambda v: jax.lax.pmean(v, "i"), NINE, policy="spec", **kw)
+    d = strict.divergence
+    assert d is not None and d.primitive == "div" and d.affected == [0, 1, 2, 3, 4], strict.report()
+    assert "held to the allowed set without relaxations" in strict.tolerance
+    assert bisect(lambda v: jax.lax.pmean(v, "i"), NINE, **kw).ok            # covered by xla-reciprocal-division
+    assert bisect(lambda v: jax.lax.pmean(v, "i"), NINE, policy="heuristic", **kw).ok
