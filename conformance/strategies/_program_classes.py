@@ -204,7 +204,7 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         in_specs = ", ".join(f"P({mspec})" if len(s) else "P()" for _, s in args)
         src = (f"def model({names}):\n    def body({names}):\n        return tuple(x[None] for x in g({names}))\n"
                f"    return jax.shard_map(body, in_specs=({in_specs},), out_specs=P({mspec}), "
-               f"axis_names={set(manual)!r}, check_vma=False)({names})\n")
+               f"axis_names={{{', '.join(repr(a) for a in sorted(manual))}}}, check_vma=False)({names})\n")
         h_args = tuple((dt, (s[0] * size,) + tuple(s[1:]) if len(s) else ()) for dt, s in args)
         h_outs = tuple((nm, (size,) + tuple(s), dt, err) for nm, s, dt, err in outs)
         return Wrapped("model", src, lines, h_args, h_outs)
