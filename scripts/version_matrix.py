@@ -24,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -81,14 +82,19 @@ def _versions(venv: str) -> tuple[str, str, str]:
 
 
 def _timed(cmd: list[str], log: str | None) -> tuple[int, str, float]:
+    """Run `cmd` from the root without inherited JAX/XLA settings; its output goes to `log` as it
+    comes (a long run can be watched there) and is returned."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "VIRTUAL_ENV"))}
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seconds = time.monotonic() - t0
-    if log:
-        with open(log, "w") as fh:
-            fh.write(" ".join(map(shlex.quote, cmd)) + "\n" + r.stdout)
-    return r.returncode, r.stdout, seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        path = log or os.path.join(tmp, "out.log")
+        t0 = time.monotonic()
+        with open(path, "w") as fh:
+            fh.write(" ".join(map(shlex.quote, cmd)) + "\n")
+            fh.flush()
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+        seconds = time.monotonic() - t0
+        with open(path) as fh:
+            return rc, fh.read(), seconds
 
 
 def measure(venv: str, *, run: bool, tests: bool, run_args: list[str], pytest_args: list[str],
@@ -116,7 +122,8 @@ def table(rows: list[Row]) -> str:
     for r in rows:
         t = r.tests
         cells = [f"{r.jax} / {r.jaxlib}", r.python, r.run_verdict or "—", fmt(r.run_seconds),
-                 *(str(t.get(k, 0)) if r.tests_exit is not None else "—" for k in ("passed", "failed", "errors", "skipped")),
+                 *(str(t.get(k, 0)) if r.tests_exit is not None else "—"
+                   for k in ("passed", "failed", "errors", "skipped")),
                  fmt(r.tests_seconds)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -124,7 +131,8 @@ def table(rows: list[Row]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--venvs", help=f"comma-separated environment folders under the root (default: those present of {', '.join(VENVS)})")
+    ap.add_argument("--venvs", help="comma-separated environment folders under the root "
+                                    f"(default: those present of {', '.join(VENVS)})")
     ap.add_argument("--no-run", action="store_true", help="skip the default run")
     ap.add_argument("--no-tests", action="store_true", help="skip the unit tests")
     ap.add_argument("--run-args", default="", help="extra arguments for `python -m conformance run`")
@@ -135,14 +143,16 @@ def main(argv=None) -> int:
     venvs = args.venvs.split(",") if args.venvs else [v for v in VENVS if os.path.exists(_python(v))]
     missing = [v for v in venvs if not os.path.exists(_python(v))]
     if missing:
-        ap.error(f"--venvs: no {', '.join(_python(v) for v in missing)}; create it (README, 'Supported JAX versions')")
+        ap.error(f"--venvs: no {', '.join(_python(v) for v in missing)}; create it "
+                 "(docs/xla_backend.md, 'Supported JAX versions')")
     if args.log_dir:
         os.makedirs(args.log_dir, exist_ok=True)
     rows = []
     for venv in venvs:
         rows.append(measure(venv, run=not args.no_run, tests=not args.no_tests, run_args=shlex.split(args.run_args),
                             pytest_args=shlex.split(args.pytest_args), log_dir=args.log_dir))
-        print(f"{venv}: jax {rows[-1].jax} run {rows[-1].run_verdict} tests {rows[-1].tests}", file=sys.stderr, flush=True)
+        print(f"{venv}: jax {rows[-1].jax} run {rows[-1].run_verdict} tests {rows[-1].tests}",
+              file=sys.stderr, flush=True)
     print(table(rows))
     records = [asdict(r) for r in rows]
     print(json.dumps({"version_matrix": records}))
