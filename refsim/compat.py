@@ -355,13 +355,18 @@ def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
     """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.9 … 0.12).
 
     On a one-device mesh jax 0.9 prints a spec that names its axis as a one-tile tiling,
-    `{devices=[1,1]<=[1]}`; jax 0.10 … 0.12 print the same layout as `{replicated}`, the text
-    given here for every version."""
+    `{devices=[1,1]<=[1]}` (`{devices=[]<=[1]}` for a scalar), and a scalar unreduced over all
+    devices as `{devices=[n]<=[n] last_tile_dims={unreduced}}`; jax 0.10 … 0.12 print these
+    layouts as `{replicated}` and `{unreduced}`, the texts given here for every version."""
     text = str(jax_named_sharding._to_xla_hlo_sharding(ndim))
-    return "{replicated}" if _ONE_TILE.match(text) else text
+    if _ONE_TILE.match(text):
+        return "{replicated}"
+    return "{unreduced}" if _ALL_UNREDUCED.match(text) else text
 
 
-_ONE_TILE = re.compile(r"^\{devices=\[1(?:,1)*\]<=\[1\]\}$")   # jax 0.9's one-device tiling
+_ONE_TILE = re.compile(r"^\{devices=\[(?:1(?:,1)*)?\]<=\[1\]\}$")   # jax 0.9's one-device tiling
+# jax 0.9's scalar unreduced over every device; 0.10+ print `{unreduced}`
+_ALL_UNREDUCED = re.compile(r"^\{devices=\[(\d+)\]<=\[\1\] last_tile_dims=\{unreduced\}\}$")
 
 
 def xla_parse_hlo_sharding(text: str):

@@ -77,6 +77,8 @@ def test_non_numeric_values_are_type_errors_as_in_jax(value):
     s, js = NamedSharding(MESH, P("x")), jax.sharding.NamedSharding(JMESH, JP("x"))
     _raises_like_jax(lambda: refsim.device_put(value, s), lambda: jax.device_put(value, js),
                      match=re.escape(f"x has dtype {value.dtype}.") + ".*not a valid JAX array type")
+    if _compat.jax_version() < (0, 10):   # jax 0.9 takes the callback's value; PjRt refuses it (JaxRuntimeError)
+        return
     _raises_like_jax(lambda: refsim.make_array_from_callback((8,), s, lambda i: value[i]),
                      lambda: jax.make_array_from_callback((8,), js, lambda i: value[i]),
                      match=r"data_callback\(.*not a valid JAX array type")

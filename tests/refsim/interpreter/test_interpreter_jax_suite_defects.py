@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding as JNS, PartitionSpec as JP
 
 import refsim
+from refsim import compat
 from refsim import Mesh, NamedSharding, P
 
 EXPLICIT = AxisType.Explicit
@@ -121,6 +122,8 @@ def _jax_read_error_class():
 
 
 def test_reading_an_unreduced_array_raises_jax_error_class_and_shards_hold_partial_sums():
+    if compat.jax_version() < (0, 10):
+        pytest.skip("jax 0.9 reads an unreduced array without raising (refsim.compat.unreduced_read_error: 0.10 and later)")
     jmesh, rmesh = _explicit((2,), ("x",))
     a = np.ones((2, 4), np.float32)
     b = np.arange(24, dtype=np.float32).reshape(4, 6)
@@ -289,6 +292,8 @@ def test_pmap_in_axes_prefix_error_names_the_argument_as_jax_does():
 # --- item 8: Python control flow on a collective's result (eager shard_map) --------------------
 
 def test_eager_shard_map_branches_on_invariant_collective_results():
+    if compat.jax_version() < (0, 10):
+        pytest.skip("jax 0.9's eager shard_map traces the body: no Python branch on a collective's result")
     mesh = Mesh((4,), ("x",))
 
     def eager_only(x):  # 0+1+2+3 = 6 > 0: the same Python value on every device
@@ -316,6 +321,8 @@ def test_eager_shard_map_branches_on_invariant_collective_results():
 
 
 def test_eager_shard_map_rejects_branching_on_a_device_varying_value():
+    if compat.jax_version() < (0, 10):
+        pytest.skip("jax 0.9's eager shard_map traces the body: every Python branch raises TracerBoolConversionError")
     mesh = Mesh((4,), ("x",))
 
     def bad(x):  # each device's sum differs: no single Python value (JAX raises the same)

@@ -13,6 +13,8 @@ import pytest
 
 import jax
 
+from refsim import compat
+
 from conformance.cases.corpus import PROGRAMS, Program
 
 SEEDS = (0, 1)
@@ -111,6 +113,8 @@ def test_corpus_is_large_and_diverse():
 
 @pytest.mark.parametrize("prog", RUNNABLE, ids=[p.name for p in RUNNABLE])
 def test_program_matches_jax_per_device(prog):
+    if prog.name == "nested_shard_map_partial_manual" and compat.jax_version() < (0, 10):
+        pytest.skip("jax 0.9.2 cannot lower an axis_index nested in a partial-manual shard_map (found-bugs 30)")
     for seed in SEEDS:
         inputs = prog.inputs(seed)
         ours = prog.run_refsim(seed)

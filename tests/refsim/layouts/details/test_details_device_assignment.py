@@ -5,6 +5,7 @@ import pytest
 from jax.sharding import NamedSharding as JNS, PartitionSpec as JP
 
 import refsim
+from refsim import compat
 import xla_backend
 from refsim import Mesh, NamedSharding, P
 from refsim.device_assignment import DeviceAssignmentError
@@ -33,6 +34,8 @@ def _on(mesh, kind="refsim"):
 
 @pytest.mark.parametrize("other", [M_HI, M_REV], ids=["other devices", "same devices other order"])
 def test_arguments_on_different_assignments(other):
+    if compat.jax_version() < (0, 10):
+        pytest.skip("jax 0.9 words it 'with shape float32[8] and device ids ...' (no 'with'); refsim follows jax >= 0.10")
     with pytest.raises(ValueError) as jerr:
         jax.jit(f)(_on(M_LO, "jax"), _on(other, "jax"))
     with pytest.raises(DeviceAssignmentError) as ours:

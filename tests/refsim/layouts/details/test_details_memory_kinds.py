@@ -7,6 +7,7 @@ import pytest
 from jax.sharding import NamedSharding as JNS, PartitionSpec as JP
 
 import refsim
+from refsim import compat
 from refsim import AbstractMesh, Mesh, NamedSharding, P
 from refsim.layouts import named_sharding as NS
 
@@ -94,6 +95,8 @@ def test_arrays_carry_and_report_the_kind_like_jax():
 
 
 def test_jit_out_shardings_keep_the_kind():
+    if compat.jax_version() < (0, 10):
+        pytest.skip("jaxlib 0.9.2's SPMD partitioner rejects the host-offload annotation ('Side-effect ops cannot be replicated'; xfails/cpu.txt, jax<0.10)")
     s = NamedSharding(MESH, P("x"), memory_kind="pinned_host")
     out = refsim.jit(lambda a: a * 2, out_shardings=s)(np.ones((8, 2), np.float32))
     jout = jax.jit(lambda a: a * 2, out_shardings=JNS(JMESH, JP("x"), memory_kind="pinned_host"))(
