@@ -202,7 +202,11 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         size = p["manual_size"]
         mspec = repr(manual[0]) if len(manual) == 1 else repr(tuple(manual))
         in_specs = ", ".join(f"P({mspec})" if len(s) else "P()" for _, s in args)
-        src = (f"def model({names}):\n    def body({names}):\n        return tuple(x[None] for x in g({names}))\n"
+        # on Explicit axes the arguments are typed as the jit's in_shardings say (whatever placed them)
+        typed = "".join(f"    a{i} = jax.sharding.reshard(a{i}, {spec_text(s)})\n"
+                        for i, s in enumerate(p.get("arg_specs", ()))) if p.get("explicit") else ""
+        src = (f"def model({names}):\n{typed}    def body({names}):\n"
+               f"        return tuple(x[None] for x in g({names}))\n"
                f"    return jax.shard_map(body, in_specs=({in_specs},), out_specs=P({mspec}), "
                f"axis_names={{{', '.join(repr(a) for a in sorted(manual))}}}, check_vma=False)({names})\n")
         h_args = tuple((dt, (s[0] * size,) + tuple(s[1:]) if len(s) else ()) for dt, s in args)

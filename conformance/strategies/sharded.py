@@ -349,7 +349,8 @@ def _draw_class(draw, b: Builder, klass: str, graph: "Graph", in_specs: list, ma
         outs = draw(st.booleans()) or not host   # something goes through host memory
         return (klass, ("host_args", host), ("host_outs", outs), ("compute_on", use))
     if klass == "shard_map_nested":
-        return (klass, ("manual", manual), ("manual_size", pc.manual_size(b.mesh, manual)))
+        return (klass, ("manual", manual), ("manual_size", pc.manual_size(b.mesh, manual)), ("explicit", b.explicit),
+                ("arg_specs", tuple(_g_spec(s, a[2]) for s, a in zip(in_specs, graph.args))))
     if klass == "donation":
         n = len(graph.args)
         donated = tuple(sorted(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))))
