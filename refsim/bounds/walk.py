@@ -136,9 +136,44 @@ def _has_sub_jaxprs(params) -> bool:
     return False
 
 
+# elementwise primitives whose operands may differ in local rank (a rank-0 value beside rank-r ones)
+_ELEMENTWISE_MIXED_RANK = frozenset({
+    "add", "add_any", "sub", "mul", "div", "rem", "pow", "max", "min", "atan2", "nextafter", "select_n",
+    "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "clamp"})
+
+
+def _local_ranks_aligned(nm: int, ins: list) -> list:
+    """`ins` with every lower-rank BVal given size-1 local dims right after the `nm` mesh dims, as
+    refsim's elementwise rules do (`refsim.interpreter.rules._util.bcast_local_rank`): NumPy aligns
+    from the right, so a device-varying scalar (an axis_index) beside a vector would otherwise meet
+    the vector's last dim instead of the mesh dims. The reshaped value drops `alias` and `extreme`
+    (relations of the old shape): that can only make a later comparison undecidable, never decided."""
+    vals = [v for v in ins if isinstance(v, BVal)]
+    if len(vals) < 2:
+        return ins
+    rank = max(np.ndim(v.center) for v in vals) - nm
+    out = []
+    for v in ins:
+        if not isinstance(v, BVal) or np.ndim(v.center) >= rank + nm or np.ndim(v.center) < nm:
+            out.append(v)
+            continue
+        missing = rank + nm - np.ndim(v.center)
+
+        def lift(a, missing=missing):
+            a = np.asarray(a)
+            return a.reshape(a.shape[:nm] + (1,) * missing + a.shape[nm:]) if a.ndim >= nm else a
+
+        out.append(dataclasses.replace(
+            v, center=lift(v.center), bound=None if v.bound is None else lift(v.bound),
+            dom=None if v.dom is None else lift(v.dom), alias=None, extreme=None))
+    return out
+
+
 def apply(bctx: BCtx, eqn, ins: list) -> list:
     """One equation's results: its bound rule, the integer fallback, or Unknown naming it."""
     name = eqn.primitive.name
+    if name in _ELEMENTWISE_MIXED_RANK and getattr(bctx, "nm", 0):
+        ins = _local_ranks_aligned(bctx.nm, ins)
     n = len(eqn.outvars)
     entry = BOUND_RULES.get(name)
     unknown = _merged_unknown(ins)

@@ -117,3 +117,16 @@ def test_a_walk_above_the_work_limit_is_not_run_and_the_report_says_so(monkeypat
     monkeypatch.setenv("CONFORMANCE_ALLOWED_SET_MAX_WORK", "lots")
     with pytest.raises(ValueError, match="CONFORMANCE_ALLOWED_SET_MAX_WORK='lots' is not a number"):
         conformance.check(_pmean, x, **kw)
+
+
+def test_a_device_varying_scalar_beside_a_vector_is_walked_not_refused():
+    # pmap's body adds axis_index (a rank-0 value per device) to a rank-1 value: the walk lines the
+    # scalar up with the mesh dims as refsim does (it raised a broadcasting ValueError before)
+    f = jax.pmap(lambda x, b: x * b + lax.axis_index("i"), axis_name="i", in_axes=(0, None),
+                 devices=jax.devices()[:4])
+    x, b = np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(3, dtype=np.float32)
+    res = conformance.check(f, x, b, explain=False)
+    assert res.ok and res.bounds == ["output 0: allowed set for 12 of 12 element(s), worst |xla - exact| / bound 0"], \
+        res.bounds
+    want = x * b + np.arange(4, dtype=np.float32)[:, None]        # by hand: row i gets i added
+    np.testing.assert_array_equal(np.asarray(f(x, b)), want)
