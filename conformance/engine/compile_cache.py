@@ -287,6 +287,7 @@ class DigestCache:
         return self._base._path
 
     def get(self, key: str):
+        _LAST_GET[0] = None   # set below only for an entry that checks out: a miss leaves no key behind
         if _passed_by():
             return None
         stored = self._base.get(key)
@@ -369,7 +370,8 @@ class HitVerifier:
         self.failed: str | None = None
 
     def __call__(self, scope, executable, recompile_fn):
-        if _written_in_run(_LAST_GET[0]):
+        key, _LAST_GET[0] = _LAST_GET[0], None   # each hit consumes the key its own read left
+        if _written_in_run(key):
             # written by this run's own code moments ago: a fresh compile could only repeat it
             _event("hit_from_run")
             return recompile_fn() if self.failed is not None or _invalidated_in_run() else executable

@@ -398,3 +398,25 @@ def test_the_verified_text_ignores_names_and_sees_the_computation():
     tf, tg, th = (compile_cache._module_text(compiled(fn)) for fn in (f, g, h))
     assert tf == tg and tf != th
     assert "metadata" not in tf and "%n0" in tf
+
+
+def test_a_hit_is_judged_from_its_own_read_only(enabled):
+    # a key left by an earlier read must not make a later hit look like one this run wrote
+    class Exe:
+        def as_text(self):
+            return "HloModule m\nENTRY e { ROOT c = f32[] constant(1) }"
+
+    cached = Exe()
+    compile_cache._mark_written("written-this-run")
+    compile_cache._LAST_GET[0] = "written-this-run"
+    v = compile_cache.HitVerifier()
+    calls = []
+
+    def recompile():
+        calls.append(1)
+        return Exe()
+
+    assert v("fam-a", cached, recompile) is cached and calls == []            # its own read: not verified
+    assert compile_cache._LAST_GET[0] is None                                 # consumed
+    assert v("fam-b", cached, recompile) is cached and calls == [1]           # no read of its own: verified
+    assert compile_cache.run_events()["verified"] == 1
