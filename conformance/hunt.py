@@ -198,15 +198,9 @@ def _spec_data(sharding) -> list:
     spec = sharding.spec
     if getattr(spec, "unreduced", None) or getattr(spec, "reduced", None):
         raise ValueError(f"{spec!r} has unreduced or reduced axes, which a hunt case does not draw")
-    out = []
-    for p in spec:
-        if p is None or isinstance(p, str):
-            out.append(p)
-        elif isinstance(p, tuple) and all(isinstance(a, str) for a in p):
-            out.append(list(p))
-        else:
-            raise ValueError(f"{spec!r}: entry {p!r} is not None, an axis name or a tuple of them")
-    return out
+    from conformance.export.bundle import spec_to_data
+
+    return spec_to_data(spec)
 
 
 def _sharding(mesh, entries) -> NamedSharding:
