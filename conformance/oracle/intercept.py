@@ -303,24 +303,32 @@ def _placing(s) -> str | None:
     return api
 
 
+def _checked_placement(s, api, sharding, values, devices, aval, place, held):
+    """`place()` checked as placement `api`: the census entry is opened before it, dropped if it
+    raises (the program's own error reaches the user) and closed on `held(result)` (what each
+    device holds) after it; returns place()'s result."""
+    with own_work():
+        pending = s.before_placement(api, sharding, values, devices)
+    try:
+        result = place()
+    except BaseException:
+        if pending is not None:
+            s.abandon_put(pending)
+        raise
+    if pending is not None:
+        with own_work():
+            s.after_placement(pending, aval.shape, aval.dtype, held(result))
+    return result
+
+
 def _hook_batched_device_put(original):
     def batched_device_put(aval, sharding, xs, devices, *rest, **kw):
         s = _SESSION[0]
         api = _placing(s)
         if api is None or api == "make_array_from_single_device_arrays":
             return original(aval, sharding, xs, devices, *rest, **kw)
-        with own_work():
-            pending = s.before_placement(api, sharding, xs, devices)
-        try:
-            y = original(aval, sharding, xs, devices, *rest, **kw)
-        except BaseException:
-            if pending is not None:
-                s.abandon_put(pending)
-            raise
-        if pending is not None:
-            with own_work():
-                s.after_placement(pending, aval.shape, aval.dtype, y)
-        return y
+        return _checked_placement(s, api, sharding, xs, devices, aval,
+                                  lambda: original(aval, sharding, xs, devices, *rest, **kw), lambda y: y)
     return batched_device_put
 
 
@@ -334,19 +342,9 @@ def _hook_rearrange(original):
         if api is None:
             return original(*args)
         arrays, sharding, aval = args[-3:]
-        with own_work():
-            pending = s.before_placement(api, sharding, arrays, [_device_of(a) for a in arrays])
-        try:
-            ordered = original(*args)
-        except BaseException:
-            if pending is not None:
-                s.abandon_put(pending)
-            raise
-        if pending is not None:
-            with own_work():
-                held = [(int(d.id), b) for d, b in zip(_compat.sharding_device_order(sharding), ordered)]
-                s.after_placement(pending, aval.shape, aval.dtype, held)
-        return ordered
+        return _checked_placement(
+            s, api, sharding, arrays, [_device_of(a) for a in arrays], aval, lambda: original(*args),
+            lambda ordered: [(int(d.id), b) for d, b in zip(_compat.sharding_device_order(sharding), ordered)])
     return _check_and_rearrange
 
 
