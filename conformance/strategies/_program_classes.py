@@ -24,7 +24,12 @@ arguments and outputs are, so the value model still holds for every output:
 * ``host_offload``: drawn arguments and outputs make a round trip through host memory
   (``jax.device_put(x, jax.memory.Space.Host)`` then back to ``Space.Device``: memory kinds
   ``pinned_host`` / ``device``), and ``g`` may run under ``compute_on('device_host')`` where
-  `refsim.compat.compute_on_host` says this JAX has it. Placement changes, values never.
+  `refsim.compat.compute_on_host` says this JAX has it. The jit's own in_shardings and
+  out_shardings carry drawn memory kinds too (``in_kinds`` / ``out_kinds``: an argument the jit
+  takes in ``pinned_host`` is moved to ``Space.Device`` before ``g`` reads it, as JAX's
+  host-offload guide does; an output whose out_sharding is ``pinned_host`` is written to host
+  memory by the jit itself). Placement changes, values never; the comparison checks each
+  output's memory kind as well as its values.
 * ``shard_map_nested``: ``g`` runs inside a ``jax.shard_map`` manual over drawn mesh axes ``M``
   (partial-manual, inside the auto- or explicitly-sharded ``jit``); ``g`` itself is drawn over the
   remaining axes, so its own shard_map ops nest a second manual region. Arguments of rank >= 1
@@ -191,7 +196,10 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         return Wrapped("model", src, lines, args, outs)
     if name == "host_offload":
         trip = "jax.device_put(jax.device_put({}, jax.memory.Space.Host), jax.memory.Space.Device)"
-        body = "".join(f"    a{i} = {trip.format(f'a{i}')}\n" for i in p["host_args"])
+        kinds = p.get("in_kinds", ())
+        body = "".join(f"    a{i} = jax.device_put(a{i}, jax.memory.Space.Device)\n"
+                       for i, kind in enumerate(kinds) if kind == "pinned_host")
+        body += "".join(f"    a{i} = {trip.format(f'a{i}')}\n" for i in p["host_args"])
         call = f"{p['compute_on']}(jax.jit(g))({names})" if p["compute_on"] else f"g({names})"
         ret = (f"tuple({trip.format('x')} for x in o)" if p["host_outs"] else "o")
         head = "import jax.experimental.compute_on\n\n" if p["compute_on"] else ""
@@ -244,6 +252,26 @@ def stacked_spec(klass: tuple, i: int, spec: tuple) -> tuple:
     if name == "shard_map_nested" and len(spec):
         return (tuple(p["manual"]) + tuple(spec[0]),) + tuple(spec[1:])
     return tuple(spec)
+
+
+MEMORY_KINDS = ("device", "pinned_host")
+
+
+def memory_kinds(klass: tuple) -> tuple:
+    """(in_kinds, out_kinds) of the jit's own shardings (``host_offload``; () where it draws none)."""
+    p = params(klass)
+    return tuple(p.get("in_kinds", ())), tuple(p.get("out_kinds", ()))
+
+
+def with_memory_kinds(shardings: tuple, kinds: tuple) -> tuple:
+    """`shardings` in the memory `kinds` (one per sharding), or as they are where `kinds` is () or
+    names another number of them (a shrinker cut the program's outputs: they stay where it put them)."""
+    if not kinds or len(kinds) != len(shardings):
+        return tuple(shardings)
+    for kind in kinds:
+        if kind not in MEMORY_KINDS:
+            raise ValueError(f"memory kind {kind!r} is not one of {MEMORY_KINDS}.")
+    return tuple(s.with_memory_kind(k) for s, k in zip(shardings, kinds))
 
 
 def manual_size(mesh, manual) -> int:

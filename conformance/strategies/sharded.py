@@ -167,6 +167,16 @@ class ShardedProgram(Program):
         if self.donate_argnums:
             text = text.replace("return jax.jit(program, in_shardings=",
                                 f"return jax.jit(program, donate_argnums={self.donate_argnums!r}, in_shardings=", 1)
+        in_kinds, out_kinds = _stated_kinds(self)
+        if in_kinds or out_kinds:   # the jit's own shardings in memory kinds (the host_offload class)
+            text = text.replace("IN_SHARDINGS = ", f"IN_MEMORY_KINDS = {in_kinds!r}\nOUT_MEMORY_KINDS = "
+                                                   f"{out_kinds!r}\nIN_SHARDINGS = ", 1)
+            text = text.replace(
+                "outs = named(OUT_SHARDINGS) if isinstance(OUT_SHARDINGS, P) else tuple(map(named, OUT_SHARDINGS))",
+                "outs = tuple(named(s).with_memory_kind(k) for s, k in zip(OUT_SHARDINGS, OUT_MEMORY_KINDS))", 1)
+            text = text.replace("in_shardings=tuple(map(named, IN_SHARDINGS))",
+                                "in_shardings=tuple(named(s).with_memory_kind(k) for s, k in "
+                                "zip(IN_SHARDINGS, IN_MEMORY_KINDS))", 1)
         head = "from jax.sharding import PartitionSpec as P\n"
         extra = ""
         if self.partitioner == "gspmd":
@@ -303,6 +313,12 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
     graph = dataclasses.replace(graph, program_class=_draw_class(draw, whole, klass, graph, in_specs, manual,
                                                                  length))
     source, policies, final, op_patterns = assemble(graph)
+    if klass == "host_offload":   # the jit's own in/out shardings in drawn memory kinds
+        kinds = st.sampled_from(pc.MEMORY_KINDS)
+        in_kinds = tuple(draw(kinds) for _ in arg_dtypes)
+        out_kinds = tuple(draw(kinds) for _ in final)
+        graph = dataclasses.replace(graph, program_class=graph.program_class + (("in_kinds", in_kinds),
+                                                                                ("out_kinds", out_kinds)))
 
     # layouts and data
     part = draw(st.sampled_from(partitioners))
@@ -473,11 +489,22 @@ def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitio
               *((("class", graph.program_class[0]),) if graph.program_class[0] != "plain" else ()),
               ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
     donate = tuple(pc.params(graph.program_class)["donated"]) if graph.program_class[0] == "donation" else ()
+    in_kinds, out_kinds = pc.memory_kinds(graph.program_class)
+    in_shardings = pc.with_memory_kinds(tuple(in_shardings), in_kinds)
+    out_shardings = pc.with_memory_kinds(tuple(out_shardings), out_kinds)
     return ShardedProgram(family="sharded", source=source, entry="jit", mesh=mesh, args=tuple(args),
                           in_shardings=tuple(in_shardings), out_shardings=tuple(out_shardings), labels=labels,
                           outputs=("exact",) * len(policies), partitioner=partitioner, transform=graph.transform,
                           axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph,
                           donate_argnums=donate)
+
+
+def _stated_kinds(case) -> tuple:
+    """(in, out) memory kinds of `case`'s jit shardings, or ((), ()) where all are device memory."""
+    kind = lambda s: getattr(s, "memory_kind", None) or "device"  # noqa: E731
+    ins = tuple(kind(s) for s in case.in_shardings)
+    outs = tuple(kind(s) for s in case.out_shardings)
+    return ((), ()) if set(ins + outs) <= {"device"} else (ins, outs)
 
 
 def _pspec(spec: tuple) -> PartitionSpec:

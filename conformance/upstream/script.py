@@ -235,6 +235,17 @@ def script_text(case, *, title: str, about: str, expected: str = "one-device", v
                         donate=(f"donate_argnums={tuple(case.donate_argnums)!r}, "
                                 if getattr(case, "donate_argnums", ()) else ""),
                         inputs="\n".join(f"        {array_literal(a)}," for a in case.args))
+    kinds = [getattr(x, "memory_kind", None) or "device" for x in (*case.in_shardings, *case.out_shardings)]
+    if set(kinds) - {"device"}:   # the jit's shardings in memory kinds (pinned_host): stated as the case has them
+        n_in = len(case.in_shardings)
+        text = text.replace("IN_SPECS = ", f"IN_MEMORY_KINDS = {tuple(kinds[:n_in])!r}\n"
+                                           f"OUT_MEMORY_KINDS = {tuple(kinds[n_in:])!r}\nIN_SPECS = ", 1)
+        text = text.replace("in_shardings=tuple(NamedSharding(mesh, s) for s in IN_SPECS)",
+                            "in_shardings=tuple(NamedSharding(mesh, s, memory_kind=k) "
+                            "for s, k in zip(IN_SPECS, IN_MEMORY_KINDS))", 1)
+        text = text.replace("out_shardings=tuple(NamedSharding(mesh, s) for s in OUT_SPECS)",
+                            "out_shardings=tuple(NamedSharding(mesh, s, memory_kind=k) "
+                            "for s, k in zip(OUT_SPECS, OUT_MEMORY_KINDS))", 1)
     if expected == "one-device":
         text += _ONE_DEVICE
     else:

@@ -448,7 +448,7 @@ def element_classes(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, d
 class Mismatch:
     """One disagreement: which output, device and check, and the first differing elements.
 
-    kind is one of "outputs", "shape", "dtype", "devices", "index", "shard shape",
+    kind is one of "outputs", "shape", "dtype", "memory kind", "devices", "index", "shard shape",
     "shard dtype", "values", "bound", "ulp". `elements` lists (local index, global index,
     refsim value, `side`'s value, None) or, for "bound", (..., exact value, `side`'s value,
     allowed error); `count` of `size` elements differ. `policy` says which rule those elements
@@ -564,6 +564,10 @@ def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = N
     default ``case.tolerances()`` when a case is given, else `EXACT`. ulp: shorthand for
     ``tolerances=Ulp(ulp)`` on every output (floating outputs; integers stay exact).
     The result's `applied` says, per output, which policy held how many elements and why.
+    With a `case` (whose program states its outputs' placement), each output's memory kind is
+    compared too (``pinned_host`` / ``device``; None counts as ``device``): placement, as values,
+    is part of what a program computes. Without one (the oracle's own programs) it is not, since
+    refsim does not model the memory kind XLA gives an output no out_sharding states.
     """
     exp, act = as_outputs(expected), as_outputs(actual)
     if ulp is not None:
@@ -583,6 +587,8 @@ def compare(expected, actual, *, tolerances=None, case=None, ulp: int | None = N
     if len(exp) != len(act):
         found.append(Mismatch(-1, "outputs", f"refsim returned {len(exp)} outputs, xla {len(act)}"))
     for k, (e, a, tol) in enumerate(zip(exp, act, tolerances)):
+        if case is not None:
+            _compare_memory_kind(k, e, a, found)
         d, n, note = _compare_output(k, e, a, tol, found)
         ndev += d
         nel += n
@@ -662,6 +668,17 @@ def _zero_is_within(bound, exact) -> bool:
         return bool(b.flat[0] >= 0)
     with np.errstate(invalid="ignore"):
         return bool(np.all((b >= 0) | np.asarray(exact, bool)))
+
+
+def memory_kind_of(array) -> str:
+    """An output's memory kind as its sharding states it (``device`` where it states none)."""
+    return getattr(getattr(array, "sharding", None), "memory_kind", None) or "device"
+
+
+def _compare_memory_kind(k: int, e, a, found: list) -> None:
+    ke, ka = memory_kind_of(e), memory_kind_of(a)
+    if ke != ka:
+        found.append(Mismatch(k, "memory kind", f"memory kind: refsim {ke}, xla {ka}"))
 
 
 def _compare_output(k: int, e, a, tol, found: list) -> tuple[int, int, str]:
