@@ -167,7 +167,7 @@ def capture(thunk) -> Captured | None:
 
 def digest(out) -> str:
     """sha256 of everything the allowed set hands the verdict: per AllowedSet output, each device's
-    center, bound and bound without relaxations, and the notes."""
+    center, bound and bound without relaxations, and the notes (paths relative to the checkout)."""
     import numpy as np
 
     from conformance.verdict.allowed import AllowedSet
@@ -184,8 +184,9 @@ def digest(out) -> str:
                 h.update(f"{k}:{d}:{a.shape}".encode())
                 h.update(a.tobytes())
         h.update(f"{k}:{p.relaxations}:{p.fallback_allowed!r}".encode())
-    for n in notes:
-        h.update(n.encode())
+    root = os.getcwd() + os.sep
+    for n in notes:           # a note names source lines: by their path inside the checkout
+        h.update(n.replace(root, "").encode())
     return h.hexdigest()[:16]
 
 

@@ -23,8 +23,9 @@ check: keeping it where it is tighter loses none of today's sensitivity, and the
 those elements.
 
 Relaxations (`refsim.bounds.platform.RELAXATIONS`) in force widen the bounds of the ops they
-cover; where one did, the walk is repeated without them and every element that agrees only
-under a relaxation is counted per output and shown in the report with the relaxation's name.
+cover; where one did, the bounds without them (carried by the same walk, ``strict=True``) tell
+every element that agrees only under a relaxation, counted per output and shown in the report
+with the relaxation's name.
 Outputs that depend on a primitive without a bound rule keep their heuristic policy, and the
 report names the primitive ("no bound rule for X").
 """
@@ -241,10 +242,8 @@ def build(closed, flat_args, ref, candidates, fallbacks, *, relaxations=None, pl
     platform's, `refsim.bounds.platform.default_relaxations`)."""
     if relaxations is None:
         relaxations = bounds_platform.default_relaxations(platform)
-    result = refsim_bounds.evaluate(closed, flat_args, relaxations=relaxations)
-    strict = None
-    if result.used:
-        strict = refsim_bounds.evaluate(closed, flat_args, relaxations=())
+    result = refsim_bounds.evaluate(closed, flat_args, relaxations=relaxations, strict=True)
+    strict = result.strict_result() if result.used else None
     pols, notes = _policies_from(result, ref, candidates, fallbacks, strict)
     notes += _relaxation_notes(result)
     out = [p if p is not None else f for p, f in zip(pols, fallbacks)]

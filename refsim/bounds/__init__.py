@@ -22,6 +22,7 @@ import pkgutil
 import numpy as np
 
 from refsim.bounds import platform
+from refsim.bounds import values as V
 from refsim.bounds.coverage import unruled_primitives
 from refsim.bounds.registry import BOUND_RULES, BCtx, register
 from refsim.bounds.values import BVal, Unknown
@@ -46,13 +47,21 @@ def load_rules() -> dict:
 @dataclasses.dataclass
 class BoundResult:
     """The walk's outcome: one `BVal` or `Unknown` per output (global view), the relaxations
-    that widened some bound (name -> labels of the equations), and in explain mode the labels
-    of the ops that `BVal.dom` ids refer to."""
+    that widened some bound (name -> labels of the equations), in explain mode the labels
+    of the ops that `BVal.dom` ids refer to, and with ``strict=True`` the outputs as a walk
+    without relaxations gives them (`strict_outputs`; None otherwise)."""
 
     outputs: list
     relaxations: frozenset
     used: dict
     ops: list
+    strict_outputs: list | None = None
+
+    def strict_result(self) -> "BoundResult":
+        """The walk without relaxations, as `evaluate(..., relaxations=())` returns it (needs ``strict=True``)."""
+        if self.strict_outputs is None:
+            raise ValueError("this walk did not carry the strict bounds; call evaluate(..., strict=True).")
+        return BoundResult(self.strict_outputs, frozenset(), {}, [])
 
 
 def _global(x):
@@ -65,14 +74,16 @@ def _global(x):
     return np.asarray(x)
 
 
-def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False) -> BoundResult:
+def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False, strict: bool = False) -> BoundResult:
     """Centers and bounds of every output of `closed` (a ClosedJaxpr) on `args` (its flat
     inputs: ndarrays or refsim.Arrays, global view). `relaxations`: names from
-    `platform.RELAXATIONS` in force; `explain`: also track which op dominates each bound."""
+    `platform.RELAXATIONS` in force; `explain`: also track which op dominates each bound;
+    `strict`: the same walk also gives the outputs without relaxations (`BoundResult.strict_outputs`,
+    equal to a second walk with ``relaxations=()``), evaluating anew only what a relaxation changed."""
     load_rules()
     from refsim.bounds import walk
 
-    bctx = BCtx(relaxations=frozenset(relaxations), explain=explain)
+    bctx = BCtx(relaxations=frozenset(relaxations), explain=explain, dual=bool(strict and relaxations))
     ins = []
     for a, v in zip(args, closed.jaxpr.invars):
         g = _global(a)
@@ -81,4 +92,11 @@ def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False) ->
         else:
             ins.append(walk.from_value(g, walk.dtype_of(v), bctx))
     outs = walk.eval_closed(bctx, closed, ins)
-    return BoundResult(outs, frozenset(relaxations), {k: sorted(v) for k, v in bctx.used.items()}, list(bctx.ops))
+    strict_outs = None
+    if strict:
+        strict_outs = [V.strict_view(o) for o in outs]
+        for o in outs:        # the results hold no reference into the walk without relaxations
+            if isinstance(o, BVal):
+                o.strict = None
+    return BoundResult(outs, frozenset(relaxations), {k: sorted(v) for k, v in bctx.used.items()}, list(bctx.ops),
+                       strict_outs)

@@ -48,7 +48,12 @@ class BCtx:
     (None in global view), the platform relaxations in force (`relaxations`: names from
     `refsim.bounds.platform.RELAXATIONS`), and what the walk records: `used` (relaxation name ->
     labels of the equations whose bound it widened), `missing` (primitives without a rule) and,
-    in explain mode, `ops` (one label per equation that contributed latitude, by op id)."""
+    in explain mode, `ops` (one label per equation that contributed latitude, by op id).
+
+    `dual`: the walk also carries every value's bound without relaxations (`BVal.strict`, where
+    it differs; `refsim.bounds.walk.apply`). `touched` counts the times a relaxation in force
+    changed a result (`note`, `widened`), shared by every region of one walk: an equation that
+    changed it is evaluated once more without relaxations."""
 
     nm: int = 0
     mesh: Any = None
@@ -59,10 +64,21 @@ class BCtx:
     ops: list = dataclasses.field(default_factory=list)
     op_ids: dict = dataclasses.field(default_factory=dict)
     constants: set = dataclasses.field(default_factory=set)
+    dual: bool = False
+    touched: list = dataclasses.field(default_factory=lambda: [0])
 
     def region(self, nm: int, mesh) -> "BCtx":
         """The context of a manual region (shard_map body): the same records, other mesh dims."""
         return dataclasses.replace(self, nm=nm, mesh=mesh)
+
+    def strict(self) -> "BCtx":
+        """The same place without relaxations, recording nothing (the strict half of a dual walk)."""
+        return dataclasses.replace(self, relaxations=frozenset(), dual=False, explain=False, used={}, ops=[],
+                                   op_ids={}, touched=[0])
+
+    def relaxed_only(self) -> "BCtx":
+        """The same place and records, carrying no strict bound (a dual walk split in two)."""
+        return dataclasses.replace(self, dual=False)
 
     def rule_context(self) -> Context:
         """A refsim value-rule Context for the same mesh dims (data movement, collectives)."""
@@ -86,6 +102,12 @@ class BCtx:
     def note(self, relaxation: str, eqn) -> None:
         """Record that `relaxation` widened the bound of `eqn`."""
         self.used.setdefault(relaxation, set()).add(self.label(eqn) if eqn is not None else "program inputs")
+        self.touched[0] += 1
+
+    def widened(self) -> None:
+        """Record that a relaxation in force changed a result without naming it in the report
+        (the walk without relaxations must evaluate that equation anew)."""
+        self.touched[0] += 1
 
     def allows(self, relaxation: str) -> bool:
         return relaxation in self.relaxations

@@ -34,7 +34,8 @@ class BVal:
     `origin` (how the value was made, where a platform relaxation depends on it), `extreme`
     (operand, axes) when the value is that operand's max or min over those axes (reshaped or
     broadcast): every implementation returns one of the operand's own elements, so comparing the
-    two is decided wherever the extremum's position is."""
+    two is decided wherever the extremum's position is. `strict` (a dual walk only): the same
+    variable as the walk without relaxations has it, where that differs (None: this one)."""
 
     center: np.ndarray
     bound: np.ndarray | None
@@ -44,6 +45,7 @@ class BVal:
     origin: str | None = None    # "constant", "broadcast" or "sqrt": what XLA's rewrites key on
     extreme: tuple | None = None  # (operand BVal, reduced axes): this is reduce_max/min of operand
     alias: "BVal | None" = None   # the value this one is an exact copy of (stop_gradient, reshard, ...)
+    strict: "BVal | None" = None  # a dual walk: this value without relaxations, where it differs
 
     def root(self) -> "BVal":
         """The value this one copies (itself when it is no copy)."""
@@ -62,6 +64,12 @@ class BVal:
     def full_bound(self) -> np.ndarray:
         """The bound broadcast to the center's shape (a view)."""
         return np.broadcast_to(self.bound_or_zero(), np.shape(self.center))
+
+
+def strict_view(x):
+    """The value the walk without relaxations has for `x` (a BVal's `strict`, else `x` itself)."""
+    s = getattr(x, "strict", None)
+    return x if s is None else s
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,7 +60,10 @@ def from_value(x, dtype, bctx: BCtx, note=None, origin=None) -> BVal | Unknown:
         if sub.any():
             b = np.where(sub, a, 0.0)
             bctx.note(FTZ, note)
-    return BVal(c, b, np.dtype(dtype), origin=origin)
+    out = BVal(c, b, np.dtype(dtype), origin=origin)
+    if b is not None and bctx.dual:
+        out.strict = BVal(c, None, np.dtype(dtype), origin=origin)
+    return out
 
 
 def _literal(lit, bctx: BCtx):
@@ -165,12 +168,47 @@ def _local_ranks_aligned(nm: int, ins: list) -> list:
 
         out.append(dataclasses.replace(
             v, center=lift(v.center), bound=None if v.bound is None else lift(v.bound),
-            dom=None if v.dom is None else lift(v.dom), alias=None, extreme=None))
+            dom=None if v.dom is None else lift(v.dom), alias=None, extreme=None, strict=None))
     return out
 
 
 def apply(bctx: BCtx, eqn, ins: list) -> list:
-    """One equation's results: its bound rule, the integer fallback, or Unknown naming it."""
+    """One equation's results: its bound rule, the integer fallback, or Unknown naming it.
+
+    In a dual walk (``bctx.dual``) every result also carries its value in the walk without
+    relaxations (`BVal.strict`, where it differs): a structural rule passes both through its
+    sub-walks; any other rule runs once, and once more on the operands' strict values without
+    relaxations where an operand has one or where a relaxation changed this equation's results
+    (`BCtx.touched`). Elsewhere the two walks do the same work on the same values, so they share
+    one result object: the strict results are those of a second walk with ``relaxations=()``."""
+    if not bctx.dual:
+        return _apply(bctx, eqn, ins)
+    entry = BOUND_RULES.get(eqn.primitive.name)
+    if entry is not None and entry.structural:
+        return _apply(bctx, eqn, ins)
+    strict_ins = [V.strict_view(x) for x in ins]
+    shadowed = any(s is not x for s, x in zip(strict_ins, ins))
+    mark = bctx.touched[0]
+    outs = _apply(bctx, eqn, ins)
+    if not shadowed and bctx.touched[0] == mark:
+        return outs
+    return paired(outs, _apply(bctx.strict(), eqn, strict_ins), ins)
+
+
+def paired(outs: list, strict_outs: list, ins=()) -> list:
+    """`outs` with each result's strict value set from `strict_outs` (where it differs); a result
+    that is one of `ins` is copied first, so an operand never changes."""
+    res = []
+    for o, s in zip(outs, strict_outs):
+        if isinstance(o, BVal) and isinstance(s, BVal) and s is not o and o.strict is not s:
+            if any(o is x for x in ins):
+                o = dataclasses.replace(o)
+            o.strict = s
+        res.append(o)
+    return res
+
+
+def _apply(bctx: BCtx, eqn, ins: list) -> list:
     name = eqn.primitive.name
     if name in _ELEMENTWISE_MIXED_RANK and getattr(bctx, "nm", 0):
         ins = _local_ranks_aligned(bctx.nm, ins)

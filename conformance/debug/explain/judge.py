@@ -196,8 +196,8 @@ class Judge:
                                        "whatever its size): every output held to the heuristic")
                     return judge
             relax = bp.default_relaxations(platform)   # computed under "spec" too: to say what would cover it
-            relaxed = bounds.evaluate(closed, flat, relaxations=relax)
-            spec = bounds.evaluate(closed, flat, relaxations=()) if relaxed.used else relaxed
+            relaxed = bounds.evaluate(closed, flat, relaxations=relax, strict=True)
+            spec = relaxed.strict_result() if relaxed.used else relaxed
         except Exception as e:  # noqa: BLE001 - the heuristic still judges; the note says why
             judge.notes.append(f"allowed set not computed ({type(e).__name__}: {str(e).splitlines()[0][:160]}): "
                                "every output held to the heuristic")

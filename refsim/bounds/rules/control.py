@@ -55,8 +55,18 @@ def _all_unknown(eqn, ins):
     return None if u is None else [u] * len(eqn.outvars)
 
 
+def _both(fn, *xs: BVal) -> BVal:
+    """``fn(*xs)``, and in a dual walk its strict value ``fn`` of the operands' strict values,
+    where one of them has its own (`BVal.strict`)."""
+    out = fn(*xs)
+    views = [V.strict_view(x) for x in xs]
+    if any(v is not x for v, x in zip(views, xs)):
+        out.strict = fn(*views)
+    return out
+
+
 def _undecidable(x: BVal) -> BVal:
-    return BVal(x.center, np.full(np.shape(x.center), np.nan), x.dtype)
+    return _both(lambda x: BVal(x.center, np.full(np.shape(x.center), np.nan), x.dtype), x)
 
 
 def _select(nm, mask, on_true: BVal, on_false: BVal) -> BVal:
@@ -64,11 +74,25 @@ def _select(nm, mask, on_true: BVal, on_false: BVal) -> BVal:
         m = mask.reshape(mask.shape + (1,) * (max(np.ndim(a), np.ndim(b)) - mask.ndim))
         return np.where(m, a, b)
 
-    c = sel(on_true.center, on_false.center)
-    b = None
-    if on_true.bound is not None or on_false.bound is not None:
-        b = sel(on_true.full_bound(), on_false.full_bound())
-    return BVal(c, b, on_true.dtype, on_true.nonneg and on_false.nonneg)
+    def one(on_true, on_false):
+        c = sel(on_true.center, on_false.center)
+        b = None
+        if on_true.bound is not None or on_false.bound is not None:
+            b = sel(on_true.full_bound(), on_false.full_bound())
+        return BVal(c, b, on_true.dtype, on_true.nonneg and on_false.nonneg)
+
+    return _both(one, on_true, on_false)
+
+
+def _split(rule, bctx, eqn, ins):
+    """A dual walk where a decision (a branch index, a loop predicate) may differ between the walk
+    with relaxations and the walk without: the rule once per walk, on each walk's values."""
+    relaxed = rule(bctx.relaxed_only(), eqn, ins)
+    return _walk().paired(relaxed, rule(bctx.strict(), eqn, [V.strict_view(x) for x in ins]), ins)
+
+
+def _shadowed(xs) -> bool:
+    return any(V.strict_view(x) is not x for x in xs)
 
 
 @register("cond", structural=True)
@@ -77,6 +101,8 @@ def _cond(bctx, eqn, ins):
     if unk:
         return unk
     index, ops = ins[0], ins[1:]
+    if bctx.dual and _shadowed([index]):
+        return _split(_cond, bctx, eqn, ins)
     branches = eqn.params["branches"]
     idx = np.clip(np.asarray(index.center).astype(np.int64), 0, len(branches) - 1)
     walk = _walk()
@@ -105,6 +131,9 @@ def _while(bctx, eqn, ins):
         (pred,) = walk.run_sub(bctx, p["cond_jaxpr"], [*cconsts, *carry])
         if isinstance(pred, Unknown):
             return [pred] * len(carry)
+        if bctx.dual and _shadowed([pred]) and not _same_decision(pred, pred.strict):
+            # the two walks leave the loop at different trips: each goes on alone from here
+            return _split(_while, bctx, eqn, [*cconsts, *bconsts, *carry])
         if pred.bound is not None and np.isnan(pred.bound).any():
             return [_undecidable(c) for c in carry]
         pc = np.asarray(pred.center)
@@ -117,10 +146,20 @@ def _while(bctx, eqn, ins):
         carry = new if pc.all() else [_select(bctx.nm, pc, n, c) for n, c in zip(new, carry)]
 
 
+def _same_decision(a: BVal, b: BVal) -> bool:
+    """True when a loop predicate decides alike in both walks (the same centers, undecidable in both or neither)."""
+    und = [x.bound is not None and bool(np.isnan(x.bound).any()) for x in (a, b)]
+    return und[0] == und[1] and np.array_equal(np.asarray(a.center), np.asarray(b.center))
+
+
 def _step(x: BVal, nm, i) -> BVal:
     ix = (slice(None),) * nm + (i,)
-    b = None if x.bound is None else x.full_bound()[ix]
-    return BVal(x.center[ix], b, x.dtype, x.nonneg)
+
+    def one(x):
+        b = None if x.bound is None else x.full_bound()[ix]
+        return BVal(x.center[ix], b, x.dtype, x.nonneg)
+
+    return _both(one, x)
 
 
 @register("scan", structural=True)
@@ -156,13 +195,17 @@ def _scan(bctx, eqn, ins):
             ys_out.append(BVal(c, None, dt))
             continue
         parts = [s[j] for s in ys_steps]
-        m = np.broadcast_shapes(*(np.shape(q.center)[:nm] for q in parts)) if nm else ()
-        cs = np.stack([np.broadcast_to(q.center, m + np.shape(q.center)[nm:]) for q in parts], axis=nm)
-        b = None
-        if any(q.bound is not None for q in parts):
-            b = np.stack([np.broadcast_to(q.full_bound(), m + np.shape(q.center)[nm:]) for q in parts], axis=nm)
-        ys_out.append(BVal(cs, b, dt, all(q.nonneg for q in parts)))
+        ys_out.append(_both(lambda *parts, dt=dt: _stacked(parts, nm, dt), *parts))
     return [*carry, *ys_out]
+
+
+def _stacked(parts, nm, dt) -> BVal:
+    m = np.broadcast_shapes(*(np.shape(q.center)[:nm] for q in parts)) if nm else ()
+    cs = np.stack([np.broadcast_to(q.center, m + np.shape(q.center)[nm:]) for q in parts], axis=nm)
+    b = None
+    if any(q.bound is not None for q in parts):
+        b = np.stack([np.broadcast_to(q.full_bound(), m + np.shape(q.center)[nm:]) for q in parts], axis=nm)
+    return BVal(cs, b, dt, all(q.nonneg for q in parts))
 
 
 def _enter(x, mesh, spec, outer_nm):
@@ -197,44 +240,53 @@ def _shard_map(bctx, eqn, ins):
         if isinstance(x, Unknown):
             args.append(x)
             continue
-        c = _enter(x.center, mesh, spec, bctx.nm)
-        b = None if x.bound is None else _enter(x.full_bound(), mesh, spec, bctx.nm)
-        dom = None
-        if x.dom is not None:
-            dom = _enter(np.broadcast_to(x.dom, np.shape(x.center)).astype(np.float64), mesh, spec,
-                         bctx.nm).astype(np.int32)
-        args.append(BVal(c, b, x.dtype, x.nonneg, dom, x.origin))
+
+        def enter(x, spec=spec):
+            c = _enter(x.center, mesh, spec, bctx.nm)
+            b = None if x.bound is None else _enter(x.full_bound(), mesh, spec, bctx.nm)
+            dom = None
+            if x.dom is not None:
+                dom = _enter(np.broadcast_to(x.dom, np.shape(x.center)).astype(np.float64), mesh, spec,
+                             bctx.nm).astype(np.int32)
+            return BVal(c, b, x.dtype, x.nonneg, dom, x.origin)
+
+        args.append(_both(enter, x))
     outs = _walk().eval_jaxpr(inner, body, (), args)
     res = []
     for y, spec in zip(outs, out_specs):
         if isinstance(y, Unknown):
             res.append(y)
             continue
-        rspec = S.as_refsim_spec(spec)
-        unnamed = [mesh.axis_index(a) for a in manual if a not in rspec.used_axes()]
-        shape = np.shape(y.center)
-        c = y.center[tuple(slice(0, 1) if k in unnamed else slice(None) for k in range(len(shape)))]
-        b = None
-        if y.bound is not None:
-            b = np.broadcast_to(y.full_bound(), shape)
-            if unnamed:
-                b = np.max(b, axis=tuple(unnamed), keepdims=True)
-        dom = None
-        if y.dom is not None:
-            dom = np.broadcast_to(y.dom, shape)[tuple(slice(0, 1) if k in unnamed else slice(None)
-                                                      for k in range(len(shape)))]
-            dom = S.tile_by_spec(dom.astype(np.float64), mesh, spec).astype(np.int32)
-        c = S.tile_by_spec(c, mesh, spec)
-        if b is not None:
-            b = S.tile_by_spec(b, mesh, spec)
-        if bctx.nm == 0:
-            c = c.reshape(c.shape[mesh.ndim:])
-            if b is not None:
-                b = b.reshape(b.shape[mesh.ndim:])
-            if dom is not None:
-                dom = dom.reshape(dom.shape[mesh.ndim:])
-        res.append(BVal(c, b, y.dtype, y.nonneg, dom))
+        res.append(_both(lambda y, spec=spec: _leave(bctx, mesh, manual, y, spec), y))
     return res
+
+
+def _leave(bctx, mesh, manual, y: BVal, spec) -> BVal:
+    """A shard_map body's result `y` tiled by its out_spec (module docstring)."""
+    rspec = S.as_refsim_spec(spec)
+    unnamed = [mesh.axis_index(a) for a in manual if a not in rspec.used_axes()]
+    shape = np.shape(y.center)
+    c = y.center[tuple(slice(0, 1) if k in unnamed else slice(None) for k in range(len(shape)))]
+    b = None
+    if y.bound is not None:
+        b = np.broadcast_to(y.full_bound(), shape)
+        if unnamed:
+            b = np.max(b, axis=tuple(unnamed), keepdims=True)
+    dom = None
+    if y.dom is not None:
+        dom = np.broadcast_to(y.dom, shape)[tuple(slice(0, 1) if k in unnamed else slice(None)
+                                                  for k in range(len(shape)))]
+        dom = S.tile_by_spec(dom.astype(np.float64), mesh, spec).astype(np.int32)
+    c = S.tile_by_spec(c, mesh, spec)
+    if b is not None:
+        b = S.tile_by_spec(b, mesh, spec)
+    if bctx.nm == 0:
+        c = c.reshape(c.shape[mesh.ndim:])
+        if b is not None:
+            b = b.reshape(b.shape[mesh.ndim:])
+        if dom is not None:
+            dom = dom.reshape(dom.shape[mesh.ndim:])
+    return BVal(c, b, y.dtype, y.nonneg, dom)
 
 
 @register("custom_linear_solve", structural=True)

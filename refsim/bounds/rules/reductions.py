@@ -208,7 +208,10 @@ def product_latitude(bctx, n, center, mag, mag_one, dtype):
     u = V.unit_roundoff(dtype)
     g = V.growth(np.asarray(n, np.float64), 2.0 ** -53)
     mults = np.maximum(np.asarray(n, np.float64) - 1, 0)
-    tiny = V.flush_threshold(dtype) if bctx.allows("xla-cpu-ftz") else V.half_subnormal(dtype)
+    tiny = V.half_subnormal(dtype)
+    if bctx.allows("xla-cpu-ftz"):
+        tiny = V.flush_threshold(dtype)
+        bctx.widened()
     with np.errstate(**ERR):
         ac = np.abs(center)
         prop = np.maximum(mag - ac, 0.0) + g * (mag + ac)
