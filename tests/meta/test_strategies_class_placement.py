@@ -3,6 +3,7 @@ in/out shardings in memory kinds (``host_offload``), jit chains across device or
 shapes (``jit_chain_orders``), and reduced / unreduced values through arithmetic and gradients
 (the ``unreduced_add`` / ``reduced_dot`` ops). Expected values are NumPy's, never the engines'."""
 import os
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,9 @@ import pytest
 import refsim
 import xla_backend
 from conformance.hunt import case_from_data, case_to_data
+from conformance.strategies import sharded_programs
 from conformance.strategies._program_classes import memory_kinds
+from conformance.strategies._sharded_ops.sharding import has_unreduced
 from conformance.strategies.sharded import Graph, make_case
 from conformance.verdict.compare import compare
 from refsim.layouts.mesh import Mesh
@@ -101,3 +104,84 @@ def test_host_offload_draws_host_memory_on_the_jits_own_shardings():
     assert_traces_as_modelled(case)
     assert _kinds_of(case.run(refsim)) == list(out_kinds)
     run_judged(case)
+
+
+# -- (c) reduced / unreduced values through arithmetic and gradients ----------------------------------
+_REDUCED = re.compile(r"(?<!un)reduced=\{")
+needs_unreduced = pytest.mark.skipif(not has_unreduced(), reason="this JAX has no P(unreduced=...) / P(reduced=...)")
+EXPLICIT = Mesh((2, 4), ("x", "y"), device_ids=np.array([[3, 1, 0, 2], [7, 6, 5, 4]]),
+               axis_types=(refsim.AxisType.Explicit,) * 2)
+
+
+def _explicit_case(lines, ops, outs, args, arg_specs, out_specs, transform="none", data=(X, Y)):
+    graph = Graph(helpers=(), lines=lines, line_ops=tuple((op, "sharded") for op in ops), outs=outs,
+                  args=tuple(("float32", np.shape(a), None) for a in data[:len(args)]), batch=None,
+                  transform=transform)
+    sh = lambda spec: refsim.NamedSharding(EXPLICIT, spec)  # noqa: E731
+    return make_case(graph, mesh=EXPLICIT, args=tuple(data[:len(args)]), in_shardings=tuple(map(sh, arg_specs)),
+                     out_shardings=tuple(map(sh, out_specs)), partitioner="shardy", axis_types="explicit")
+
+
+@needs_unreduced
+def test_unreduced_partial_sums_add_and_a_reduced_value_takes_arithmetic():
+    case = _explicit_case(
+        ("v1 = jax.lax.reduce_sum(a0, (0,), out_sharding=P(None, unreduced={'x'})) + "
+         "jax.lax.reduce_sum(a1, (0,), out_sharding=P(None, unreduced={'x'}))",
+         "v2 = jax.sharding.reshard(v1, P(None, reduced={'x'}))", "v3 = v2 * 2.0 + 1.0",
+         "v4 = jax.sharding.reshard(v3, P('y'))"),
+        ("unreduced_add", "unreduced_add", "unreduced_add", "reshard"), (("v4", (4,), "float32", 0.0),),
+        ("a0", "a1"), (P("x", None), P("x", None)), (P("y"),))
+    want = 2 * (X.sum(0) + Y.sum(0)) + 1
+    for api in (refsim, xla_backend):
+        np.testing.assert_array_equal(np.asarray(case.run(api)[0]), want)
+    assert run_judged(case) == "pass"
+
+
+@needs_unreduced
+def test_a_reduced_weight_in_a_matmul_differentiates_through_its_unreduced_cotangent():
+    w = (np.arange(16, dtype=np.float32).reshape(4, 4) % 5 - 2) / 2
+    case = _explicit_case(
+        ("v1 = jax.sharding.reshard(a0, P(('x', 'y')))",
+         "v2 = jax.sharding.reshard(a1, P(None, None, reduced={'x', 'y'}))",
+         "v3 = v2 * 2.0 + 1.0", "v4 = jax.lax.dot_general(v1, v3, (((1,), (0,)), ((), ())))",
+         "v5 = jax.sharding.reshard(v4, P('y', 'x'))"),
+        ("reshard", "reduced_dot", "reduced_dot", "reduced_dot", "reshard"), (("v5", (8, 4), "float32", 0.0),),
+        ("a0", "a1"), (P("x", None), P(None, "y")), (P("x", None), P(None, "y")), transform="grad", data=(X, w))
+    weights = np.arange(32, dtype=np.float32).reshape(8, 4) % 3 + 1    # the grad transform's loss weights
+    want_a = weights @ (2 * w + 1).T          # d/da sum(weights * (a @ (2w + 1)))
+    want_w = 2 * X.T @ weights                # d/dw: the unreduced cotangent, summed
+    for api in (refsim, xla_backend):
+        da, dw = case.run(api)
+        np.testing.assert_allclose(np.asarray(da), want_a, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(dw), want_w, rtol=1e-6)
+    assert run_judged(case) == "pass"
+
+
+@needs_unreduced
+@pytest.mark.parametrize("op, transforms, pred", [
+    ("unreduced_add", ("none",), lambda c: _REDUCED.search(c.source) and " * 2" in c.source),
+    ("unreduced_add", ("none",), lambda c: not _REDUCED.search(c.source)),
+    ("reduced_dot", ("grad", "vjp"), lambda c: c.transform in ("grad", "vjp") and "* 2.0 + 1.0" in c.source),
+    ("reduced_dot", ("none",), lambda c: True),
+])
+def test_reduced_and_unreduced_ops_are_drawn_on_explicit_axes_and_agree(op, transforms, pred):
+    from hypothesis import find
+    from test_strategies_sharded import FIND, SAFE_MESHES
+
+    case = find(sharded_programs(SAFE_MESHES, ops=(op,), max_ops=2, axis_types=("explicit",), transforms=transforms,
+                                 partitioners=("shardy",), dtypes=("float32",)),
+                lambda c: op in c.ops and pred(c), settings=FIND)
+    assert_traces_as_modelled(case)
+    run_judged(case)
+    assert case_from_data(case_to_data(case)).source == case.source
+
+
+def test_reduced_and_unreduced_ops_draw_nothing_on_auto_axes():
+    from hypothesis import given, settings
+
+    @settings(max_examples=20, database=None, deadline=None)
+    @given(sharded_programs(ops=("unreduced_add", "reduced_dot", "sin"), axis_types=("auto",), max_ops=3))
+    def check(case):
+        assert not {"unreduced_add", "reduced_dot"} & set(case.ops)
+
+    check()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from conformance.strategies._sharded_graph import BOOL, F32, I32, Builder, Val, float_result, int_result, spec_text
+from conformance.strategies._sharded_graph import (
+    BOOL, F32, I32, Builder, Val, float_result, int_result, spec_text, sum_result,
+)
 
 MAX_RANK = 4
 
@@ -77,6 +79,16 @@ def const_model(text: str, dtype: str) -> Val:
 
 def max_frac(a: Val, o: Val):
     return None if a.frac is None or o.frac is None else max(a.frac, o.frac)
+
+
+def dot_model(a: Val, o: Val, k: int) -> dict:
+    """A dot product's result: sums of `k` products of `a`'s and `o`'s elements, in any order."""
+    if a.dtype == I32:
+        return int_result(-a.mag * o.mag * k, a.mag * o.mag * k)
+    prod = Val("p", (), F32, -a.mag * o.mag, a.mag * o.mag,
+               None if a.frac is None or o.frac is None else a.frac + o.frac,
+               a.mag * o.err + o.mag * a.err + a.err * o.err)
+    return sum_result(prod, k)
 
 
 def draw_out_sharding(b: Builder, shape: tuple):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from conformance.strategies._sharded_graph import F32, I32, Builder, Val, int_result, sum_result
-from conformance.strategies._sharded_ops.common import draw_out_sharding, fits, numeric
+from conformance.strategies._sharded_graph import Builder, Val
+from conformance.strategies._sharded_ops.common import dot_model, draw_out_sharding, fits, numeric
 
 
 def _dot_dims(b: Builder, a: Val, o: Val):
@@ -33,15 +33,6 @@ def _dot_shape(a: Val, o: Val, contract, batch) -> tuple:
             + tuple(o.shape[j] for j in range(o.ndim) if j not in co and j not in bo))
 
 
-def _dot_model(a: Val, o: Val, k: int) -> dict:
-    if a.dtype == I32:
-        return int_result(-a.mag * o.mag * k, a.mag * o.mag * k)
-    prod = Val("p", (), F32, -a.mag * o.mag, a.mag * o.mag,
-               None if a.frac is None or o.frac is None else a.frac + o.frac,
-               a.mag * o.err + o.mag * a.err + a.err * o.err)
-    return sum_result(prod, k)
-
-
 def _dot_like(name: str):
     def op(b: Builder) -> bool:
         a = b.pick(lambda v: numeric(v) and v.ndim >= 1)
@@ -66,7 +57,7 @@ def _dot_like(name: str):
             expr = f"jax.lax.dot_general({a.name}, {o.name}, {dn!r}{out_kw})"
         else:
             expr = f"jnp.einsum({_einsum_spec(a, o, contract, batch)!r}, {a.name}, {o.name}{out_kw})"
-        b.emit(name, expr, shape, a.dtype, main=main, spec=spec, **_dot_model(a, o, k))
+        b.emit(name, expr, shape, a.dtype, main=main, spec=spec, **dot_model(a, o, k))
         return True
     return op
 
@@ -105,7 +96,7 @@ def _matmul(b: Builder) -> bool:
         expr_o = o_val.name
     out_kw, spec = draw_out_sharding(b, shape)
     b.emit("matmul", f"jnp.matmul({a.name}, {expr_o}{out_kw})", shape, a.dtype, main=main, spec=spec,
-           **_dot_model(a, o_val, k))
+           **dot_model(a, o_val, k))
     return True
 
 

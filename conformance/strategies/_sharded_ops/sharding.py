@@ -1,12 +1,14 @@
-"""Sharding ops: with_sharding_constraint (Auto), reshard (Explicit), unreduced values (Explicit,
-where the installed JAX has `P(unreduced=...)`) and partial-manual shard_map regions with a
-collective inside."""
+"""Sharding ops: with_sharding_constraint (Auto), reshard (Explicit), unreduced and reduced values
+(Explicit, where the installed JAX has `P(unreduced=...)` / `P(reduced=...)`: partial sums, their
+arithmetic, reduced weights in a matmul) and partial-manual shard_map regions with a collective
+inside."""
 from __future__ import annotations
 
 import functools
+import math
 
-from conformance.strategies._sharded_graph import F32, I32, Builder, model_of, spec_text, sum_result
-from conformance.strategies._sharded_ops.common import fits, numeric, result_model
+from conformance.strategies._sharded_graph import F32, I32, Builder, Val, model_of, spec_text, sum_result
+from conformance.strategies._sharded_ops.common import dot_model, fits, floating, numeric, result_model
 from refsim.layouts.partition_spec import set_text
 
 
@@ -67,6 +69,106 @@ def _unreduced_sum(b: Builder) -> bool:
                a.dtype, main=a, spec=rest, **sum_result(a, n))
     b.pool.remove(u)
     b.reshard(u, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
+    return True
+
+
+def _partial_sum(a: Val, summed: list, axes: list) -> str:
+    """Source of ``reduce_sum(a, summed)`` into a value unreduced over `axes` (`a`'s other dims kept)."""
+    rest = tuple(ax for d, ax in enumerate(a.spec) if d not in summed)
+    text = spec_text(rest)[:-1]
+    text += (", " if text != "P(" else "") + "unreduced={" + ", ".join(map(repr, axes)) + "})"
+    return f"jax.lax.reduce_sum({a.name}, {tuple(summed)!r}, out_sharding={text})"
+
+
+def _reduced_spec(spec: tuple, axes) -> str:
+    """``P(..., reduced={axes})`` source: `spec`'s dimension entries, reduced over `axes`."""
+    text = spec_text(spec)[:-1]
+    return text + (", " if text != "P(" else "") + "reduced={" + ", ".join(map(repr, axes)) + "})"
+
+
+def _unreduced_add(b: Builder) -> bool:
+    """Arithmetic on unreduced values: two partial sums over the same axes (`reduce_sum` into
+    ``P(..., unreduced={axes})`` of `a` and of a value typed as `a`) added while unreduced (each
+    device adds its partials: the sum of all partials is the total, JAX's `add` rule for
+    unreduced operands), then resharded: summed into a plain layout, or into a *reduced* one
+    (``P(..., reduced={axes})``: replicated, typed so its cotangent is unreduced) that takes
+    ``2 * r + 1`` as a reduced value before it is resharded to a plain layout. Unreduced and
+    reduced values stay out of the pool: only these lines read them (JAX refuses most ops on them)."""
+    if not b.explicit or not has_unreduced():
+        return False
+    a = b.pick(lambda v: numeric(v) and v.ndim >= 1 and v.spec is not None and any(v.spec))
+    if a is None:
+        return False
+    c = b.pick(lambda v: v is not a and v.dtype == a.dtype and v.shape == a.shape and v.spec == a.spec
+               and numeric(v)) or a
+    sharded = [d for d, ax in enumerate(a.spec) if ax]
+    summed = sorted(b.draw_permutation_of(sharded)[:b.draw_int(1, len(sharded))])
+    axes = sorted({ax for d in summed for ax in a.spec[d]}, key=b.mesh.axis_names.index)
+    rest = tuple(ax for d, ax in enumerate(a.spec) if d not in summed)
+    shape = tuple(n for d, n in enumerate(a.shape) if d not in summed)
+    n = math.prod(a.shape[d] for d in summed)
+    both = Val("both", (), a.dtype, min(a.lo, c.lo), max(a.hi, c.hi),
+               None if a.frac is None or c.frac is None else max(a.frac, c.frac), max(a.err, c.err))
+    model = sum_result(both, 2 * n)
+    u = b.emit("unreduced_add", f"{_partial_sum(a, summed, axes)} + {_partial_sum(c, summed, axes)}", shape,
+               a.dtype, main=a, spec=rest, **model)
+    b.pool.remove(u)
+    if b.boolean():
+        b.reshard(u, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
+        return True
+    two = "2.0" if a.dtype == F32 else "2"
+    one = "1.0" if a.dtype == F32 else "1"
+    frac = None if u.frac is None else max(u.frac - 1, 0)
+    r = b.emit("unreduced_add", f"jax.sharding.reshard({u.name}, {_reduced_spec(rest, axes)})", shape, a.dtype,
+               main=a, spec=rest, **model_of(u))
+    b.pool.remove(r)
+    r2 = b.emit("unreduced_add", f"{r.name} * {two} + {one}", shape, a.dtype, main=a, spec=rest,
+                **result_model(a.dtype, 2 * u.lo + 1, 2 * u.hi + 1, frac, 2 * u.err))
+    b.pool.remove(r2)
+    b.reshard(r2, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
+    return True
+
+
+def _reduced_dot(b: Builder) -> bool:
+    """A reduced weight in a matmul (the FSDP / ZeRO parameter pattern): `o` resharded to
+    ``P(None, ..., reduced={axes})`` (replicated, its cotangent unreduced over `axes`), optionally
+    ``2 * w + 1`` as a reduced value, contracted with `a` split over `axes` along its dimension 0;
+    the product is resharded to a drawn layout. Under grad / vjp the weight's cotangent is an
+    unreduced value that the transpose of the reshard sums (JAX's reduced/unreduced duality)."""
+    if not b.explicit or not has_unreduced():
+        return False
+    a = b.pick(lambda v: floating(v) and v.ndim in (2, 3))
+    if a is None:
+        return False
+    k = a.shape[-1]
+    o = b.pick(lambda v: floating(v) and v.ndim == 2 and k in v.shape)
+    if o is None:
+        if a.ndim != 2:
+            return False
+        o = a   # a @ a.T: the weight is the operand itself, contracted on its last dimension
+    cdim = b.choice([d for d in range(2) if o.shape[d] == k]) if o is not a else 1
+    sizes = [ax for ax in b.mesh.axis_names if b.mesh.axis_size(ax) > 1] or list(b.mesh.axis_names)
+    axes = sorted(b.draw_permutation_of(sizes)[:b.draw_int(1, len(sizes))], key=b.mesh.axis_names.index)
+    if a.shape[0] % b.axis_size(axes):
+        return False
+    shape = a.shape[:-1] + (o.shape[1 - cdim],)
+    if not fits(b, shape):
+        return False
+    split = (tuple(axes),) + ((),) * (a.ndim - 1)
+    a_r = b.reshard(a, split) if a.spec != split else a
+    w = b.emit("reduced_dot", f"jax.sharding.reshard({o.name}, {_reduced_spec(((),) * o.ndim, axes)})", o.shape,
+               o.dtype, main=o, spec=((),) * o.ndim, **model_of(o))
+    b.pool.remove(w)
+    if b.boolean():
+        frac = None if o.frac is None else max(o.frac - 1, 0)
+        w = b.emit("reduced_dot", f"{w.name} * 2.0 + 1.0", o.shape, o.dtype, main=w, spec=((),) * o.ndim,
+                   **result_model(F32, 2 * o.lo + 1, 2 * o.hi + 1, frac, 2 * o.err))
+        b.pool.remove(w)
+    dn = (((a.ndim - 1,), (cdim,)), ((), ()))
+    y = b.emit("reduced_dot", f"jax.lax.dot_general({a_r.name}, {w.name}, {dn!r})", shape, F32, main=a,
+               spec=(tuple(axes),) + ((),) * (len(shape) - 1), **dot_model(a, w, k))
+    b.pool.remove(y)
+    b.reshard(y, b.draw_spec(shape, dividing=True))
     return True
 
 
@@ -156,4 +258,6 @@ OPS = {
     **{f"shard_map_{c}": _shard_map(c) for c in ("psum", "pmax", "all_gather", "ppermute", "axis_index",
                                                   "psum_scatter", "all_to_all")},
     "unreduced_sum": _unreduced_sum,
+    "unreduced_add": _unreduced_add,
+    "reduced_dot": _reduced_dot,
 }
