@@ -279,6 +279,13 @@ def _reruns(recs: list) -> str:
                  f"{br['cpu_s']:.1f} s): the baseline read back its drawn plan and each case's executable under a key "
                  "computed before tracing, which a changed JAX or a monkeypatch could not change; this commit draws, "
                  "traces and lowers every case on every run and lets only JAX's module-keyed cache skip the compile.")
+    from bench.reruns import suite_rows
+
+    rows = suite_rows(recs)
+    if rows:
+        text += "\n\nCold runs by suite (medians of the passes; seconds: the workers' wall clock in the suite's cases):\n\n"
+        text += _md_table(["suite", "variant", "programs", "examples", "seconds", "ms per program",
+                           "XLA compile ms per program"], rows)
     return text
 
 

@@ -59,7 +59,7 @@ def cli_pass(root: str, cache: str, *, examples: int | None, seed: int = 0, suit
     try:
         p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
         process_s, cpu_s = time.perf_counter() - t0, _children_cpu() - cpu0
-        summary, busy = None, 0.0
+        summary, busy, cases = None, 0.0, []
         path = os.path.join(report, "results.jsonl")
         if os.path.exists(path):
             with open(path) as fh:
@@ -69,6 +69,7 @@ def cli_pass(root: str, cache: str, *, examples: int | None, seed: int = 0, suit
                         summary = rec
                     elif rec.get("type") == "case":
                         busy += float(rec.get("seconds") or 0.0)
+                        cases.append(rec)
         if summary is None:
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
             raise RuntimeError(f"conformance run in {root} wrote no summary (exit {p.returncode}): {tail}")
@@ -87,7 +88,22 @@ def cli_pass(root: str, cache: str, *, examples: int | None, seed: int = 0, suit
                 cpu_s_per_program=cpu_s / max(1, summary["cases"]),
                 examples_per_minute=60 * summary["examples"] / process_s, phases=summary.get("phases"),
                 by_status=summary.get("by_status"), exit=p.returncode, identity_checks_s=identity_s,
-                verified_families=int(cache_events.get("verified") or 0))
+                verified_families=int(cache_events.get("verified") or 0), by_suite=by_suite(cases))
+
+
+def by_suite(cases: list[dict]) -> dict:
+    """{suite: programs, examples, seconds, compile_s}: per suite, the case records' count, their
+    data sets, the workers' seconds in them (wall clock inside the worker) and the XLA compile
+    seconds among those. Where two plans differ in their suites, this says which programs the
+    CPU per distinct program is spent on."""
+    out: dict = {}
+    for rec in cases:
+        row = out.setdefault(rec.get("suite") or "?", dict(programs=0, examples=0, seconds=0.0, compile_s=0.0))
+        row["programs"] += 1
+        row["examples"] += int(rec.get("examples") or 0)
+        row["seconds"] += float(rec.get("seconds") or 0.0)
+        row["compile_s"] += float((rec.get("phases") or {}).get("xla_compile") or 0.0)
+    return out
 
 
 def _median(xs):
@@ -135,9 +151,13 @@ def summarize(runs: dict, commits: dict, *, examples: int, passes: int, suite: s
         if all(r.get("identity_checks_s") is not None for r in rs):   # a commit without them records none
             med["identity_checks_s"] = _median([r["identity_checks_s"] for r in rs])
             med["identity_share"] = _median([r["identity_checks_s"] / r["cpu_s"] if r["cpu_s"] else 0.0 for r in rs])
+        suites = {name: {k: _median([(r.get("by_suite") or {}).get(name, {}).get(k, 0) for r in rs])
+                         for k in ("programs", "examples", "seconds", "compile_s")}
+                  for name in sorted({n for r in rs for n in (r.get("by_suite") or {})})}
         recs.append(dict(bench="conformance_reruns", variant=v, commit=commits[v], suite=suite, examples_option=examples,
                          passes=passes, examples=rs[0]["examples"], cases=rs[0]["cases"],
-                         processes=rs[0]["processes"], each=[{k: r[k] for k in r if k != "phases"} for r in rs],
+                         processes=rs[0]["processes"], by_suite=suites,
+                         each=[{k: r[k] for k in r if k not in ("phases", "by_suite")} for r in rs],
                          phases=sorted(rs, key=lambda r: r["examples_per_s"])[len(rs) // 2].get("phases"), **med))
     if "baseline cold" in runs and "rerun" in runs:
         by = {r["variant"]: r for r in recs}
@@ -205,6 +225,24 @@ def targets(recs: list[dict]) -> list[tuple]:
     return rows
 
 
+def suite_rows(recs: list[dict]) -> list[tuple]:
+    """(suite, variant, programs, examples, seconds, ms per program, compile ms per program) of the
+    cold variants, suite by suite: which suites a difference in CPU per program comes from."""
+    cold = [r for r in recs if r.get("bench") == "conformance_reruns" and r["variant"] in ("baseline cold", "cold")
+            and r.get("by_suite")]
+    rows = []
+    for name in sorted({n for r in cold for n in r["by_suite"]}):
+        for r in cold:
+            row = r["by_suite"].get(name)
+            if row is None or not row["programs"]:
+                rows.append((name, r["variant"], 0, 0, "-", "-", "-"))
+                continue
+            n = row["programs"]
+            rows.append((name, r["variant"], int(n), int(row["examples"]), f"{row['seconds']:.1f}",
+                         f"{1000 * row['seconds'] / n:.0f}", f"{1000 * row['compile_s'] / n:.0f}"))
+    return rows
+
+
 def show(recs: list[dict]) -> None:
     rows = [(r["variant"], r["commit"], r["processes"], r["examples"], f"{r['examples_per_s']:.1f}",
              f"{r['cpu_ms_per_example']:.1f}", r["cases"], f"{1000 * r.get('cpu_s_per_program', 0):.0f}",
@@ -217,6 +255,11 @@ def show(recs: list[dict]) -> None:
             ["variant", "commit", "workers", "examples", "examples/s", "CPU ms/example", "programs",
              "CPU ms/program", "CPU s (each pass)",
              "workers busy", "examples/min", "process s (each pass)", "identity checks s (share of CPU)"], rows)
+    rows = suite_rows(recs)
+    if rows:
+        C.table("cold runs by suite (medians of the passes; seconds: the workers' wall clock in the suite's cases)",
+                ["suite", "variant", "programs", "examples", "seconds", "ms per program", "XLA compile ms per program"],
+                rows)
     rows = targets(recs)
     if rows:
         C.table("targets", ["target", "measured", "met"], [(a, b, "yes" if c else "NO") for a, b, c in rows])

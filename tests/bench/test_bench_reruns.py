@@ -64,3 +64,26 @@ def test_cold_cpu_per_program_is_judged_against_the_baseline():
 def test_examples_option_takes_default():
     assert reruns._examples_option("default") is None
     assert reruns._examples_option("7") == 7
+
+
+def test_cold_runs_are_broken_down_by_suite_from_the_case_records():
+    cases = [dict(suite="programs", examples=10, seconds=0.2, phases={"xla_compile": 0.05}),
+             dict(suite="programs", examples=3, seconds=0.1, phases={"xla_compile": 0.03}),
+             dict(suite="sharded", examples=9, seconds=0.5, phases={"xla_compile": 0.3}),
+             dict(suite="layouts", examples=2, seconds=0.01, phases={})]
+    got = reruns.by_suite(cases)
+    assert got["programs"] == dict(programs=2, examples=13, seconds=0.30000000000000004, compile_s=0.08)
+    assert got["sharded"] == dict(programs=1, examples=9, seconds=0.5, compile_s=0.3)
+    assert got["layouts"]["compile_s"] == 0.0
+    base = dict(examples=100, cases=10, cpu_s=5.0, examples_per_s=40.0, cpu_ms_per_example=50.0, busy_share=0.9,
+                examples_per_minute=2400.0, process_s=5.0, wall_s=4.8, cpu_s_per_program=0.5, processes=2,
+                by_suite={"programs": dict(programs=10, examples=100, seconds=4.0, compile_s=2.0)})
+    this = dict(base, by_suite={"programs": dict(programs=10, examples=300, seconds=4.4, compile_s=2.0),
+                                "sharded": dict(programs=2, examples=20, seconds=1.0, compile_s=0.6)})
+    runs = {"baseline cold": [base], "cold": [this]}
+    rows = reruns.suite_rows(reruns.summarize(runs, {v: "abc" for v in runs}, examples=None, passes=1, suite="all"))
+    # the baseline has no sharded suite: a row of zeros says so
+    assert rows == [("programs", "baseline cold", 10, 100, "4.0", "400", "200"),
+                    ("programs", "cold", 10, 300, "4.4", "440", "200"),
+                    ("sharded", "baseline cold", 0, 0, "-", "-", "-"),
+                    ("sharded", "cold", 2, 20, "1.0", "500", "300")]
