@@ -46,6 +46,17 @@ arguments and outputs are, so the value model still holds for every output:
 * ``jit_chain``: 2-3 ``jax.jit`` calls of one training step (the ``scan_layers`` step: carry
   update and ``g``'s outputs), each with its own drawn ``out_shardings``, the carry of one feeding
   the next (a training loop's steps across different shardings).
+* ``jit_chain_orders``: the ``jit_chain`` step jitted 2-3 times at top level, each call on its own
+  mesh: the first on the case's mesh, each later one on a mesh of the same devices in a drawn
+  order (a permutation of the device ids) and a drawn axis order (so another mesh shape: a 2x4
+  mesh becomes 4x2, every named axis keeping its size, so every spec of ``g`` stays valid), with
+  its own drawn ``out_shardings``. The carry and the other arguments are moved into each next
+  call by ``jax.device_put`` to that call's in_shardings, the case's specs on that call's mesh
+  (``g``'s argument types on Explicit axes): the carry moves from the layout the call before gave
+  it to another layout on another device order. JAX refuses an array committed to another device
+  order, and a jit or device_put inside a jit over another order. Drawn forward only.
+  The case's `fn` is one step; `ShardedProgram.run` makes the calls (the same on both engines and
+  in the reproducers). Values never depend on device order.
 
 `wrap` returns the wrapper's source, its arguments and outputs; `class_to_data` / `class_from_data`
 turn a drawn class into JSON and back (hunt case files).
@@ -56,10 +67,12 @@ import dataclasses
 import math
 import re
 
+import numpy as np
+
 from conformance.strategies._sharded_graph import BOOL, F32, I32, spec_text
 
 CLASSES = ("plain", "scan_layers", "remat", "custom_vjp", "custom_jvp", "host_offload", "shard_map_nested",
-           "jit_chain", "donation")
+           "jit_chain", "donation", "jit_chain_orders")
 #: Classes drawn under grad / vjp where the transforms allow (forward, they are the plain program).
 BACKWARD_CLASSES = ("remat", "custom_vjp")
 VJP_MODES = ("pullback", "recompute", "scaled")
@@ -241,6 +254,11 @@ def wrap(klass: tuple, lines: tuple, args: tuple, outs: tuple) -> Wrapped:
         text.append("    return (c,) + " + " + ".join(f"o{k}[1:]" for k in range(len(steps))))
         h_outs = (("carry", args[0][1], args[0][0], 0.0),) + tuple(outs) * len(steps)
         return Wrapped("model", "\n".join(text) + "\n", lines, args, h_outs)
+    if name == "jit_chain_orders":
+        upd = carry_update(outs, args[0], p["carry_spec"], p["explicit"], var="o", c="a0")
+        src = f"def model({names}):\n    o = g({names})\n    return ({upd},) + tuple(o)\n"
+        h_outs = (("carry", args[0][1], args[0][0], 0.0),) + tuple(outs) * len(p["steps"])
+        return Wrapped("model", src, lines, args, h_outs)
     raise ValueError(f"unknown program class {name!r}; pick one of {CLASSES}")
 
 
@@ -272,6 +290,25 @@ def with_memory_kinds(shardings: tuple, kinds: tuple) -> tuple:
         if kind not in MEMORY_KINDS:
             raise ValueError(f"memory kind {kind!r} is not one of {MEMORY_KINDS}.")
     return tuple(s.with_memory_kind(k) for s, k in zip(shardings, kinds))
+
+
+def chain_meshes(klass: tuple, mesh) -> list:
+    """The mesh of each call of a ``jit_chain_orders`` program: `mesh`, then each drawn order
+    (axis names in their new order, the device ids in row-major order of the new shape)."""
+    out = [mesh]
+    for names, ids in params(klass)["orders"]:
+        shape = tuple(mesh.axis_size(a) for a in names)
+        types = tuple(mesh.axis_types[mesh.axis_names.index(a)] for a in names)
+        out.append(type(mesh)(shape, tuple(names), device_ids=np.asarray(ids, dtype=np.int64).reshape(shape),
+                              axis_types=types))
+    return out
+
+
+def chain_specs(klass: tuple, n_outs: int) -> list:
+    """Per call, the out specs (carry, then ``g``'s outputs) of a ``jit_chain_orders`` program whose
+    ``g`` has `n_outs` outputs (a shrinker's cut ``g``: its outputs replicated)."""
+    steps = params(klass)["steps"]
+    return [specs if len(specs) == 1 + n_outs else (specs[0],) + ((),) * n_outs for specs in steps]
 
 
 def manual_size(mesh, manual) -> int:

@@ -124,10 +124,29 @@ class ShardedProgram(Program):
     def run(self, api):
         """Run on an engine under `partitioner` (refsim ignores it; XLA compiles with it)."""
         with _compat.use_partitioner(self.partitioner):
-            out = super().run(api)
+            out = self._run_chain(api) if self.program_class == "jit_chain_orders" else super().run(api)
         if getattr(api, "__name__", "") == "refsim":
             self.__dict__["_refsim_out"] = out   # the reference the error bounds are around
         return out
+
+    def _run_chain(self, api) -> tuple:
+        """A ``jit_chain_orders`` program: `fn` (one step) jitted once per drawn mesh, the arguments
+        placed by `in_shardings`, then moved by ``api.device_put`` into each later call's shardings:
+        the same specs (``g``'s argument types on Explicit axes) on that call's mesh, so the carry
+        moves from the layout the call before gave it to another layout on another device order."""
+        meshes = pc.chain_meshes(self.graph.program_class, self.mesh)
+        steps = pc.chain_specs(self.graph.program_class, len(self.graph.outs))
+        args = [api.device_put(a, s) for a, s in zip(self.args, self.in_shardings)]
+        outs = []
+        for k, (m, specs) in enumerate(zip(meshes, steps)):
+            ins = tuple(NamedSharding(m, s.spec) for s in self.in_shardings)
+            if k:
+                args = [api.device_put(a, s) for a, s in zip(args, ins)]
+            o = api.jit(self.fn, in_shardings=ins, out_shardings=tuple(NamedSharding(m, _pspec(sp)) for sp in specs))(
+                *args)
+            args[0] = o[0]
+            outs += list(o[1:])
+        return (args[0], *outs)
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -177,6 +196,8 @@ class ShardedProgram(Program):
             text = text.replace("in_shardings=tuple(map(named, IN_SHARDINGS))",
                                 "in_shardings=tuple(named(s).with_memory_kind(k) for s, k in "
                                 "zip(IN_SHARDINGS, IN_MEMORY_KINDS))", 1)
+        if self.program_class == "jit_chain_orders":
+            text = _chain_repro(self, text)
         head = "from jax.sharding import PartitionSpec as P\n"
         extra = ""
         if self.partitioner == "gspmd":
@@ -237,6 +258,8 @@ def _draw(draw, mesh_s, ops, min_ops, max_ops, max_inputs, max_elements, transfo
     choices = [t for t in transforms if not (explicit and t == "vmap")] or ["none"]
     if klass in BACKWARD_CLASSES and F32 in dtypes and {"grad", "vjp"} & set(choices):
         choices = [t for t in choices if t in ("grad", "vjp")]   # remat / custom_vjp act in the backward pass
+    if klass == "jit_chain_orders":
+        choices = ["none"]   # top-level calls: no transform wraps them
     transform = draw(st.sampled_from(choices))
     backward = transform in ("grad", "vjp")
     usable = [o for o in ops if not (backward and o in NOT_DIFFERENTIABLE)] or list(ops)
@@ -378,6 +401,14 @@ def _draw_class(draw, b: Builder, klass: str, graph: "Graph", in_specs: list, ma
         steps = tuple(tuple(spec_text(b.draw_spec(s, dividing=True)) for s in shapes)
                       for _ in range(draw(st.integers(2, 3))))
         return (klass, ("steps", steps), ("carry_spec", _g_spec(in_specs[0], carry[2])), ("explicit", b.explicit))
+    if klass == "jit_chain_orders":
+        shapes = [graph.args[0][1]] + [s for _, s, _, _ in graph.outs]
+        n = draw(st.integers(2, 3))
+        steps = tuple(tuple(b.draw_spec(s, dividing=True) for s in shapes) for _ in range(n))
+        ids = [int(i) for i in np.asarray(b.mesh.device_ids).ravel()]
+        orders = tuple((tuple(draw(st.permutations(b.mesh.axis_names))), tuple(draw(st.permutations(ids))))
+                       for _ in range(n - 1))
+        return (klass, ("steps", steps), ("orders", orders), ("carry_spec", in_specs[0]), ("explicit", b.explicit))
     return (klass,)
 
 
@@ -489,6 +520,11 @@ def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitio
               *((("class", graph.program_class[0]),) if graph.program_class[0] != "plain" else ()),
               ("transform", graph.transform), ("types", axis_types), ("partitioner", partitioner))
     donate = tuple(pc.params(graph.program_class)["donated"]) if graph.program_class[0] == "donation" else ()
+    if graph.program_class[0] == "jit_chain_orders":   # each output where its call put it
+        meshes = pc.chain_meshes(graph.program_class, mesh)
+        specs = pc.chain_specs(graph.program_class, len(graph.outs))
+        out_shardings = (NamedSharding(meshes[-1], _pspec(specs[-1][0])),) + tuple(
+            NamedSharding(meshes[k], _pspec(sp)) for k in range(len(specs)) for sp in specs[k][1:])
     in_kinds, out_kinds = pc.memory_kinds(graph.program_class)
     in_shardings = pc.with_memory_kinds(tuple(in_shardings), in_kinds)
     out_shardings = pc.with_memory_kinds(tuple(out_shardings), out_kinds)
@@ -497,6 +533,46 @@ def make_case(graph: Graph, *, mesh, args, in_shardings, out_shardings, partitio
                           outputs=("exact",) * len(policies), partitioner=partitioner, transform=graph.transform,
                           axis_types=axis_types, policies=policies, op_patterns=op_patterns, graph=graph,
                           donate_argnums=donate)
+
+
+_JIT_RUN = """    if KIND == "jit":
+        outs = named(OUT_SHARDINGS) if isinstance(OUT_SHARDINGS, P) else tuple(map(named, OUT_SHARDINGS))
+        with jax.set_mesh(mesh):
+            return jax.jit(program, in_shardings=tuple(map(named, IN_SHARDINGS)), out_shardings=outs)(*args)
+"""
+_CHAIN_RUN = """    if KIND == "jit":   # jit_chain_orders: one jit of `program` per mesh of CHAIN, values moved by device_put
+        args, outs = [jax.device_put(a, named(s)) for a, s in zip(args, IN_SHARDINGS)], []
+        devs = {d.id: d for d in jax.devices()}
+        for k, (names, ids, specs) in enumerate(CHAIN):
+            shape = tuple(MESH_SHAPE[AXIS_NAMES.index(a)] for a in names)
+            grid = np.array([devs[int(i)] for i in ids], dtype=object).reshape(shape)
+            types = globals().get("AXIS_TYPES")
+            kw = {} if types is None else {"axis_types": tuple(getattr(jax.sharding.AxisType, types[0])
+                                                               for _ in names)}
+            m = jax.sharding.Mesh(grid, names, **kw)
+            on = lambda s, m=m: jax.sharding.NamedSharding(m, s)
+            ins = tuple(map(on, IN_SHARDINGS))
+            if k:   # into the next call's shardings: another layout on another device order
+                args = [jax.device_put(a, s) for a, s in zip(args, ins)]
+            with jax.set_mesh(m):
+                o = jax.jit(program, in_shardings=ins, out_shardings=tuple(map(on, specs)))(*args)
+            args[0], outs = o[0], outs + list(o[1:])
+        return (args[0], *outs)
+"""
+
+
+def _chain_repro(case, text: str) -> str:
+    """The v1 reproducer of a ``jit_chain_orders`` case: CHAIN (per call: axis names, device ids in
+    row-major order, out specs) and a `run` that makes the calls as `ShardedProgram.run` does."""
+    meshes = pc.chain_meshes(case.graph.program_class, case.mesh)
+    steps = pc.chain_specs(case.graph.program_class, len(case.graph.outs))
+    rows = [f"    ({tuple(m.axis_names)!r}, {[int(i) for i in np.asarray(m.device_ids).ravel()]!r}, "
+            f"({''.join(spec_text(sp) + ', ' for sp in specs)})),"
+            for m, specs in zip(meshes, steps)]
+    if _JIT_RUN not in text:
+        raise AssertionError("the v1 reproducer's jit block changed; update _JIT_RUN")
+    text = text.replace(_JIT_RUN, _CHAIN_RUN, 1)
+    return text.replace("IN_SHARDINGS = ", "CHAIN = [\n" + "\n".join(rows) + "\n]\nIN_SHARDINGS = ", 1)
 
 
 def _stated_kinds(case) -> tuple:
