@@ -22,8 +22,10 @@ by pass over its stdin. `--against DIR` starts a second child on the checkout in
 worktree add --detach DIR COMMIT`: its refsim, conformance, examples and scripts) and alternates
 the two, pass by pass (A B, B A, ...), so load from other processes hits both alike; the table
 then shows each side and the ratio of their walks. Each child also reports a digest of every
-allowed set it built (centers, bounds, the bounds without relaxations, the notes): equal digests
-mean the two checkouts give bit-identical verdict data. `--profile NAME` runs one program's walk
+allowed set it built (centers, bounds, the bounds without relaxations where the verdict reads
+them, the notes) and of each program's jaxpr: equal digests
+mean the two checkouts give bit-identical verdict data (a drawn program differs where the two
+checkouts' generators differ: the table says so instead). `--profile NAME` runs one program's walk
 under cProfile in this process and prints the top entries instead.
 """
 from __future__ import annotations
@@ -167,7 +169,8 @@ def capture(thunk) -> Captured | None:
 
 def digest(out) -> str:
     """sha256 of everything the allowed set hands the verdict: per AllowedSet output, each device's
-    center, bound and bound without relaxations, and the notes (paths relative to the checkout)."""
+    center and bound, its bound without relaxations at the elements held to the allowed set (the
+    only ones `allowed.verdicts` reads it at), and the notes (paths relative to the checkout)."""
     import numpy as np
 
     from conformance.verdict.allowed import AllowedSet
@@ -178,11 +181,18 @@ def digest(out) -> str:
         if not isinstance(p, AllowedSet):
             h.update(f"{k}:{type(p).__name__}".encode())
             continue
-        for field in (p.exact, p.abs_sum, p.strict or {}):
+        for field in (p.exact, p.abs_sum):
             for d in sorted(field):
                 a = np.ascontiguousarray(np.asarray(field[d], np.float64))
                 h.update(f"{k}:{d}:{a.shape}".encode())
                 h.update(a.tobytes())
+        for d in sorted(p.abs_sum):     # the bound without relaxations, where the verdict reads it
+            g = p.governed(d)
+            s = None if p.strict is None else p.strict.get(d)
+            if s is None or not g.any():
+                h.update(f"{k}:{d}:no strict".encode())
+            else:
+                h.update(np.ascontiguousarray(np.where(g, np.asarray(s, np.float64), 0.0)).tobytes())
         h.update(f"{k}:{p.relaxations}:{p.fallback_allowed!r}".encode())
     root = os.getcwd() + os.sep
     for n in notes:           # a note names source lines: by their path inside the checkout
@@ -199,7 +209,7 @@ def child(wanted) -> int:
     sys.path.insert(0, root)
     from conformance.verdict.allowed import AllowedSet
 
-    caps, info, sharded = {}, {}, set()
+    caps, info, sharded, programs = {}, {}, set(), {}
     for name, thunk in corpus(root, wanted):
         if name.startswith("sharded_") and len(sharded) >= SHARDED:
             break
@@ -217,7 +227,8 @@ def child(wanted) -> int:
             sharded.add(dg)
         caps[name] = cap
         info[name] = dg
-    print(json.dumps({"ready": True, "digests": info}), flush=True)
+        programs[name] = hashlib.sha256(str(cap.allowed[0]).encode()).hexdigest()[:16]
+    print(json.dumps({"ready": True, "digests": info, "programs": programs}), flush=True)
     for line in sys.stdin:
         if line.strip() != "pass":
             break
@@ -312,6 +323,7 @@ def run(passes: int, wanted=None, against: str | None = None) -> list[dict]:
                    "passes": passes, **summ[name]}
             if name != "all":
                 rec["digest"] = c.ready["digests"][name]
+                rec["jaxpr_digest"] = c.ready["programs"][name]
             records.append(rec)
             C.emit(rec)
     return records
@@ -338,7 +350,9 @@ def _against_rows(records: list[dict]):
         if r["side"] != "this" or r["program"] not in base:
             continue
         b = base[r["program"]]
-        same = "" if r["program"] == "all" else ("yes" if r.get("digest") == b.get("digest") else "NO")
+        same = "" if r["program"] == "all" else (
+            "other program drawn" if r.get("jaxpr_digest") != b.get("jaxpr_digest") else
+            "yes" if r.get("digest") == b.get("digest") else "NO")
         yield (r["program"], f"{b['ratio']:.2f}x", f"{r['ratio']:.2f}x",
                f"{r['walk']['median'] / b['walk']['median']:.2f}" if b["walk"]["median"] > 0 else "-", same)
 

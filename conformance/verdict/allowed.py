@@ -23,9 +23,11 @@ check: keeping it where it is tighter loses none of today's sensitivity, and the
 those elements.
 
 Relaxations (`refsim.bounds.platform.RELAXATIONS`) in force widen the bounds of the ops they
-cover; where one did, the bounds without them (carried by the same walk, ``strict=True``) tell
-every element that agrees only under a relaxation, counted per output and shown in the report
-with the relaxation's name.
+cover; where one did and some output has an element held to its allowed set, the walk is
+repeated without them and every such element that agrees only under a relaxation is counted per
+output and shown in the report with the relaxation's name. (An element held to the heuristic or
+undecidable is never asked about its bound without relaxations: where no element of any output
+is held to the allowed set, as in the examples' training steps, the repeat is skipped.)
 Outputs that depend on a primitive without a bound rule keep their heuristic policy, and the
 report names the primitive ("no bound rule for X").
 """
@@ -49,7 +51,8 @@ class AllowedSet(compare.SumBound):
     """Per element: |result - center| <= bound (module docstring). `exact` holds each device's
     center, `abs_sum` its bound (NaN: undecidable); `fallback_ref` / `fallback_allowed` the
     heuristic's reference (refsim's values) and allowed |diff| for undecidable elements;
-    `strict` each device's bound without relaxations (None: no relaxation widened it);
+    `strict` each device's bound without relaxations (None: no relaxation widened it, or no
+    element is held to the allowed set, `governed`, so none would read it);
     `derivation` how the bound was derived (the report's text); `scale` max|refsim output|."""
 
     elementwise_arrays: ClassVar[bool] = False
@@ -181,7 +184,7 @@ def _shard_slice(x: np.ndarray, index) -> np.ndarray:
     return np.asarray(x[tuple(index)] if len(tuple(index)) else x)
 
 
-def _policies_from(result, ref, candidates, fallbacks, strict_result=None, derivations=None) -> tuple[list, list]:
+def _policies_from(result, ref, candidates, fallbacks, derivations=None) -> tuple[list, list]:
     """(per-output AllowedSet or None, notes) from a `refsim.bounds` result."""
     pols, notes = [], []
     for k, (arr, cand) in enumerate(zip(ref, candidates)):
@@ -199,23 +202,38 @@ def _policies_from(result, ref, candidates, fallbacks, strict_result=None, deriv
                          f"{tuple(arr.shape)}: held to the heuristic")
             pols.append(None)
             continue
-        s_out = None if strict_result is None else strict_result.outputs[k]
         full_b = out.full_bound()
-        centers, bounds, fref, strict = {}, {}, {}, {} if isinstance(s_out, refsim_bounds.BVal) else None
+        centers, bounds, fref = {}, {}, {}
         for sh in arr.shards:
             d = int(sh.device_id)
             centers[d] = _shard_slice(out.center, sh.index)
             bounds[d] = _shard_slice(full_b, sh.index)
             fref[d] = np.asarray(sh.data)
-            if strict is not None:
-                strict[d] = _shard_slice(s_out.full_bound(), sh.index)
         fb = fallbacks[k]
         pols.append(AllowedSet(n=1, exact=centers, abs_sum=bounds, fallback_ref=fref,
-                               fallback_allowed=float(fb.allowed(arr.dtype)), strict=strict,
+                               fallback_allowed=float(fb.allowed(arr.dtype)),
                                derivation="" if derivations is None else derivations.get(k, ""),
                                scale=float(getattr(fb, "scale", 0.0)), relaxations=tuple(sorted(result.used)),
                                fallback_describe=fb.describe(), fallback_why=_why(fb)))
     return pols, notes
+
+
+def _holds_any(p) -> bool:
+    """True when some element of `p` (an AllowedSet) is held to its allowed set."""
+    return isinstance(p, AllowedSet) and any(p.governed(d).any() for d in p.abs_sum)
+
+
+def _with_strict(pols: list, strict_result, ref) -> list:
+    """Each AllowedSet that holds some element to its allowed set, with each device's bound without
+    relaxations from `strict_result` (a walk with ``relaxations=()``)."""
+    out = []
+    for k, (p, arr) in enumerate(zip(pols, ref)):
+        s_out = strict_result.outputs[k]
+        if _holds_any(p) and isinstance(s_out, refsim_bounds.BVal):
+            full = s_out.full_bound()
+            p = dataclasses.replace(p, strict={int(sh.device_id): _shard_slice(full, sh.index) for sh in arr.shards})
+        out.append(p)
+    return out
 
 
 def _why(policy) -> str:
@@ -242,9 +260,10 @@ def build(closed, flat_args, ref, candidates, fallbacks, *, relaxations=None, pl
     platform's, `refsim.bounds.platform.default_relaxations`)."""
     if relaxations is None:
         relaxations = bounds_platform.default_relaxations(platform)
-    result = refsim_bounds.evaluate(closed, flat_args, relaxations=relaxations, strict=True)
-    strict = result.strict_result() if result.used else None
-    pols, notes = _policies_from(result, ref, candidates, fallbacks, strict)
+    result = refsim_bounds.evaluate(closed, flat_args, relaxations=relaxations)
+    pols, notes = _policies_from(result, ref, candidates, fallbacks)
+    if result.used and any(_holds_any(p) for p in pols):
+        pols = _with_strict(pols, refsim_bounds.evaluate(closed, flat_args, relaxations=()), ref)
     notes += _relaxation_notes(result)
     out = [p if p is not None else f for p, f in zip(pols, fallbacks)]
     return out, notes, result
