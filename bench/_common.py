@@ -230,3 +230,38 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) 
     console = Console(width=max(120, 16 * len(columns)), highlight=False)
     console.print(f"\n[bold]{escape(title)}[/bold]", soft_wrap=True)
     console.print(t)
+
+
+def conformance_run(root: str, options: Sequence[str], env: dict, timeout: float) -> tuple:
+    """One `python -m conformance run --no-progress OPTIONS --report TMP` of the checkout at `root`
+    in a fresh process (its `PYTHONPATH` is `root`, `XLA_FLAGS` unset): (the process, its wall
+    seconds, the report's summary record, its case records). Raises RuntimeError when the run
+    wrote no summary, with the end of its output; the report folder is removed either way."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    report = tempfile.mkdtemp(prefix="bench-conformance-")
+    env = dict(env, PYTHONPATH=root)
+    env.pop("XLA_FLAGS", None)
+    cmd = [sys.executable, "-m", "conformance", "run", "--no-progress", *options, "--report", report]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        process_s = time.perf_counter() - t0
+        summary, cases = None, []
+        path = os.path.join(report, "results.jsonl")
+        if os.path.exists(path):
+            with open(path) as fh:
+                for line in fh:
+                    rec = json.loads(line)
+                    if rec.get("type") == "summary":
+                        summary = rec
+                    elif rec.get("type") == "case":
+                        cases.append(rec)
+        if summary is None:
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"conformance run in {root} wrote no summary (exit {p.returncode}): {tail}")
+    finally:
+        shutil.rmtree(report, ignore_errors=True)
+    return p, process_s, summary, cases

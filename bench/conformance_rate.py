@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -162,28 +160,9 @@ def cli_pass(root: str, *, examples: int, seed: int = 0, suite: str = "all", cac
              timeout: float = 1800) -> dict:
     """One default `python -m conformance run` of the checkout at `root` in a fresh process:
     the summary its JSONL report ends with, and the process's own wall time."""
-    report = tempfile.mkdtemp(prefix="bench-conformance-")
-    env = dict(os.environ, PYTHONPATH=root, CONFORMANCE_COMPILE_CACHE=cache or "off")
-    env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "-m", "conformance", "run", "--no-progress", "--examples", str(examples), "--seed",
-           str(seed), "--suite", suite, "--shrink-seconds", "0", "--report", report]
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-        process_s = time.perf_counter() - t0
-        summary = None
-        path = os.path.join(report, "results.jsonl")
-        if os.path.exists(path):
-            with open(path) as fh:
-                for line in fh:
-                    rec = json.loads(line)
-                    if rec.get("type") == "summary":
-                        summary = rec
-        if summary is None:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"conformance run in {root} wrote no summary (exit {p.returncode}): {tail}")
-    finally:
-        shutil.rmtree(report, ignore_errors=True)
+    env = dict(os.environ, CONFORMANCE_COMPILE_CACHE=cache or "off")
+    options = ["--examples", str(examples), "--seed", str(seed), "--suite", suite, "--shrink-seconds", "0"]
+    p, process_s, summary, _cases = C.conformance_run(root, options, env, timeout)
     return dict(examples=summary["examples"], cases=summary["cases"], wall_s=summary["wall_seconds"],
                 examples_per_s=summary["examples_per_second"], process_s=process_s,
                 compile_s=summary.get("compile_seconds"), phases=summary.get("phases"),

@@ -28,10 +28,8 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 from bench import _common as C
 
@@ -48,33 +46,14 @@ def cli_pass(root: str, cache: str, *, examples: int | None, seed: int = 0, suit
              timeout: float = 3600) -> dict:
     """One `python -m conformance run` of the checkout at `root` on compile-cache folder `cache`
     (`examples` None: the checkout's own default number of examples)."""
-    report = tempfile.mkdtemp(prefix="bench-reruns-")
-    env = dict(os.environ, PYTHONPATH=root)
-    env.pop("XLA_FLAGS", None)
+    env = dict(os.environ)
     env.pop("CONFORMANCE_COMPILE_CACHE", None)
     sized = [] if examples is None else ["--examples", str(examples)]
-    cmd = [sys.executable, "-m", "conformance", "run", "--no-progress", *sized, "--seed", str(seed), "--suite",
-           suite, "--shrink-seconds", "0", "--report", report, "--compile-cache", cache, *extra]
-    cpu0, t0 = _children_cpu(), time.perf_counter()
-    try:
-        p = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-        process_s, cpu_s = time.perf_counter() - t0, _children_cpu() - cpu0
-        summary, busy, cases = None, 0.0, []
-        path = os.path.join(report, "results.jsonl")
-        if os.path.exists(path):
-            with open(path) as fh:
-                for line in fh:
-                    rec = json.loads(line)
-                    if rec.get("type") == "summary":
-                        summary = rec
-                    elif rec.get("type") == "case":
-                        busy += float(rec.get("seconds") or 0.0)
-                        cases.append(rec)
-        if summary is None:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            raise RuntimeError(f"conformance run in {root} wrote no summary (exit {p.returncode}): {tail}")
-    finally:
-        shutil.rmtree(report, ignore_errors=True)
+    options = [*sized, "--seed", str(seed), "--suite", suite, "--shrink-seconds", "0", "--compile-cache", cache, *extra]
+    cpu0 = _children_cpu()
+    p, process_s, summary, cases = C.conformance_run(root, options, env, timeout)
+    cpu_s = _children_cpu() - cpu0
+    busy = sum(float(rec.get("seconds") or 0.0) for rec in cases)
     procs = (summary.get("plan") or {}).get("processes") or 1
     cache_events = summary.get("compile_cache_events") or {}
     # the compile cache's identity checks (issue 38): the code identity and the verifying compiles
