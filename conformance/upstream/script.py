@@ -24,6 +24,9 @@ import re
 
 import numpy as np
 
+from conformance.strategies import _program_classes as pc
+from conformance.strategies._sharded_graph import spec_text
+
 __all__ = ["EXPECTED_MODES", "array_literal", "manual_ops", "script_text", "tolerances_of"]
 
 EXPECTED_MODES = ("one-device", "embedded")
@@ -209,6 +212,47 @@ if __name__ == "__main__":
 '''
 
 
+_CHAIN_RUN = '''# per call: its axis order, its devices by position in DEVICE_IDS (row-major), its out specs
+CHAIN = [
+{rows}
+]
+
+
+def run(mesh_shape, device_ids):
+    """`f` (one training step) jitted once per CHAIN entry, each on a mesh of the same devices in
+    another order and axis order; the carry (output 0) and the other arguments are moved into each
+    next call's shardings by `jax.device_put`. Returns the last carry, then every call's outputs."""
+    devices = {{d.id: d for d in jax.devices()}}
+    flat = [int(i) for i in np.ravel(device_ids)]
+    args, outs = list(inputs()), []
+    for names, positions, specs in CHAIN:
+        shape = tuple(mesh_shape[AXIS_NAMES.index(a)] for a in names)
+        ids = [flat[p] for p in positions] if len(positions) == len(flat) else flat
+        grid = np.array([devices[i] for i in ids], dtype=object).reshape(shape)
+        mesh = jax.sharding.Mesh(grid, names, axis_types=tuple(AXIS_TYPES[AXIS_NAMES.index(a)] for a in names))
+        ins = tuple(NamedSharding(mesh, s) for s in IN_SPECS)
+        args = [jax.device_put(a, s) for a, s in zip(args, ins)]
+        with jax.set_mesh(mesh):
+            o = jax.jit(f, in_shardings=ins, out_shardings=tuple(NamedSharding(mesh, s) for s in specs))(*args)
+        args[0], outs = o[0], outs + list(o[1:])
+    return jax.tree_util.tree_leaves([args[0]] + outs)
+'''
+
+
+def _chained(case, text: str) -> str:
+    """`text` with a `run` that makes the calls of a ``jit_chain_orders`` case (see its class)."""
+    flat = [int(i) for i in np.ravel(case.mesh.device_ids)]
+    rows = []
+    for m, specs in zip(pc.chain_meshes(case.graph.program_class, case.mesh),
+                        pc.chain_specs(case.graph.program_class, len(case.graph.outs))):
+        positions = [flat.index(int(i)) for i in np.ravel(m.device_ids)]
+        rows.append(f"    ({tuple(m.axis_names)!r}, {positions!r}, ({''.join(spec_text(sp) + ', ' for sp in specs)})),")
+    start = text.index("def run(mesh_shape, device_ids):")
+    end_mark = "return jax.tree_util.tree_leaves(fn(*inputs()))\n"
+    end = text.index(end_mark, start) + len(end_mark)
+    return text[:start] + _CHAIN_RUN.format(rows="\n".join(rows)) + text[end:]
+
+
 def script_text(case, *, title: str, about: str, expected: str = "one-device", values=None, why: str = "",
                 tolerance=None, platform: str = "cpu") -> str:
     """The script of `case` (a `ShardedProgram`). expected: an `EXPECTED_MODES` name; values: the
@@ -246,6 +290,8 @@ def script_text(case, *, title: str, about: str, expected: str = "one-device", v
         text = text.replace("out_shardings=tuple(NamedSharding(mesh, s) for s in OUT_SPECS)",
                             "out_shardings=tuple(NamedSharding(mesh, s, memory_kind=k) "
                             "for s, k in zip(OUT_SPECS, OUT_MEMORY_KINDS))", 1)
+    if getattr(case, "program_class", "plain") == "jit_chain_orders":
+        text = _chained(case, text)
     if expected == "one-device":
         text += _ONE_DEVICE
     else:

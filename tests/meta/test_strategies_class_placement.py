@@ -265,3 +265,19 @@ def test_jit_chain_orders_draws_other_device_orders_and_mesh_shapes():
     outs = case.run(refsim)
     assert [tuple(np.shape(np.asarray(o))) for o in outs] == [tuple(s) for s, _ in assemble(case.graph)[2]]
     run_judged(case)
+
+
+def test_a_jit_chain_upstream_script_makes_the_calls_and_checks_them():
+    from conformance.upstream.script import script_text
+
+    case = _chain_case()
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    want = [np.asarray(o) for o in _chain_numpy()]
+    for kw in ({}, {"expected": "embedded", "values": want}):
+        text = script_text(case, title="t", about="a", **kw)
+        assert "CHAIN = [" in text and "devices by position in DEVICE_IDS" in text
+        proc = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0 and "every shard of every output agrees" in proc.stdout, proc.stdout + proc.stderr
+    bad = script_text(case, title="t", about="a", expected="embedded", values=[w + 1 for w in want])
+    proc = subprocess.run([sys.executable, "-c", bad], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode != 0 and "elements differ" in proc.stdout, proc.stdout + proc.stderr
