@@ -66,6 +66,7 @@ class BCtx:
     constants: set = dataclasses.field(default_factory=set)
     dual: bool = False
     touched: list = dataclasses.field(default_factory=lambda: [0])
+    labels: dict = dataclasses.field(default_factory=dict)
 
     def region(self, nm: int, mesh) -> "BCtx":
         """The context of a manual region (shard_map body): the same records, other mesh dims."""
@@ -74,7 +75,7 @@ class BCtx:
     def strict(self) -> "BCtx":
         """The same place without relaxations, recording nothing (the strict half of a dual walk)."""
         return dataclasses.replace(self, relaxations=frozenset(), dual=False, explain=False, used={}, ops=[],
-                                   op_ids={}, touched=[0])
+                                   op_ids={}, touched=[0], labels={})
 
     def relaxed_only(self) -> "BCtx":
         """The same place and records, carrying no strict bound (a dual walk split in two)."""
@@ -85,10 +86,16 @@ class BCtx:
         return Context(nm=self.nm, mesh=self.mesh, extra={})
 
     def label(self, eqn) -> str:
+        """The equation's primitive and source line (once per equation of a walk: the walk notes
+        a relaxation for many results, and reading the source line is the slow part)."""
         from refsim import compat
 
-        where = compat.eqn_source_line(eqn)
-        return f"{eqn.primitive.name}" + (f" at {where}" if where else "")
+        key = id(eqn)
+        hit = self.labels.get(key)
+        if hit is None or hit[0] is not eqn:
+            where = compat.eqn_source_line(eqn)
+            hit = self.labels[key] = (eqn, f"{eqn.primitive.name}" + (f" at {where}" if where else ""))
+        return hit[1]
 
     def op_id(self, eqn) -> int:
         """The id of `eqn` among the ops that contribute latitude (explain mode)."""

@@ -66,6 +66,15 @@ class BVal:
         return np.broadcast_to(self.bound_or_zero(), np.shape(self.center))
 
 
+def replaced(v: BVal, **changes) -> BVal:
+    """`dataclasses.replace(v, **changes)` without its per-call cost (the walk's `finish` makes
+    one per result): a copy of every field, then `changes`."""
+    out = object.__new__(BVal)
+    out.__dict__.update(v.__dict__)
+    out.__dict__.update(changes)
+    return out
+
+
 def strict_view(x):
     """The value the walk without relaxations has for `x` (a BVal's `strict`, else `x` itself)."""
     s = getattr(x, "strict", None)
@@ -108,6 +117,7 @@ def half_subnormal(dtype) -> float:
     return float(finfo(dtype).smallest_subnormal) / 2
 
 
+@functools.lru_cache(maxsize=None)
 def overflow_threshold(dtype) -> float:
     """The magnitude from which round to nearest gives infinity (max + half an ulp of max)."""
     fi = finfo(dtype)
@@ -123,6 +133,7 @@ def has_inf(dtype) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=None)
 def flush_threshold(dtype) -> float:
     """Below this magnitude XLA:CPU flushes a float to zero: float32's smallest normal for every
     float narrower than 64 bits (they compute in float32), float64's for float64."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -34,12 +35,25 @@ FTZ = "xla-cpu-ftz"
 def dtype_of(var) -> np.dtype | None:
     """The physical dtype of a jaxpr variable or literal (None for tokens and other non-arrays)."""
     aval = getattr(var, "aval", None)
-    if getattr(aval, "shape", None) is None or getattr(aval, "dtype", None) is None:
+    if getattr(aval, "shape", None) is None:
+        return None
+    dt = getattr(aval, "dtype", None)
+    if dt is None:
         return None
     try:
-        return np.dtype(compat.physical_dtype(aval.dtype))
-    except TypeError:
-        return None
+        return _physical(dt)
+    except TypeError:   # an unhashable dtype-like: the long way
+        try:
+            return np.dtype(compat.physical_dtype(dt))
+        except TypeError:
+            return None
+
+
+@functools.lru_cache(maxsize=256)
+def _physical(dt):
+    """np.dtype(compat.physical_dtype(dt)), once per dtype (the walk asks per equation); a dtype
+    that has none raises TypeError, not cached."""
+    return np.dtype(compat.physical_dtype(dt))
 
 
 def from_value(x, dtype, bctx: BCtx, note=None, origin=None) -> BVal | Unknown:
@@ -228,7 +242,8 @@ def _apply(bctx: BCtx, eqn, ins: list) -> list:
     outs = entry.rule(bctx, eqn, ins)
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
-    outs = [finish(bctx, eqn, o) if isinstance(o, BVal) else o for o in outs]
+    outs = [finish(bctx, eqn, o) if isinstance(o, BVal) and not (entry.moves and _finished_copy(o)) else o
+            for o in outs]
     if bctx.explain and not entry.structural and not entry.moves:
         for o in outs:   # an exact result still names the operation that made it
             if isinstance(o, BVal) and o.dom is None and V.is_float(o.dtype):
@@ -272,10 +287,22 @@ def _integer_fallback(bctx: BCtx, eqn, ins: list):
     return res
 
 
+_MAX, _MIN = np.maximum.reduce, np.minimum.reduce   # np.max / np.min without their wrappers' cost
+
+
+def _finished_copy(o: BVal) -> bool:
+    """True for a nonempty float result of data movement: every element is an element of an operand
+    (or a fill value: zero, NaN) with its bound, and every operand has been through `finish` (a
+    result) or `from_value` (an input, a constant, a literal: the same flush to zero, no center past
+    the overflow threshold), so `finish` would give it back unchanged: no center or center-plus-bound
+    past the threshold that is not already infinite or unbounded, no element left to flush."""
+    return V.is_float(o.dtype) and np.size(o.center) > 0
+
+
 def _finite_below(a, b, thr) -> bool:
     """True when every |center| `a` is finite and every allowed value's magnitude is below `thr`."""
-    amax = np.max(a)
-    bmax = 0.0 if b is None else np.max(b)
+    amax = _MAX(a, axis=None)
+    bmax = 0.0 if b is None else _MAX(b, axis=None)
     return bool(np.isfinite(amax) and np.isfinite(bmax) and amax + bmax < thr)
 
 
@@ -284,11 +311,11 @@ def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
     if not V.is_float(o.dtype):
         b = o.bound
         if b is not None and not np.isnan(b).any():
-            return dataclasses.replace(o, bound=None)
+            return V.replaced(o, bound=None)
         return o
     c, b = np.asarray(o.center, np.float64), o.bound
     if c.size == 0:
-        return dataclasses.replace(o, center=c, bound=None)
+        return V.replaced(o, center=c, bound=None)
     with np.errstate(invalid="ignore", over="ignore"):
         a = np.abs(c)
         thr = V.overflow_threshold(o.dtype)
@@ -298,12 +325,12 @@ def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
             if bctx.allows(FTZ):
                 t = V.flush_threshold(o.dtype)
                 lo = a if b is None else a - b
-                if np.min(lo) < t:
+                if _MIN(lo, axis=None) < t:
                     widen = (a > (0.0 if b is None else b)) & (lo < t)
                     if widen.any():
                         b = np.where(widen, a, 0.0 if b is None else b)
                         bctx.note(FTZ, eqn)
-            return dataclasses.replace(o, center=c, bound=b)
+            return V.replaced(o, center=c, bound=b)
         fin = np.isfinite(c)
         hi = a if b is None else a + b
         if (np.where(fin & np.isfinite(hi), hi, 0.0) >= thr).any():
@@ -324,4 +351,4 @@ def finish(bctx: BCtx, eqn, o: BVal) -> BVal:
             if widen.any():
                 b = np.where(widen, a, bz)
                 bctx.note(FTZ, eqn)
-    return dataclasses.replace(o, center=c, bound=b)
+    return V.replaced(o, center=c, bound=b)

@@ -18,7 +18,8 @@ def rounding(c, bp, dtype, factor: float = 1.0):
     rounding ``REF_U * |c|``."""
     a = np.abs(c)
     with np.errstate(**ERR):
-        return factor * V.half_ulp(a if bp is None else a + bp, dtype) + V.REF_U * a
+        h = V.half_ulp(a if bp is None else a + bp, dtype)
+        return (h if factor == 1.0 else factor * h) + V.REF_U * a
 
 
 def rounded(c, dtype) -> np.ndarray:
