@@ -44,6 +44,14 @@ def supports_unreduced_specs() -> bool:
     return True
 
 
+def reduced_takes_constants() -> bool:
+    """True when a `reduced` value takes arithmetic with a constant (``w * 2.0 + 1.0``): jax 0.10
+    on. jax 0.9.2's sharding-in-types rule counts the constant as replicated over the reduced axes
+    and raises ShardingTypeError ("Inputs cannot be replicated on the same axes that another input
+    is reduced on"), measured; a reduced weight in a `dot_general` works on 0.9.2 too."""
+    return jax_version() >= (0, 10)
+
+
 def unreduced_kind_of(spec) -> str:
     """How a JAX spec's unreduced partial values combine: "sum" (jax 0.10.2 has only sums; in
     jax 0.12 `P(unreduced=..., unreduced_kind=UnreducedKind.max)` says max or min)."""

@@ -9,6 +9,7 @@ import math
 
 from conformance.strategies._sharded_graph import F32, I32, Builder, Val, model_of, spec_text, sum_result
 from conformance.strategies._sharded_ops.common import dot_model, fits, floating, numeric, result_model
+from refsim import compat
 from refsim.layouts.partition_spec import set_text
 
 
@@ -92,7 +93,8 @@ def _unreduced_add(b: Builder) -> bool:
     device adds its partials: the sum of all partials is the total, JAX's `add` rule for
     unreduced operands), then resharded: summed into a plain layout, or into a *reduced* one
     (``P(..., reduced={axes})``: replicated, typed so its cotangent is unreduced) that takes
-    ``2 * r + 1`` as a reduced value before it is resharded to a plain layout. Unreduced and
+    ``2 * r + 1`` as a reduced value (where `refsim.compat.reduced_takes_constants`) before it is
+    resharded to a plain layout. Unreduced and
     reduced values stay out of the pool: only these lines read them (JAX refuses most ops on them)."""
     if not b.explicit or not has_unreduced():
         return False
@@ -116,25 +118,26 @@ def _unreduced_add(b: Builder) -> bool:
     if b.boolean():
         b.reshard(u, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
         return True
-    two = "2.0" if a.dtype == F32 else "2"
-    one = "1.0" if a.dtype == F32 else "1"
-    frac = None if u.frac is None else max(u.frac - 1, 0)
     r = b.emit("unreduced_add", f"jax.sharding.reshard({u.name}, {_reduced_spec(rest, axes)})", shape, a.dtype,
                main=a, spec=rest, **model_of(u))
     b.pool.remove(r)
-    r2 = b.emit("unreduced_add", f"{r.name} * {two} + {one}", shape, a.dtype, main=a, spec=rest,
-                **result_model(a.dtype, 2 * u.lo + 1, 2 * u.hi + 1, frac, 2 * u.err))
-    b.pool.remove(r2)
-    b.reshard(r2, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
+    if compat.reduced_takes_constants():   # (jax 0.9: the reduced value goes straight back to a plain layout)
+        two, one = ("2.0", "1.0") if a.dtype == F32 else ("2", "1")
+        frac = None if u.frac is None else max(u.frac - 1, 0)
+        r = b.emit("unreduced_add", f"{r.name} * {two} + {one}", shape, a.dtype, main=a, spec=rest,
+                   **result_model(a.dtype, 2 * u.lo + 1, 2 * u.hi + 1, frac, 2 * u.err))
+        b.pool.remove(r)
+    b.reshard(r, b.draw_spec(shape, dividing=True) if b.boolean() else rest)
     return True
 
 
 def _reduced_dot(b: Builder) -> bool:
     """A reduced weight in a matmul (the FSDP / ZeRO parameter pattern): `o` resharded to
     ``P(None, ..., reduced={axes})`` (replicated, its cotangent unreduced over `axes`), optionally
-    ``2 * w + 1`` as a reduced value, contracted with `a` split over `axes` along its dimension 0;
-    the product is resharded to a drawn layout. Under grad / vjp the weight's cotangent is an
-    unreduced value that the transpose of the reshard sums (JAX's reduced/unreduced duality)."""
+    ``2 * w + 1`` as a reduced value (where `refsim.compat.reduced_takes_constants`), contracted
+    with `a` split over `axes` along its dimension 0; the product is resharded to a drawn layout.
+    Under grad / vjp the weight's cotangent is an unreduced value that the transpose of the reshard
+    sums (JAX's reduced/unreduced duality)."""
     if not b.explicit or not has_unreduced():
         return False
     a = b.pick(lambda v: floating(v) and v.ndim in (2, 3))
@@ -159,7 +162,7 @@ def _reduced_dot(b: Builder) -> bool:
     w = b.emit("reduced_dot", f"jax.sharding.reshard({o.name}, {_reduced_spec(((),) * o.ndim, axes)})", o.shape,
                o.dtype, main=o, spec=((),) * o.ndim, **model_of(o))
     b.pool.remove(w)
-    if b.boolean():
+    if compat.reduced_takes_constants() and b.boolean():
         frac = None if o.frac is None else max(o.frac - 1, 0)
         w = b.emit("reduced_dot", f"{w.name} * 2.0 + 1.0", o.shape, o.dtype, main=w, spec=((),) * o.ndim,
                    **result_model(F32, 2 * o.lo + 1, 2 * o.hi + 1, frac, 2 * o.err))
