@@ -140,7 +140,7 @@ def _reduced_dot(b: Builder) -> bool:
     sums (JAX's reduced/unreduced duality)."""
     if not b.explicit or not has_unreduced():
         return False
-    a = b.pick(lambda v: floating(v) and v.ndim in (2, 3))
+    a = b.pick(lambda v: floating(v) and v.ndim >= 2)
     if a is None:
         return False
     k = a.shape[-1]
@@ -151,9 +151,13 @@ def _reduced_dot(b: Builder) -> bool:
         o = a   # a @ a.T: the weight is the operand itself, contracted on its last dimension
     cdim = b.choice([d for d in range(2) if o.shape[d] == k]) if o is not a else 1
     sizes = [ax for ax in b.mesh.axis_names if b.mesh.axis_size(ax) > 1] or list(b.mesh.axis_names)
-    axes = sorted(b.draw_permutation_of(sizes)[:b.draw_int(1, len(sizes))], key=b.mesh.axis_names.index)
-    if a.shape[0] % b.axis_size(axes):
+    axes = []
+    for ax in b.draw_permutation_of(sizes)[:b.draw_int(1, len(sizes))]:   # axes whose product splits a's dim 0
+        if a.shape[0] % b.axis_size(axes + [ax]) == 0:
+            axes.append(ax)
+    if not axes:
         return False
+    axes = sorted(axes, key=b.mesh.axis_names.index)
     shape = a.shape[:-1] + (o.shape[1 - cdim],)
     if not fits(b, shape):
         return False
