@@ -82,11 +82,24 @@ def _blas_libs() -> list:
     return _libs
 
 
+def _batch(sa: tuple, sb: tuple) -> int:
+    """The number of matrices in the broadcast of batch shapes `sa` and `sb` (np.broadcast_shapes,
+    without its cost: the shapes are a matmul's, already compatible)."""
+    if not sa and not sb:
+        return 1
+    if sa == sb:
+        return math.prod(sa)
+    return math.prod(np.broadcast_shapes(sa, sb))
+
+
+_held: list = []   # `held()`'s thread count while it holds the library's setting
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b``, on `blas_threads()` threads when the product is large enough for BLAS to use several
-    (the library's own setting is restored afterwards)."""
-    work = a.shape[-2] * a.shape[-1] * b.shape[-1] * max(1, math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
-    if work < _BLAS_MIN_WORK:
+    (the library's own setting is restored afterwards, or by `held`)."""
+    work = a.shape[-2] * a.shape[-1] * b.shape[-1] * max(1, _batch(a.shape[:-2], b.shape[:-2]))
+    if work < _BLAS_MIN_WORK or (_held and _held[-1] == blas_threads()):
         return np.matmul(a, b)
     n = blas_threads()
     changed = []
@@ -100,3 +113,26 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     finally:
         for lib, prev in changed:
             lib.set_num_threads(prev)
+
+
+class held:
+    """``with blas.held():`` sets the BLAS libraries to `blas_threads()` once for many large
+    products (`matmul` then leaves the setting alone; the results are the same: each product runs
+    on the thread count it would get alone) and restores the libraries' own setting at the end."""
+
+    def __enter__(self):
+        n = blas_threads()
+        self._changed = []
+        for lib in _blas_libs():
+            prev = lib.get_num_threads()
+            if prev != n:
+                lib.set_num_threads(n)
+                self._changed.append((lib, prev))
+        _held.append(n)
+        return self
+
+    def __exit__(self, *exc):
+        _held.pop()
+        for lib, prev in self._changed:
+            lib.set_num_threads(prev)
+        return False

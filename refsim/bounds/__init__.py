@@ -21,6 +21,7 @@ import pkgutil
 
 import numpy as np
 
+from refsim import blas
 from refsim.bounds import platform
 from refsim.bounds import values as V
 from refsim.bounds.coverage import unruled_primitives
@@ -91,7 +92,8 @@ def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False, st
             ins.append(Unknown(frozenset({"an input without one global value"})))
         else:
             ins.append(walk.from_value(g, walk.dtype_of(v), bctx))
-    outs = walk.eval_closed(bctx, closed, ins)
+    with blas.held():          # the walk's products (several per dot_general) on one thread setting
+        outs = walk.eval_closed(bctx, closed, ins)
     strict_outs = None
     if strict:
         strict_outs = [V.strict_view(o) for o in outs]

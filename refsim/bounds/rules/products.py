@@ -55,6 +55,19 @@ def contract(x, y, nlead, dimension_numbers):
     return r.reshape(out_lead + free), k
 
 
+def _finite_stand_in(x):
+    """x's bound (full shape) with 1e300 for each infinite element (None: exact); the bound itself
+    where none is infinite and it is one contiguous array already (no copy: the products then see
+    the same memory layout as the copy would have)."""
+    if x.bound is None:
+        return None
+    full = x.full_bound()
+    inf = np.isinf(full)
+    if not inf.any() and full.flags.c_contiguous and full.strides == x.bound.strides:
+        return full
+    return np.where(inf, 1e300, full)
+
+
 @register("dot_general")
 def _dot_general(bctx, eqn, ins):
     a, b = ins
@@ -80,8 +93,7 @@ def _dot_general(bctx, eqn, ins):
     c, k = contract(ca, cb, bctx.nm, dn)
     # an unbounded operand element (inf) times an exact zero adds nothing: contract with a huge
     # finite stand-in (1e300 * 0 is 0; any real contribution still overflows to inf)
-    fa = None if a.bound is None else np.where(np.isinf(a.full_bound()), 1e300, a.full_bound())
-    fb = None if b.bound is None else np.where(np.isinf(b.full_bound()), 1e300, b.full_bound())
+    fa, fb = _finite_stand_in(a), _finite_stand_in(b)
     with np.errstate(**ERR):
         aa, ab = np.abs(ca), np.abs(cb)
         p, _ = contract(aa, ab, bctx.nm, dn)
@@ -135,8 +147,7 @@ def _conv(bctx, eqn, ins):
     c = conv(a.center, b.center)
     aa, ab = np.abs(a.center), np.abs(b.center)
     p = conv(aa, ab)
-    fa = None if a.bound is None else np.where(np.isinf(a.full_bound()), 1e300, a.full_bound())
-    fb = None if b.bound is None else np.where(np.isinf(b.full_bound()), 1e300, b.full_bound())
+    fa, fb = _finite_stand_in(a), _finite_stand_in(b)
     prop = V.add_bounds(None if fa is None else conv(fa, ab if fb is None else ab + fb),
                         None if fb is None else conv(aa, fb))
     with np.errstate(**ERR):

@@ -355,6 +355,27 @@ def test_set_blas_threads_validates_and_results_do_not_change():
         _same(o, outs[0], "threads")
 
 
+def test_blas_held_sets_the_thread_count_once_and_restores_it_with_the_same_products():
+    from refsim import blas
+
+    rng = np.random.default_rng(10)
+    a, b = rng.normal(size=(3, 96, 128)), rng.normal(size=(128, 70))     # above the threads threshold
+    libs = blas._blas_libs()
+    before = [lib.get_num_threads() for lib in libs]
+    try:
+        refsim.set_blas_threads(1)
+        alone = blas.matmul(a, b)
+        with blas.held():
+            assert [lib.get_num_threads() for lib in libs] == [1] * len(libs)
+            inside = blas.matmul(a, b)
+        assert [lib.get_num_threads() for lib in libs] == before
+    finally:
+        refsim.set_blas_threads(None)
+    assert np.array_equal(alone, inside)
+    for sa, sb in (((), ()), ((3,), (3,)), ((3, 1), (1, 4)), ((), (5, 2)), ((2, 1, 3), (4, 1))):
+        assert blas._batch(sa, sb) == int(np.prod(np.broadcast_shapes(sa, sb)))
+
+
 _CHILD = """
 import sys, numpy as np
 sys.path[:0] = [{root!r}, {tests!r}]
