@@ -313,3 +313,11 @@ def test_jax_09_draws_no_arithmetic_on_a_reduced_value():
         assert not arith or compat.reduced_takes_constants(), case.source
 
     check()
+
+
+def test_a_chain_with_a_multi_axis_ppermute_keeps_the_mesh_axis_order():
+    # found-bugs 38: a ppermute over axes out of mesh order permutes wrongly on jax 0.9 / 0.10 and raises on 0.11+
+    case = _find("jit_chain_orders", lambda c: "ppermute(x, (" in c.source and c.mesh.size > 1,
+                 mesh=Mesh((2, 2), ("x", "y")), ops=("shard_map_ppermute", "sin"))
+    assert {tuple(s.mesh.axis_names) for s in case.out_shardings} == {tuple(case.mesh.axis_names)}
+    run_judged(case)
