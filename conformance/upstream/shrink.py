@@ -47,7 +47,10 @@ def _value_types(case, names: list) -> dict:
     """{name: (shape, dtype)} of `names` (values of `case`'s function g), by refsim."""
     g = case.graph
     transform = "vmap" if g.transform == "vmap" else "none"
-    probe = dataclasses.replace(g, outs=tuple((n, (), "float32", 0.0) for n in names), transform=transform)
+    # a chain repeats g's outputs once per call: the probe calls g once (its arguments are the case's)
+    klass = ("plain",) if g.program_class[0] in ("jit_chain", "jit_chain_orders") else g.program_class
+    probe = dataclasses.replace(g, outs=tuple((n, (), "float32", 0.0) for n in names), transform=transform,
+                                program_class=klass)
     rep = NamedSharding(case.mesh, PartitionSpec())
     outs = as_outputs(_rebuilt(case, probe, (rep,) * len(names)).run(refsim))
     types = {}

@@ -40,7 +40,8 @@ def test_an_exception_matches_only_with_its_class_and_message():
     (dict(ops=["relu"], transform="grad", partitioner="gspmd"), None),
     (dict(ops=["conv"], transform="grad", partitioner="shardy"), 19),
     (dict(ops=["conv"], transform="grad", partitioner="gspmd"), None),        # 19 is Shardy's
-    (dict(ops=["conv"], transform="none", partitioner="shardy"), None),       # 19 needs a derivative
+    (dict(ops=["conv"], transform="none", partitioner="shardy"), 37),         # 19 needs a derivative, 37 is forward
+    (dict(ops=["conv"], transform="none", partitioner="gspmd"), None),        # 37 is Shardy's
     (dict(ops=["scatter_min"], transform="grad", partitioner="gspmd"), None),  # 22 needs cumlogsumexp too
     (dict(ops=["cumlogsumexp", "scatter_min"], transform="vjp", partitioner="gspmd"), 22),
     (dict(ops=["with_sharding_constraint"]), None),                          # no op of its own
