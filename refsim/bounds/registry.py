@@ -66,7 +66,7 @@ class BCtx:
     constants: set = dataclasses.field(default_factory=set)
     dual: bool = False
     touched: list = dataclasses.field(default_factory=lambda: [0])
-    labels: dict = dataclasses.field(default_factory=dict)
+    labels: dict = dataclasses.field(default_factory=dict)   # per equation / jaxpr of this walk: label, liveness
 
     def region(self, nm: int, mesh) -> "BCtx":
         """The context of a manual region (shard_map body): the same records, other mesh dims."""

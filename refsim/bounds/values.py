@@ -62,8 +62,12 @@ class BVal:
         return self.bound
 
     def full_bound(self) -> np.ndarray:
-        """The bound broadcast to the center's shape (a view)."""
-        return np.broadcast_to(self.bound_or_zero(), np.shape(self.center))
+        """The bound broadcast to the center's shape (a view; the bound itself where it has that
+        shape already. Never written to: a broadcast view is read-only)."""
+        b, shape = self.bound, np.shape(self.center)
+        if isinstance(b, np.ndarray) and b.shape == shape:
+            return b
+        return np.broadcast_to(self.bound_or_zero(), shape)
 
 
 def replaced(v: BVal, **changes) -> BVal:
@@ -189,6 +193,16 @@ def max_bounds(*bounds):
             continue
         out = b if out is None else np.fmax(out, b) + np.where(np.isnan(out) | np.isnan(b), np.nan, 0.0)
     return out
+
+
+def any_of(x) -> bool:
+    """``bool(np.any(x))``, without np.any's dispatch cost for an ndarray (the walk asks it per result)."""
+    return bool(x.any()) if isinstance(x, np.ndarray) else bool(np.any(x))
+
+
+def nan_sum(x) -> bool:
+    """``bool(np.isnan(np.sum(x)))`` (a NaN, or infinities of both signs), cheaper for an ndarray."""
+    return bool(np.isnan(x.sum() if isinstance(x, np.ndarray) else np.sum(x)))
 
 
 def undecidable(bound) -> np.ndarray | bool:

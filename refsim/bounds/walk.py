@@ -84,7 +84,16 @@ def _literal(lit, bctx: BCtx):
     return from_value(core.literal_value(lit, bctx.nm), dtype_of(lit), bctx, origin="constant")
 
 
-def _dead_after(jaxpr) -> list:
+def _dead_after(bctx: BCtx, jaxpr) -> list:
+    """Per equation, the variables last read there (dropped from the walk's environment after it);
+    once per jaxpr and walk (`BCtx.labels` holds it: a scan's body is walked once per step)."""
+    hit = bctx.labels.get(("dead", id(jaxpr)))
+    if hit is None or hit[0] is not jaxpr:
+        hit = bctx.labels[("dead", id(jaxpr))] = (jaxpr, _dead_after_uncached(jaxpr))
+    return hit[1]
+
+
+def _dead_after_uncached(jaxpr) -> list:
     last: dict = {}
     for i, eqn in enumerate(jaxpr.eqns):
         for v in eqn.invars:
@@ -112,7 +121,7 @@ def eval_jaxpr(bctx: BCtx, jaxpr, consts: Sequence, args: Sequence) -> list:
     def read(v):
         return _literal(v, bctx) if isinstance(v, Literal) else env[v]
 
-    for eqn, dead in zip(jaxpr.eqns, _dead_after(jaxpr)):
+    for eqn, dead in zip(jaxpr.eqns, _dead_after(bctx, jaxpr)):
         outs = apply(bctx, eqn, [read(v) for v in eqn.invars])
         for v, o in zip(eqn.outvars, outs):
             if not isinstance(v, DropVar):

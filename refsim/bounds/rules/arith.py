@@ -34,7 +34,7 @@ def sp(x, y):
         return None
     with np.errstate(**ERR):
         r = x * y
-        if not np.isnan(np.sum(r)):         # no 0 * inf in it (and no NaN): the product as it is
+        if not V.nan_sum(r):                # no 0 * inf in it (and no NaN): the product as it is
             return r
         return np.where((x == 0) | (y == 0), 0.0, r)
 
@@ -77,7 +77,7 @@ def _mul(bctx, eqn, ins):
                 exact = np.dtype(dt) == np.dtype(np.float32)
                 fused = np.abs(c - ca * cb) if exact else V.half_ulp(np.abs(c), dt)
                 fused = np.where(np.isfinite(c), fused, 0.0)
-                if not np.any(fused > 0):
+                if not V.any_of(fused > 0):
                     fused = None
                 else:
                     bctx.note("xla-cpu-fma", eqn)
@@ -90,7 +90,7 @@ def _mul(bctx, eqn, ins):
         local = rounding(c, bp, dt)
         # an infinity times a zero that may not be zero: NaN or an infinity (the center is NaN there)
         und = None
-        nan_center = bool(np.isnan(np.sum(c)))
+        nan_center = V.nan_sum(c)
         if nan_center and b.bound is not None:
             und = np.isinf(ca) & (cb == 0) & (b.bound > 0)
         if nan_center and a.bound is not None:
@@ -98,7 +98,7 @@ def _mul(bctx, eqn, ins):
             und = m if und is None else und | m
     out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)],
                  nonneg=(a.nonneg and b.nonneg) or _same_var(eqn))
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -138,7 +138,7 @@ def _div(bctx, eqn, ins):
         extra = None
         if b.origin in ("constant", "broadcast") and bctx.allows("xla-reciprocal-division"):
             inexact = ~_power_of_two(cb)
-            if np.any(inexact & np.isfinite(c)):
+            if V.any_of(inexact & np.isfinite(c)):
                 # x * fl(1/k): the reciprocal's rounding (u relative) and a product that may round
                 # in the next binade up: u * a + half an ulp at a
                 mag = np.abs(c) if bp is None else np.abs(c) + bp
@@ -151,7 +151,7 @@ def _div(bctx, eqn, ins):
             bctx.note("xla-rsqrt-division", eqn)
         local = V.add_bounds(local, extra)
     out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)], nonneg=a.nonneg and b.nonneg)
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -336,7 +336,7 @@ def _select_n(bctx, eqn, ins):
         ds = [np.broadcast_to(x.dom if x.dom is not None else np.int32(-1), np.shape(x.center)) for x in cases]
         dom = np.asarray(rule(ctx, pred.center, *[d.astype(np.int64) for d in ds])).astype(np.int32)
     pu = V.undecidable(pred.bound)
-    if np.any(pu):
+    if V.any_of(pu):
         with np.errstate(**ERR):
             bc = np.broadcast_to(0.0 if b is None else b, shape)
             union = bc
@@ -401,7 +401,7 @@ def _integer_pow(bctx, eqn, ins):
         a = np.abs(c) if bp is None else np.abs(c) + bp
         local = rel * a + (m + 1) * V.half_subnormal(dt) + 2 * V.REF_U * np.abs(c)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=(y % 2 == 0) or x.nonneg)
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -441,7 +441,7 @@ def _sqrt(bctx, eqn, ins):
             bp = np.where(x.bound == 0, 0.0, c - np.sqrt(np.maximum(lo, 0.0)))
         local = rounding(c, bp, dt)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=True, origin="sqrt")
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -470,7 +470,7 @@ def _rem(bctx, eqn, ins):
         local = V.REF_U * np.abs(c)
     out = result(bctx, eqn, c, dt, local, [(a.bound, a), (tb, b)])
     und = und | np.isnan(out.bound)
-    if np.any(und):
+    if V.any_of(und):
         out.bound = np.where(und, np.nan, out.bound)
     return [out]
 
@@ -531,7 +531,7 @@ def _reduce_precision(bctx, eqn, ins):
         local = u * a + tiny + V.REF_U * np.abs(x.center)
         und = np.isfinite(x.center) & (a >= big)
     out = result(bctx, eqn, x.center, x.dtype, local, [(x.bound, x)], nonneg=x.nonneg)
-    if np.any(und):
+    if V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 

@@ -93,7 +93,7 @@ def _reduce_sum(bctx, eqn, ins):
         if prop is None:
             # exact terms that no order of additions can round: the exact sum, bound 0
             exact = no_order_rounds(np.min(lowest_bit_exponent(x.center), axis=axes, initial=np.inf), ac, dt)
-            if np.any(exact):
+            if V.any_of(exact):
                 c = np.where(exact, c, c)
                 local = np.where(exact, 0.0, local)
         bound = local if prop is None else prop + local

@@ -108,7 +108,7 @@ def _unary(bctx, eqn, ins):
         a = np.abs(c) if bp is None else np.abs(c) + bp
         local = _latitude(k, a, c, compute, dt)
     out = result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=nonneg)
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -142,7 +142,7 @@ def _pow(bctx, eqn, ins):
         local = _latitude(k, a, c, compute, dt)
     terms = [(bp, x if x.bound is not None else y)]
     out = result(bctx, eqn, c, dt, local, terms, nonneg=x.nonneg)
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]
 
@@ -182,9 +182,9 @@ def _atan2(bctx, eqn, ins):
         local = _latitude(k, mag, c, compute, dt)
         terms = [(bp, a if a.bound is not None else b)]
     out = result(bctx, eqn, c, dt, local, terms)
-    if np.any(far & np.isfinite(c)):
+    if V.any_of(far & np.isfinite(c)):
         out.bound = np.where(far & np.isfinite(c), np.inf, out.bound_or_zero())
-    if und is not None and np.any(und):
+    if und is not None and V.any_of(und):
         out.bound = np.where(und, np.nan, out.bound_or_zero())
     return [out]
 
@@ -224,7 +224,7 @@ def _special(bctx, eqn, ins, f, convex_min):
         if dt != compute:
             local = local + V.half_ulp(scale, dt)
     out = result(bctx, eqn, c, dt, local, [(bp, x)])
-    if np.any(outside):
+    if V.any_of(outside):
         out.bound = np.where(outside, np.inf, out.bound_or_zero())
     if x.bound is not None and np.isnan(x.bound).any():
         out.bound = np.where(np.isnan(np.broadcast_to(x.bound, np.shape(c))), np.nan, out.bound)
