@@ -359,11 +359,14 @@ def _pow_chain(y: int) -> int:
     return max(n.bit_length() - 1, 0) + max(bin(n).count("1") - 1, 0)
 
 
-def _interval_deviation(f, c, b, extra_points=()):
-    """max |f(v) - f(c)| over v in {c - b, c + b, *extra_points} (each point only where given)."""
+def _interval_deviation(f, c, b, extra_points=(), fc=None, ends=None):
+    """max |f(v) - f(c)| over v in {c - b, c + b, *extra_points} (each point only where given);
+    `fc` and `ends` (c - b, c + b): where the caller has them already (for pow, f is the costly
+    part: one libm call an element)."""
     with np.errstate(**ERR):
-        fc = f(c)
-        dev = np.fmax(np.abs(f(c - b) - fc), np.abs(f(c + b) - fc))
+        fc = f(c) if fc is None else fc
+        lo, hi = (c - b, c + b) if ends is None else ends
+        dev = np.fmax(np.abs(f(lo) - fc), np.abs(f(hi) - fc))
         for inside, v in extra_points:
             dev = np.where(inside, np.fmax(dev, np.abs(f(v) - fc)), dev)
     return dev
@@ -393,7 +396,8 @@ def _integer_pow(bctx, eqn, ins):
             crosses = (lo <= 0) & (hi >= 0)
             if y < 0:
                 und = crosses & (b > 0)
-            bp = _interval_deviation(lambda v: np.power(v, float(y)), x.center, b, [(crosses & (y > 0), np.float64(0.0))])
+            bp = _interval_deviation(lambda v: np.power(v, float(y)), x.center, b, [(crosses & (y > 0), np.float64(0.0))],
+                                     fc=c, ends=(lo, hi))
             bp = np.where(b == 0, 0.0, bp)
         m = _pow_chain(y)
         u = V.unit_roundoff(dt)
