@@ -14,8 +14,9 @@ kept, and then, in equal interleaved passes, the bench times (a) refsim's evalua
 (b) refsim's evaluation followed by the allowed set, exactly as the check runs them. The clock
 is `time.process_time` (this process's CPU time: descheduling on a shared machine does not
 count), BLAS on one thread (`REFSIM_BLAS_THREADS=1`). Reported per program and for the whole
-corpus (the sum of the programs' times in each pass): the median of the passes with their
-range, and (refsim + walk) / refsim, the issue's cost figure (issue 39: at most 1.5x).
+corpus (the sum of the programs' times in each pass; with `--against`, of the programs both
+checkouts drew alike): the median of the passes with their range, and (refsim + walk) / refsim,
+the issue's cost figure (issue 39: at most 1.5x).
 
 Each measurement runs in a child process that stays up for all passes (`--child`), driven pass
 by pass over its stdin. `--against DIR` starts a second child on the checkout in DIR (e.g. `git
@@ -282,13 +283,14 @@ class _Child:
             self.err.close()
 
 
-def _summary(passes: list, names: list) -> dict:
+def _summary(passes: list, names: list, together: list) -> dict:
+    """Per program and for `together` ("all": each pass's sum over those programs): stats and ratio."""
     from bench import _common as C
 
     out = {}
     for name in names + ["all"]:
         pick = (lambda r: r[name]) if name != "all" else (lambda r: {
-            k: sum(r[n][k] for n in names) for k in ("refsim", "with_walk", "walk")})
+            k: sum(r[n][k] for n in together) for k in ("refsim", "with_walk", "walk")})
         rows = [pick(r) for r in passes]
         st = {k: C.stats([r[k] for r in rows]) for k in ("refsim", "with_walk", "walk")}
         ratios = [r["with_walk"] / r["refsim"] for r in rows if r["refsim"] > 0]
@@ -309,6 +311,8 @@ def run(passes: int, wanted=None, against: str | None = None) -> list[dict]:
         names = [n for n, d in children[0].ready["digests"].items() if d != "no allowed set"]
         for c in children[1:]:
             names = [n for n in names if c.ready["digests"].get(n, "no allowed set") != "no allowed set"]
+        # "all" sums the programs every checkout drew alike (the sharded generator may differ between them)
+        together = [n for n in names if len({c.ready["programs"][n] for c in children}) == 1]
         for i in range(passes):
             for c in (children if i % 2 == 0 else children[::-1]):
                 c.one_pass()
@@ -317,10 +321,12 @@ def run(passes: int, wanted=None, against: str | None = None) -> list[dict]:
             c.close()
     records = []
     for c in children:
-        summ = _summary(c.passes, names)
+        summ = _summary(c.passes, names, together)
         for name in names + ["all"]:
             rec = {"bench": "allowed_cost", "side": c.label, "checkout": C.git_commit(c.checkout), "program": name,
                    "passes": passes, **summ[name]}
+            if name == "all":
+                rec["programs"] = together
             if name != "all":
                 rec["digest"] = c.ready["digests"][name]
                 rec["jaxpr_digest"] = c.ready["programs"][name]
