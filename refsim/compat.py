@@ -52,6 +52,13 @@ def reduced_takes_constants() -> bool:
     return jax_version() >= (0, 10)
 
 
+def unreduced_subtracts() -> bool:
+    """True when JAX has an unreduced rule for `sub` (``u1 - u2`` of two values unreduced over the
+    same axes): jax 0.12; 0.9 … 0.11 raise NotImplementedError ("unreduced rule for sub is not
+    implemented"), measured. `add` has one from 0.9 on."""
+    return jax_version() >= (0, 12)
+
+
 def unreduced_kind_of(spec) -> str:
     """How a JAX spec's unreduced partial values combine: "sum" (jax 0.10.2 has only sums; in
     jax 0.12 `P(unreduced=..., unreduced_kind=UnreducedKind.max)` says max or min)."""

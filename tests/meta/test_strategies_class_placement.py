@@ -321,3 +321,34 @@ def test_a_chain_with_a_multi_axis_ppermute_keeps_the_mesh_axis_order():
                  mesh=Mesh((2, 2), ("x", "y")), ops=("shard_map_ppermute", "sin"))
     assert {tuple(s.mesh.axis_names) for s in case.out_shardings} == {tuple(case.mesh.axis_names)}
     run_judged(case)
+
+
+@needs_unreduced
+def test_unreduced_values_are_subtracted_only_where_jax_has_the_rule():
+    from hypothesis import find, settings
+    from test_strategies_sharded import FIND, SAFE_MESHES
+
+    sub = lambda c: re.search(r"unreduced=\{[^}]*\}\)\) - jax\.lax\.reduce_sum", c.source) is not None  # noqa: E731
+    strategy = sharded_programs(SAFE_MESHES, ops=("unreduced_add",), max_ops=2, axis_types=("explicit",),
+                                transforms=("none", "grad"), partitioners=("shardy",), dtypes=("float32", "int32"))
+    if not compat.unreduced_subtracts():   # jax 0.9 … 0.11: "unreduced rule for sub is not implemented"
+        with pytest.raises(Exception, match="No examples"):
+            find(strategy, sub, settings=settings(FIND, max_examples=300))
+        return
+    case = find(strategy, sub, settings=FIND)
+    assert_traces_as_modelled(case)
+    run_judged(case)
+
+
+@needs_unreduced
+@pytest.mark.skipif(not compat.unreduced_subtracts(), reason="JAX before 0.12 has no unreduced rule for sub")
+def test_unreduced_partial_sums_subtract():
+    case = _explicit_case(
+        ("v1 = jax.lax.reduce_sum(a0, (0,), out_sharding=P(None, unreduced={'x'})) - "
+         "jax.lax.reduce_sum(a1, (0,), out_sharding=P(None, unreduced={'x'}))",
+         "v2 = jax.sharding.reshard(v1, P('y'))"),
+        ("unreduced_add", "reshard"), (("v2", (4,), "float32", 0.0),), ("a0", "a1"), (P("x", None), P("x", None)),
+        (P("y"),))
+    for api in (refsim, xla_backend):
+        np.testing.assert_array_equal(np.asarray(case.run(api)[0]), X.sum(0) - Y.sum(0))
+    assert run_judged(case) == "pass"

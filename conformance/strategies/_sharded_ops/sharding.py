@@ -89,9 +89,10 @@ def _reduced_spec(spec: tuple, axes) -> str:
 
 def _unreduced_add(b: Builder) -> bool:
     """Arithmetic on unreduced values: two partial sums over the same axes (`reduce_sum` into
-    ``P(..., unreduced={axes})`` of `a` and of a value typed as `a`) added while unreduced (each
-    device adds its partials: the sum of all partials is the total, JAX's `add` rule for
-    unreduced operands), then resharded: summed into a plain layout, or into a *reduced* one
+    ``P(..., unreduced={axes})`` of `a` and of a value typed as `a`) added (or subtracted, where
+    `refsim.compat.unreduced_subtracts`) while unreduced (each device combines its partials: the
+    sum of all partials is the total, JAX's `add` / `sub` rules for unreduced operands), then
+    resharded: summed into a plain layout, or into a *reduced* one
     (``P(..., reduced={axes})``: replicated, typed so its cotangent is unreduced) that takes
     ``2 * r + 1`` as a reduced value (where `refsim.compat.reduced_takes_constants`) before it is
     resharded to a plain layout. Unreduced and
@@ -109,10 +110,12 @@ def _unreduced_add(b: Builder) -> bool:
     rest = tuple(ax for d, ax in enumerate(a.spec) if d not in summed)
     shape = tuple(n for d, n in enumerate(a.shape) if d not in summed)
     n = math.prod(a.shape[d] for d in summed)
-    both = Val("both", (), a.dtype, min(a.lo, c.lo), max(a.hi, c.hi),
+    sign = "-" if compat.unreduced_subtracts() and b.boolean() else "+"
+    c_lo, c_hi = (-c.hi, -c.lo) if sign == "-" else (c.lo, c.hi)
+    both = Val("both", (), a.dtype, min(a.lo, c_lo), max(a.hi, c_hi),
                None if a.frac is None or c.frac is None else max(a.frac, c.frac), max(a.err, c.err))
     model = sum_result(both, 2 * n)
-    u = b.emit("unreduced_add", f"{_partial_sum(a, summed, axes)} + {_partial_sum(c, summed, axes)}", shape,
+    u = b.emit("unreduced_add", f"{_partial_sum(a, summed, axes)} {sign} {_partial_sum(c, summed, axes)}", shape,
                a.dtype, main=a, spec=rest, **model)
     b.pool.remove(u)
     if b.boolean():
