@@ -6,7 +6,9 @@
 The corpus: the four examples' training steps (`examples/*.py`, `train_step(*init())`), the
 transformer training step of `scripts/gpu_oracle.py` in float32 and in bfloat16 (one device), and
 a few drawn programs of the sharded generator (`conformance.strategies.sharded_programs`, seed
-`SEED`, those with a float output that the walk bounds). Each program is checked once with
+`SEED`, those with a float output that the walk bounds). Named with `--programs`, bench.model_step's
+GPT steps too (`model_step_tiny`, `model_step_small`: above the walk's work limit, walked here with
+the limit lifted). Each program is checked once with
 `conformance.check`; that call's own arguments to refsim's evaluation
 (`conformance.oracle.program.refsim_outputs`) and to the allowed set
 (`conformance.oracle.policy.allowed_set`, which runs `conformance.verdict.allowed.build`) are
@@ -46,6 +48,7 @@ PASSES = 9
 SEED = 20261206
 SHARDED = 4          # drawn sharded programs kept (those the walk bounds)
 EXAMPLES = ("transformer_jit", "transformer_fsdp", "pipeline", "moe")
+MODEL_SIZES = ("tiny", "small")   # bench.model_step's steps: measured only when named (--programs model_step_tiny)
 QUICK = dict(passes=2, programs=("transformer_jit", "gpu_oracle_f32"))
 
 
@@ -93,6 +96,28 @@ def corpus(root: str, wanted=None):
             yield label, lambda fn=fn, args=args, kw=kw, name=name: conformance.check(fn, *args, name=name, **kw)
     if keep("sharded"):
         yield from _sharded(keep)
+    for size in MODEL_SIZES:
+        name = f"model_step_{size}"
+        if wanted is not None and name in wanted:      # only when named: its walk is above the work limit
+            yield name, lambda size=size: _model_step(size)
+
+
+def _model_step(size):
+    """bench.model_step's GPT step of `size`, checked with the walk's work limit lifted."""
+    import conformance
+    from bench import model_step
+    from conformance.oracle import policy
+
+    step, placed, _ = model_step.build(size)
+    old = os.environ.get(policy.WORK_ENV)
+    os.environ[policy.WORK_ENV] = "1e15"
+    try:
+        return conformance.check(step, *placed)
+    finally:
+        if old is None:
+            os.environ.pop(policy.WORK_ENV)
+        else:
+            os.environ[policy.WORK_ENV] = old
 
 
 def _sharded(keep):
@@ -121,6 +146,7 @@ class Captured:
     def __init__(self):
         self.refsim = None       # (traced, xla outputs)
         self.allowed = None      # (closed, flat_args, pols, mode)
+        self.unlimited = False   # the walk's work limit lifted (bench.model_step's programs)
 
     def time_refsim(self):
         from conformance.oracle import program as prog
@@ -134,9 +160,19 @@ class Captured:
         from conformance.oracle import policy
 
         closed, flat_args, pols, mode = self.allowed
-        t = time.process_time()
-        out = policy.allowed_set(closed, flat_args, ref, pols, mode)
-        return time.process_time() - t, out
+        old = os.environ.get(policy.WORK_ENV)
+        if self.unlimited:
+            os.environ[policy.WORK_ENV] = "1e15"
+        try:
+            t = time.process_time()
+            out = policy.allowed_set(closed, flat_args, ref, pols, mode)
+            return time.process_time() - t, out
+        finally:
+            if self.unlimited:
+                if old is None:
+                    os.environ.pop(policy.WORK_ENV)
+                else:
+                    os.environ[policy.WORK_ENV] = old
 
 
 def capture(thunk) -> Captured | None:
@@ -218,6 +254,7 @@ def child(wanted) -> int:
         if cap is None:
             info[name] = "no allowed set"
             continue
+        cap.unlimited = name.startswith("model_step_")
         _, ref = cap.time_refsim()              # one untimed round: caches, first-touch allocations
         _, out = cap.time_walk(ref)
         dg = digest(out)
@@ -410,6 +447,7 @@ def profile(name: str, top: int = 30) -> None:
         if cap is None:
             print(f"{n}: no allowed set")
             continue
+        cap.unlimited = n.startswith("model_step_")
         t_r, ref = cap.time_refsim()
         cap.time_walk(ref)
         pr = cProfile.Profile()
