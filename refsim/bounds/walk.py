@@ -7,7 +7,9 @@ threshold is that infinity when every allowed value overflows and undecidable wh
 do (an infinite bound: the allowed set is unbounded); a non-finite center is exact unless
 undecidable or unbounded; and, where the platform flushes
 subnormals (relaxation ``xla-cpu-ftz``), an allowed set holding a nonzero value below the
-flush threshold also holds zero.
+flush threshold also holds zero. (A data-movement result is not finished again: each of its
+elements is an operand's, finished already, `_finished_copy`.) With ``bctx.dual`` the walk also
+carries every value as the walk without relaxations has it (`apply`).
 """
 from __future__ import annotations
 
