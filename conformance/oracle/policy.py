@@ -230,7 +230,13 @@ def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cp
     if policy == "heuristic":
         return pols, [], None
     candidates = [type(p) is ScaledBound for p in pols]
-    if not any(candidates):
+    exact_int = [type(p) is compare.Exact and not compare._is_float(np.dtype(a.dtype)) and np.dtype(a.dtype).kind != "c"
+                 for p, a in zip(pols, ref)]
+    if any(exact_int):   # integer and bool outputs decided by float values (comparisons, roundings, branches)
+        from refsim.bounds.coverage import inexact_dependence
+
+        exact_int = [e and dep for e, dep in zip(exact_int, inexact_dependence(closed))]
+    if not any(candidates) and not any(exact_int):
         return pols, [], None
     relax = () if policy == "spec" else None
     size = sum(int(np.prod(np.shape(a))) for a in (*flat_args, *ref))
@@ -248,7 +254,8 @@ def allowed_set(closed, flat_args, ref, pols, policy="auto", platform: str = "cp
     try:
         out, notes, result = allowed.build(closed, flat_args, ref, candidates, pols, relaxations=relax,
                                            platform=platform)
+        ints, int_notes = allowed.exact_outputs(result, ref, exact_int)
     except Exception as e:  # noqa: BLE001 - the heuristic still judges; the note says why
         return pols, [f"allowed set not computed ({type(e).__name__}: {str(e).splitlines()[0][:160]}): "
                       "held to the heuristic"], None
-    return out, notes, result
+    return [i if i is not None else p for i, p in zip(ints, out)], notes + int_notes, result

@@ -56,6 +56,8 @@ class AllowedSet(compare.SumBound):
     `derivation` how the bound was derived (the report's text); `scale` max|refsim output|."""
 
     elementwise_arrays: ClassVar[bool] = False
+    #: integer and bool outputs too (`exact_outputs`): decided elements exact, undecided ones free
+    holds_integers: ClassVar[bool] = True
 
     fallback_ref: Mapping[int, np.ndarray] | None = None
     fallback_allowed: float = 0.0
@@ -141,7 +143,9 @@ class AllowedSet(compare.SumBound):
                 worst = max(worst, float(self.fallback_allowed))
         return worst
 
-    def ulps_of(self, diff: float, out_dtype) -> float:
+    def ulps_of(self, diff: float, out_dtype) -> float | None:
+        if not compare._is_float(np.dtype(out_dtype)):
+            return None                # an integer or bool output (`exact_outputs`): no ulps
         unit = compare.unit_roundoff(out_dtype) * self.scale
         return float(diff / unit) if unit > 0 else (0.0 if diff == 0 else float("inf"))
 
@@ -215,6 +219,46 @@ def _policies_from(result, ref, candidates, fallbacks, derivations=None) -> tupl
                                derivation="" if derivations is None else derivations.get(k, ""),
                                scale=float(getattr(fb, "scale", 0.0)), relaxations=tuple(sorted(result.used)),
                                fallback_describe=fb.describe(), fallback_why=_why(fb)))
+    return pols, notes
+
+
+def exact_outputs(result, ref, candidates) -> tuple[list, list]:
+    """(per-output AllowedSet or None, notes) for the integer and bool outputs held exact whose
+    value may depend on float or complex values (`candidates[k]`; `refsim.bounds.coverage.
+    inexact_dependence`): an element the walk decides (bound 0) stays exact; one a comparison,
+    rounding or branch decided by values closer than their bounds (NaN) is undecidable; and where
+    the walk has no bound for the output at all (a primitive without a rule, complex values), every
+    element is: nothing says which values the spec allows there (a `while` loop's trip count that
+    turns on a complex residual, say). None keeps the exact policy."""
+    pols, notes = [], []
+    for k, (arr, cand) in enumerate(zip(ref, candidates)):
+        out = result.outputs[k] if cand else None
+        if out is None:
+            pols.append(None)
+            continue
+        shards = {int(sh.device_id): sh for sh in arr.shards}
+        fref = {d: np.asarray(sh.data) for d, sh in shards.items()}
+        common = dict(n=1, fallback_ref=fref, fallback_allowed=0.0, fallback_describe=compare.EXACT.describe(),
+                      fallback_why=compare.EXACT.why(), relaxations=tuple(sorted(result.used)))
+        if not isinstance(out, refsim_bounds.BVal):
+            why = ", ".join(sorted(getattr(out, "reasons", ()) or {"?"}))
+            notes.append(f"output {k}: {arr.dtype} decided by values without a bound rule ({why}): undecidable, "
+                         "not compared")
+            pols.append(AllowedSet(exact={d: x.astype(np.float64) for d, x in fref.items()},
+                                   abs_sum={d: np.full(x.shape, np.nan) for d, x in fref.items()},
+                                   derivation=f"decided by values without a bound rule ({why})", **common))
+            continue
+        if out.bound is None or tuple(np.shape(out.center)) != tuple(arr.shape):
+            pols.append(None)
+            continue
+        full_b = out.full_bound()
+        if not np.any(np.asarray(full_b) != 0):
+            pols.append(None)
+            continue
+        pols.append(AllowedSet(exact={d: _shard_slice(out.center, sh.index) for d, sh in shards.items()},
+                               abs_sum={d: _shard_slice(full_b, sh.index) for d, sh in shards.items()},
+                               derivation="decided by comparisons, roundings or branches of bounded values",
+                               **common))
     return pols, notes
 
 

@@ -98,3 +98,41 @@ def work_estimate(jaxpr) -> int:
             reps = int(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1
             todo.extend((s, times * reps) for s in _sub_jaxprs(eqn.params))
     return total
+
+
+def _inexact(v) -> bool:
+    d = _dtype(v)
+    return d is not None and (V.is_float(d) or d.kind == "c")
+
+
+def _has_inexact_values(jaxpr) -> bool:
+    todo = [jaxpr]
+    while todo:
+        j = todo.pop()
+        if any(_inexact(v) for v in j.invars) or any(_inexact(v) for e in j.eqns for v in e.outvars):
+            return True
+        for eqn in j.eqns:
+            todo.extend(_sub_jaxprs(eqn.params))
+    return False
+
+
+def inexact_dependence(jaxpr) -> list[bool]:
+    """Per output of `jaxpr` (a Jaxpr or ClosedJaxpr): whether its value may depend on a float or
+    complex value, read statically. Conservative: every result of an equation depends on all its
+    operands, and on any float or complex value inside its sub-jaxprs (a loop's trip count or a
+    branch taken may turn on one). An integer or bool output that does is exact only where the
+    comparisons, roundings and branches deciding it are decided (the allowed set says where)."""
+    from jax.extend.core import Literal
+
+    j = getattr(jaxpr, "jaxpr", jaxpr)
+    dep: dict = {}
+    for v in j.invars:
+        dep[v] = _inexact(v)
+    for v in getattr(j, "constvars", ()):
+        dep[v] = _inexact(v)
+    for eqn in j.eqns:
+        d = any(_inexact(v) if isinstance(v, Literal) else dep.get(v, _inexact(v)) for v in eqn.invars)
+        d = d or any(_has_inexact_values(s) for s in _sub_jaxprs(eqn.params))
+        for v in eqn.outvars:
+            dep[v] = d or _inexact(v)
+    return [(_inexact(v) if isinstance(v, Literal) else dep.get(v, _inexact(v))) for v in j.outvars]

@@ -53,3 +53,29 @@ def test_a_complex_result_of_a_ruled_primitive_is_unknown_not_exact():
     fn = lambda x: x.astype(jnp.complex64) * x.astype(jnp.complex64)  # noqa: E731
     res = B.evaluate(jax.make_jaxpr(fn)(X), [X])
     assert isinstance(res.outputs[0], V.Unknown) and "complex values" in res.outputs[0].reasons
+
+
+def test_inexact_dependence_follows_each_output_back_to_float_or_complex_values():
+    from refsim.bounds.coverage import inexact_dependence
+
+    ints = np.arange(8, dtype=np.int32)
+
+    def f(x, i):
+        k = jnp.argmax(x * 2)          # decided by floats
+        j = i * 3 + 1                  # integers only, beside floats
+        b = x > 0                      # a comparison of floats
+        return k, j, b, x + 1
+
+    assert inexact_dependence(jax.make_jaxpr(f)(X, ints)) == [True, False, True, True]
+
+    def loop(x, n):                    # an integer counter whose trip count turns on a float
+        def cond(s):
+            return (s[0] < n) & (s[1] > 1e-3)
+
+        def body(s):
+            return s[0] + 1, s[1] * 0.5
+
+        return lax.while_loop(cond, body, (0, x))[0], n + 1
+
+    assert inexact_dependence(jax.make_jaxpr(loop)(np.float32(1.0), np.int32(50))) == [True, False]
+    assert inexact_dependence(jax.make_jaxpr(lambda i: lax.population_count(i) + 1)(ints)) == [False]
