@@ -91,23 +91,8 @@ def _dead_after(bctx: BCtx, jaxpr) -> list:
     once per jaxpr and walk (`BCtx.labels` holds it: a scan's body is walked once per step)."""
     hit = bctx.labels.get(("dead", id(jaxpr)))
     if hit is None or hit[0] is not jaxpr:
-        hit = bctx.labels[("dead", id(jaxpr))] = (jaxpr, _dead_after_uncached(jaxpr))
+        hit = bctx.labels[("dead", id(jaxpr))] = (jaxpr, core.dead_after(jaxpr))
     return hit[1]
-
-
-def _dead_after_uncached(jaxpr) -> list:
-    last: dict = {}
-    for i, eqn in enumerate(jaxpr.eqns):
-        for v in eqn.invars:
-            if not isinstance(v, Literal):
-                last[v] = i
-    for v in jaxpr.outvars:
-        if not isinstance(v, Literal):
-            last.pop(v, None)
-    dead: list = [[] for _ in jaxpr.eqns]
-    for v, i in last.items():
-        dead[i].append(v)
-    return dead
 
 
 def eval_jaxpr(bctx: BCtx, jaxpr, consts: Sequence, args: Sequence) -> list:

@@ -170,7 +170,7 @@ class _Plan:
     name, multiple_results, params, its input refs (slots; a Literal stays itself and is read
     per call), whether any input is a Literal, per output (slot or -1 for a DropVar, local
     shape, rank, physical dtype or None when `_check_out` must decide, aval), the slots it
-    reads for the last time (`_dead_after`), and whether an output type is unreduced (False:
+    reads for the last time (`dead_after`), and whether an output type is unreduced (False:
     none is, True: some are, None: reading the type raised, so `unreduced.apply` decides as
     it did per call).
     """
@@ -193,7 +193,7 @@ class _Plan:
 
         self.const_slots = [slot(v) for v in jaxpr.constvars]
         self.in_slots = [slot(v) for v in jaxpr.invars]
-        dead_after = _dead_after(jaxpr)
+        dead = dead_after(jaxpr)
         steps = []
         for i, eqn in enumerate(jaxpr.eqns):
             ins = [ref(v) for v in eqn.invars]
@@ -216,7 +216,7 @@ class _Plan:
                 ur = None
             steps.append((eqn, eqn.primitive.name, eqn.primitive.multiple_results, eqn.params, ins,
                           any(not isinstance(r, int) for r in ins), checks,
-                          [slots[v] for v in dead_after[i] if v in slots], ur))
+                          [slots[v] for v in dead[i] if v in slots], ur))
         self.steps = steps
         self.out_refs = [ref(v) for v in jaxpr.outvars]
         self.nslots = len(slots)
@@ -242,7 +242,7 @@ def _plan_of(jaxpr) -> _Plan:
     return per_jaxpr(_PLANS, jaxpr, _Plan)
 
 
-def _dead_after(jaxpr) -> list:
+def dead_after(jaxpr) -> list:
     """For each equation, the variables it reads for the last time (not jaxpr outputs).
 
     Dropping them from the environment frees a stacked intermediate as soon as nothing
