@@ -608,7 +608,8 @@ def sharded_programs(mesh=None, *, ops=tuple(OPS), min_ops: int = 1, max_ops: in
     "gspmd" (default: those the installed JAX has, `refsim.compat.partitioners`); dtypes of the
     arguments: "float32", "int32", "bool"; classes: how the graph is called (`CLASSES`: "plain",
     "scan_layers", "remat", "custom_vjp", "custom_jvp", "host_offload", "shard_map_nested",
-    "jit_chain", "donation"; docs/strategies.md, "Program classes"). Shrinks towards one op on one small argument.
+    "jit_chain", "donation", "jit_chain_orders"; docs/strategies.md, "Program classes"). Shrinks towards one op
+    on one small argument.
 
     >>> sharded_programs(ops=("cumsum", "pad"), max_ops=2).example().case_id  # doctest: +SKIP
     'sharded[ops=with_sharding_constraint+cumsum,transform=none,types=auto,partitioner=gspmd,dtype=float32,mesh=2x3:default]'
