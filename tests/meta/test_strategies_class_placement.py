@@ -85,6 +85,26 @@ def test_a_case_compares_memory_kinds_and_the_oracle_does_not():
 
 
 @host_memory_runs
+def test_the_oracle_checks_a_program_whose_outputs_live_in_host_memory():
+    # conformance.check compares values only (no memory kind: refsim does not model the kind XLA gives an output
+    # no out_sharding states); a jit with pinned_host out_shardings and a device_put to Space.Host both check
+    import jax
+
+    import conformance
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    dev = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("x", "y"))
+    host = dev.with_memory_kind("pinned_host")
+    f = jax.jit(lambda a: (a * 2 + 1, jax.device_put(a - 1, jax.memory.Space.Host)), in_shardings=dev,
+                out_shardings=(host, dev))
+    result = conformance.check(f, X)
+    assert result.ok
+    out = f(X)
+    assert out[0].sharding.memory_kind == "pinned_host"
+    np.testing.assert_array_equal(np.asarray(out[0]), X * 2 + 1)
+
+
+@host_memory_runs
 def test_memory_kinds_survive_case_files_and_reach_the_reproducers():
     case = _host_case(("pinned_host", "device"), ("device", "pinned_host"))
     again = case_from_data(case_to_data(case))
