@@ -103,7 +103,9 @@ def _confirm(script: str, values: list, timeout: float) -> tuple[bool, str]:
 
 _READABLE = {"pad_neg_interior": "a pad with a negative edge and interior padding", "jnp_pad": "jnp.pad",
              "at_get": "x.at[i].get", "any_all": "jnp.any / jnp.all", "tile_repeat": "jnp.tile / jnp.repeat",
-             "tril_triu": "jnp.tril / jnp.triu", "unreduced_sum": "a sum into an unreduced sharding"}
+             "tril_triu": "jnp.tril / jnp.triu", "unreduced_sum": "a sum into an unreduced sharding",
+             "unreduced_add": "arithmetic on unreduced (and reduced) values",
+             "reduced_dot": "a matmul with a reduced weight"}
 
 
 def _readable(op: str) -> str:
