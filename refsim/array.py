@@ -493,13 +493,29 @@ def _check_dtype(values: Sequence[np.ndarray], dtype, fname: str) -> np.dtype:
     return dtype
 
 
+def without_trailing_nones(sharding, ndim: int):
+    """A NamedSharding whose spec is longer than `ndim` only by None entries, cut to `ndim`: JAX's
+    `make_array_from_callback` (and `lax.full(..., sharding=)`, built on it) accepts such a spec
+    where `device_put` and `jit` reject it, and lays the array out as the shorter spec does."""
+    spec = getattr(sharding, "spec", None)
+    if not isinstance(sharding, NamedSharding) or spec is None or len(spec) <= ndim:
+        return sharding
+    if any(e is not None for e in spec[ndim:]):
+        return sharding          # the rank error stands (JAX fails on it with an IndexError)
+    cut = type(spec)(*spec[:ndim], unreduced=spec.unreduced, reduced=spec.reduced)
+    return NamedSharding(sharding.mesh, cut, memory_kind=sharding.memory_kind,
+                         _logical_device_ids=sharding._logical_device_ids)
+
+
 def make_array_from_callback(shape, sharding, data_callback: Callable[[tuple], Any], dtype=None) -> Array:
     """An Array whose device d holds `data_callback(index_d)`, as `jax.make_array_from_callback`.
 
     The callback gets each device's index from `devices_indices_map(shape)`; for
-    a fully replicated sharding it is called once with `(slice(None),) * ndim`.
+    a fully replicated sharding it is called once with `(slice(None),) * ndim`. As JAX's, a
+    spec longer than the rank by trailing None entries is accepted (the array gets the spec cut
+    to its rank: the same placement).
     """
-    sharding = _as_sharding(sharding)
+    sharding = without_trailing_nones(_as_sharding(sharding), len(tuple(shape)))
     shape = tuple(int(d) for d in shape)
     index_map = sharding.devices_indices_map(shape)
     def call(idx):
@@ -530,9 +546,10 @@ def make_array_from_single_device_arrays(shape, sharding, arrays, *, dtype=None)
 
     `arrays` is a list/tuple in the order of `sharding.devices_indices_map(shape)`,
     or of `refsim.Shard`s / single-device JAX arrays (matched by their device id),
-    or a dict {device_id: block}.
+    or a dict {device_id: block}. A spec longer than the rank by trailing None entries is
+    accepted, as JAX's is (see `make_array_from_callback`).
     """
-    sharding = _as_sharding(sharding)
+    sharding = without_trailing_nones(_as_sharding(sharding), len(tuple(shape)))
     shape = tuple(int(d) for d in shape)
     index_map = sharding.devices_indices_map(shape)
     if isinstance(arrays, dict):

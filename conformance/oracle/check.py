@@ -717,7 +717,7 @@ def finish_placement(api: str, sharding, shape, dtype, hosts, result) -> tuple[C
     `result` is the jax.Array JAX made, or, for `make_array_from_single_device_arrays`, the
     [(device id, block)] its device assignment holds (`_check_and_rearrange`'s order)."""
     try:
-        sh = convert.from_jax_sharding(sharding)
+        sh = refsim_array.without_trailing_nones(convert.from_jax_sharding(sharding), len(tuple(shape)))
     except (TypeError, ValueError, NotImplementedError) as e:
         raise NotCheckable("output layout not comparable", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     dtype = np.dtype(compat.physical_dtype(dtype))

@@ -22,6 +22,7 @@ import numpy as np
 
 import refsim
 from refsim import compat
+from refsim import array as refsim_array
 from refsim.array import Array, Shard
 from refsim.errors import UnsupportedPrimitive, UnsupportedUnreducedKind
 from refsim.layouts.mesh import Mesh
@@ -126,8 +127,9 @@ def host_array(x, *, copy: bool = True):
     TypeError for a sharding refsim has no equivalent of (a GSPMDSharding, a PmapSharding)."""
     if compat.has_logical_device_ids(x.sharding):
         raise TypeError(f"{x.sharding!r} renumbers its devices (logical device ids); refsim has no equivalent")
-    sh = convert.from_jax_sharding(x.sharding)
     shape = tuple(x.shape)
+    # JAX's make_array_from_callback leaves an array a spec longer than its rank by trailing Nones
+    sh = refsim_array.without_trailing_nones(convert.from_jax_sharding(x.sharding), len(shape))
     index, replica = sh.devices_indices_map(shape), sh.device_replica_id_map(shape)
     impl = compat.prng_impl_of(x.dtype)
     src = compat.key_base_array(x) if impl is not None else x

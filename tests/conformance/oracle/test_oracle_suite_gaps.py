@@ -176,3 +176,23 @@ def test_a_float0_pmap_argument_is_checked():
     assert _outcomes(session) == [("pmap", "agree", None)], session.calls
     assert tan.dtype == jax.dtypes.float0 and tan.shape == (4, 3)
     np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(12, dtype=np.float32).reshape(4, 3))
+
+
+def test_a_placement_whose_spec_is_longer_than_the_rank_by_trailing_nones_is_checked():
+    # jax's multi_device_test.py::test_lax_full_sharding: lax.full((8,), 1.0, sharding=P('i', None))
+    # places through make_array_from_callback, which JAX lets keep a spec longer than the rank by
+    # None entries (device_put and jit reject it); the oracle had called that a refsim error
+    mesh = jax.make_mesh((8,), ("i",), axis_types=(AxisType.Auto,))
+    sh = NamedSharding(mesh, P("i", None))
+    v = np.arange(8, dtype=np.float32)
+    with oracle_sessions.installed("placements") as session:
+        a = jax.make_array_from_callback((8,), sh, lambda idx: v[idx])
+        f = jax.lax.full((8,), 1.0, sharding=sh)
+    assert [(c["via"], c["outcome"]) for c in session.calls] == [("make_array_from_callback", "agree")] * 2, \
+        session.calls
+    np.testing.assert_array_equal(np.asarray(a), v)
+    np.testing.assert_array_equal(np.asarray(f), np.ones(8, np.float32))
+    hosts = [(d.id, v[i]) for d, i in sh.addressable_devices_indices_map((8,)).items()]
+    wrong = [(d, b + 1) if d == 3 else (d, b) for d, b in hosts]    # device 3 holds a wrong block
+    res, _ = chk.finish_placement("make_array_from_callback", sh, (8,), np.float32, wrong, a)
+    assert not res.ok

@@ -265,3 +265,19 @@ def test_from_stacked_errors():
 def test_asarray_dtype_and_copy():
     arr = refsim.device_put(np.arange(4, dtype=np.int32), SingleDeviceSharding(0))
     assert np.asarray(arr, dtype=np.float32).dtype == np.float32
+
+
+def test_make_array_from_callback_takes_a_spec_longer_by_trailing_nones_as_jax_does():
+    # jax.make_array_from_callback((8,), NamedSharding(mesh, P('i', None)), cb) and lax.full(...,
+    # sharding=) built on it place an 8-vector as P('i') would (device_put and jit reject that spec)
+    mesh = Mesh((4, 2), ("i", "j"))
+    x = np.arange(8.0, dtype=np.float32)
+    a = refsim.make_array_from_callback((8,), NamedSharding(mesh, P("i", None, None)), lambda idx: x[idx])
+    assert a.sharding.spec == P("i")
+    got = {s.device_id: np.asarray(s.data).tolist() for s in a.shards}
+    # mesh (4, 2) over ids 0..7: device 2r + c holds block r of 2 elements (by hand)
+    assert got == {d: [2.0 * (d // 2), 2.0 * (d // 2) + 1] for d in range(8)}
+    with pytest.raises(ValueError, match="only valid for values of rank at least 2"):
+        refsim.make_array_from_callback((8,), NamedSharding(mesh, P(None, "i")), lambda idx: x[idx])
+    with pytest.raises(ValueError, match="only valid for values of rank at least 2"):
+        refsim.device_put(x, NamedSharding(mesh, P("i", None)))       # as jax.device_put: an error
