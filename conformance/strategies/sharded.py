@@ -79,6 +79,11 @@ class ErrorBound(SumBound):
     def describe(self) -> str:
         return f"within {self.bound:.3g} of refsim" + (f" ({self.what})" if self.what else "")
 
+    def allowed(self, out_dtype) -> float:
+        """The allowed |diff| (what `conformance.verdict.allowed` holds elements to where the value
+        model is tighter than the allowed set)."""
+        return self.bound
+
     def why(self, exact: bool) -> str:
         return f"error bound: {self.describe()}"
 
@@ -178,7 +183,9 @@ class ShardedProgram(Program):
                 scale = max([float(np.max(np.abs(x[np.isfinite(x)]), initial=0.0))
                              for x in (np.asarray(s.data, np.float64) for s in out.shards)] + [1.0])
                 pols.append(ErrorBound.around(out, value * scale, f"{value:.3g} x the largest |value| of a derivative"))
-        return pols
+        from conformance.strategies._sharded_allowed import refine
+
+        return refine(self, outs, pols, [kind != "exact" for kind, _ in self.policies])
 
     def repro(self, expected=None, tolerances=None) -> str:
         """The v1 reproducer, set up for this program's partitioner (its axis types are the mesh's)."""

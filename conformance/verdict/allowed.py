@@ -67,6 +67,8 @@ class AllowedSet(compare.SumBound):
     relaxations: tuple = ()
     fallback_describe: str = ""
     fallback_why: str = ""
+    #: undecidable elements held to the fallback (the sharded value model) instead of not judged
+    judge_undecidable: bool = False
 
     def describe(self) -> str:
         """The rule the output's elements are held to: the allowed set, the heuristic (where it is
@@ -113,15 +115,16 @@ class AllowedSet(compare.SumBound):
         use = self.governed(device_id)
         if use.all():
             return c.copy(), b * _MARGIN
-        und = np.isnan(b)
+        und = np.isnan(b) & (not self.judge_undecidable)
         with np.errstate(invalid="ignore"):
             ref = np.where(use, c, np.asarray(self.fallback_ref[device_id], np.float64))
             bound = np.where(use, b * _MARGIN, np.where(und, np.inf, self.fallback_allowed))
         return ref, bound
 
     def allowed_nonfinite(self, device_id: int, out_dtype):
-        """An undecidable element may be anything, NaN and infinities included."""
-        und = np.isnan(np.asarray(self.abs_sum[device_id], np.float64))
+        """An undecidable element may be anything, NaN and infinities included (unless
+        `judge_undecidable`: then it is held to the fallback, non-finite where refsim's is)."""
+        und = np.isnan(np.asarray(self.abs_sum[device_id], np.float64)) & (not self.judge_undecidable)
         return und, und, und
 
     def check_arrays(self, device_id: int, out_dtype) -> dict:

@@ -1,0 +1,63 @@
+"""The allowed set for a drawn sharded program's inexact outputs (issue 39, point 4).
+
+The value model (`conformance.strategies._sharded_graph`) bounds each output a priori, over the
+ranges its values may take; the allowed set (`refsim.bounds`, `conformance.verdict.allowed`)
+bounds each element of this case's data. `refine` holds every element of an output the value
+model leaves inexact to the tighter of the two: the allowed set where it is tighter and decided,
+the value model elsewhere (and where the allowed set is undecidable: the value model's data are
+drawn to decide what the program turns on, and stays the judge there rather than nobody). Exact
+outputs keep their bit-for-bit policy. A program the walk cannot take (several jit calls, a
+failure of the walk) keeps the value model, unchanged.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+
+#: the bound walk is skipped above this many element operations (as conformance.check's)
+MAX_WORK = 1 << 22
+#: traced programs kept, by structure and argument types: a program's data sets share one trace
+_TRACES: collections.OrderedDict = collections.OrderedDict()
+TRACES_MAX = 256
+
+
+def _closed(case):
+    """The jit's closed jaxpr for `case` (traced once per structure and argument types)."""
+    from xla_backend import staging
+
+    key = (case._structure_key, tuple((np.shape(a), str(np.asarray(a).dtype)) for a in case.args))
+    hit = _TRACES.get(key)
+    if hit is None:
+        wrapped = staging.wrap(case.fn, staging.Layout.jit(case.in_shardings, case.out_shardings))
+        with wrapped.context():
+            hit = _TRACES[key] = wrapped.call.trace(*case.args).jaxpr
+        if len(_TRACES) > TRACES_MAX:
+            _TRACES.popitem(last=False)
+    else:
+        _TRACES.move_to_end(key)
+    return hit
+
+
+def refine(case, outs: list, pols: list, inexact: list) -> list:
+    """`pols` (the value model's, one per output of `outs`, refsim's Arrays of `case`) with each
+    output k where `inexact[k]` held to the allowed set where it is tighter (see the module)."""
+    if not any(inexact) or case.entry != "jit" or case.program_class == "jit_chain_orders":
+        return pols
+    import jax
+
+    from conformance.verdict import allowed
+    from refsim.bounds.coverage import work_estimate
+
+    try:
+        closed = _closed(case)
+        if work_estimate(closed) > MAX_WORK:
+            return pols
+        flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(case.args)]
+        platform = jax.devices()[0].platform
+        new, _notes, _result = allowed.build(closed, flat, outs, list(inexact), pols, platform=platform)
+    except Exception:  # noqa: BLE001 - the value model judges, as before the allowed set
+        return pols
+    return [dataclasses.replace(p, judge_undecidable=True) if isinstance(p, allowed.AllowedSet) else p
+            for p in new]

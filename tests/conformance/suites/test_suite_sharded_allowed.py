@@ -1,0 +1,55 @@
+"""The sharded suite holds a program's inexact outputs to the tighter of the value model and the
+allowed set (`conformance.strategies._sharded_allowed`, issue 39 point 4). Expected values by
+hand: a planted error of a few units of roundoff passes the value model's bound and fails the
+allowed set's."""
+from __future__ import annotations
+
+import numpy as np
+
+import refsim
+from conformance.strategies.sharded import ErrorBound, ShardedProgram
+from conformance.verdict import allowed, compare
+from refsim.layouts.mesh import Mesh
+from refsim.layouts.named_sharding import NamedSharding
+from refsim.layouts.partition_spec import PartitionSpec as P
+
+SOURCE = "def f(a, b):\n    return a * b + 1.0, a + 0.0\n"
+
+
+def _case(a, b, err=1e-3):
+    mesh = Mesh((2, 4), ("x", "y"))
+    sh = NamedSharding(mesh, P("x", None))
+    return ShardedProgram(family="sharded", source=SOURCE, entry="jit", mesh=mesh, args=(a, b),
+                          in_shardings=(sh, sh), out_shardings=(sh, sh), outputs=("exact", "exact"),
+                          policies=(("abs", err), ("exact", 0)))
+
+
+def test_an_inexact_output_is_held_to_the_allowed_set_where_it_is_tighter():
+    a = np.linspace(0.5, 2.0, 16, dtype=np.float32).reshape(4, 4)
+    b = np.full((4, 4), 3.1, np.float32)
+    case = _case(a, b)
+    want = case.run(refsim)
+    pols = case.tolerances()
+    assert isinstance(pols[0], allowed.AllowedSet) and pols[0].judge_undecidable
+    assert type(pols[1]) is compare.Exact                       # an exact output stays bit for bit
+    # a * b + 1 on these values: every element is held to its allowed set (a few 1e-7, by the two
+    # roundings of a float32 multiply and add), not to the value model's 2e-3
+    assert all(pols[0].governed(d).all() for d in pols[0].abs_sum)
+    assert pols[0].allowed(np.float32) < 1e-5
+    # 8 units of roundoff of each element planted in the product: within the value model's bound,
+    # outside the allowed set
+    bumped = refsim.make_array_from_single_device_arrays(
+        (4, 4), want[0].sharding, {s.device_id: np.asarray(s.data) * np.float32(1 + 8 * 2.0 ** -24)
+                                    for s in want[0].shards})
+    assert compare.compare([want[0]], [bumped], tolerances=[ErrorBound.around(want[0], 2e-3)]).ok
+    assert not compare.compare([want[0]], [bumped], tolerances=[pols[0]]).ok
+    assert compare.compare([want[0]], [want[0]], tolerances=[pols[0]]).ok
+
+
+def test_undecidable_elements_stay_held_to_the_value_model():
+    pol = allowed.AllowedSet(n=1, exact={0: np.array([1.0, 2.0])}, abs_sum={0: np.array([1e-7, np.nan])},
+                             fallback_ref={0: np.array([1.0, 2.0], np.float32)}, fallback_allowed=1e-3,
+                             judge_undecidable=True)
+    ref, bound = pol.reference_and_bound(0, np.float32)
+    assert ref.tolist() == [1.0, 2.0] and bound[1] == 1e-3          # not infinite: the value model judges
+    assert not any(m.any() for m in pol.allowed_nonfinite(0, np.float32))
