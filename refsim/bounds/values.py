@@ -168,8 +168,13 @@ def widens_exactly(src, dst) -> bool:
 
 
 def as_center(x: np.ndarray, dtype) -> np.ndarray:
-    """A program value of `dtype` as the walk holds it: float64 for floats, itself otherwise."""
+    """A program value of `dtype` as the walk holds it: float64 for floats, itself otherwise. A
+    value given in another dtype is first converted to `dtype`, as JAX converts a program's
+    arguments (a float64 NumPy array passed to a float32 program is rounded to float32 first)."""
     x = np.asarray(x)
+    dt = np.dtype(dtype)
+    if x.dtype != dt and x.dtype.kind in "biuf" and (dt.kind in "biuf" or is_float(dt)):
+        x = x.astype(dt)
     if is_float(dtype):
         return x.astype(np.float64) if x.dtype != np.float64 else x
     return x

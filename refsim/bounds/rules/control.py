@@ -257,8 +257,28 @@ def _shard_map(bctx, eqn, ins):
         if isinstance(y, Unknown):
             res.append(y)
             continue
+        if not _replicas_agree(mesh, manual, y, spec):
+            # check_vma=False lets a body return different values along an axis out_specs leaves
+            # unnamed; each device then keeps its own (refsim and XLA alike): no single center
+            res.append(Unknown(frozenset({"replicas that differ (an axis out_specs leaves unnamed)"})))
+            continue
         res.append(_both(lambda y, spec=spec: _leave(bctx, mesh, manual, y, spec), y))
     return res
+
+
+def _replicas_agree(mesh, manual, y: BVal, spec) -> bool:
+    """Whether the body's centers are equal along every manual axis `spec` leaves unnamed (NaN
+    equal to NaN): the replicas the out_spec claims, which a check_vma=False body may break."""
+    rspec = S.as_refsim_spec(spec)
+    unnamed = [mesh.axis_index(a) for a in manual if a not in rspec.used_axes()]
+    c = np.asarray(y.center)
+    for k in unnamed:
+        if k < c.ndim and c.shape[k] > 1:
+            first = np.take(c, [0], axis=k)
+            same = (c == first) | ((c != c) & (first != first))
+            if not np.all(same):
+                return False
+    return True
 
 
 def _leave(bctx, mesh, manual, y: BVal, spec) -> BVal:

@@ -176,3 +176,33 @@ def test_exact_outputs_hold_decided_integer_elements_exact_and_free_the_undecide
     # a decided element that XLA got wrong is still a disagreement; the undecided one is free
     assert not compare.compare(ref[0], _one([False, False, False, True], bool), tolerances=pols[0]).ok
     assert compare.compare(ref[0], _one([True, True, False, True], bool), tolerances=pols[0]).ok
+
+
+def test_arguments_in_a_wider_dtype_are_walked_as_the_program_sees_them():
+    # jax.test_util.check_grads calls a float32 program with float64 NumPy arrays x +- eps * v; JAX
+    # rounds them to float32, and so must the bound walk: it had centred sin(cos(x)) on the
+    # unrounded float64 argument, 1.65e-7 away from the value every implementation computes
+    # (shard_map_test.py::test_jvp_basic under oracle mode, jax 0.12: a false alarm)
+    x = np.arange(16.0).reshape(4, 4) + 1e-4 * np.sin(np.arange(16.0)).reshape(4, 4)     # float64
+    f = jax.jit(lambda x: jnp.sin(jnp.cos(x)))
+    res = conformance.check(f, x, explain=False)
+    assert res.ok and "allowed set for 16 of 16" in str(res), str(res)
+    closed = jax.make_jaxpr(f)(x)
+    from refsim import bounds
+    center = bounds.evaluate(closed, [x]).outputs[0].center
+    np.testing.assert_array_equal(center, np.sin(np.cos(x.astype(np.float32).astype(np.float64))))
+
+
+def test_replicas_a_check_vma_false_body_breaks_get_no_single_center():
+    # shard_map_test.py::test_shmap_close_over_unused_params (jax 0.12): with check_vma=False a body
+    # may return a different value on each device along an axis out_specs leaves unnamed; every
+    # device keeps its own (sum of its rows: 120 on device 0, 376 on device 1, by hand), and the
+    # walk had centred both on device 0's value (a false alarm)
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.jit(jax.shard_map(lambda b: jnp.sum(b), mesh=mesh, in_specs=P("data"), out_specs=P(),
+                              check_vma=False))
+    x = np.arange(32.0, dtype=np.float32).reshape(4, 8)
+    assert [float(np.asarray(s.data)) for s in f(x).addressable_shards] == [120.0, 376.0]
+    res = conformance.check(f, x, explain=False)
+    assert res.ok, str(res)
+    assert any("no bound rule for replicas that differ" in b for b in res.bounds), res.bounds
