@@ -24,15 +24,20 @@ TRACES_MAX = 256
 
 
 def _closed(case):
-    """The jit's closed jaxpr for `case` (traced once per structure and argument types)."""
+    """The jit's closed jaxpr for `case` (traced once per structure and argument types, with the
+    arguments placed as the XLA run places them)."""
     from xla_backend import staging
 
     key = (case._structure_key, tuple((np.shape(a), str(np.asarray(a).dtype)) for a in case.args))
     hit = _TRACES.get(key)
     if hit is None:
+        # traced as xla_backend.jit runs it: with the arguments placed by their in_shardings, so that
+        # on an Explicit mesh their avals carry the sharding type (traced from bare NumPy arrays, a
+        # pullback may accumulate its cotangents in another order than the program XLA and refsim run)
         wrapped = staging.wrap(case.fn, staging.Layout.jit(case.in_shardings, case.out_shardings))
-        with wrapped.context():
-            hit = _TRACES[key] = wrapped.call.trace(*case.args).jaxpr
+        staged = wrapped.place(case.args)
+        with staged.context():
+            hit = _TRACES[key] = staged.call.trace(*staged.dynamic_args).jaxpr
         if len(_TRACES) > TRACES_MAX:
             _TRACES.popitem(last=False)
     else:

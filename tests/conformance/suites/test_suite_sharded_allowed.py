@@ -53,3 +53,58 @@ def test_undecidable_elements_stay_held_to_the_value_model():
     ref, bound = pol.reference_and_bound(0, np.float32)
     assert ref.tolist() == [1.0, 2.0] and bound[1] == 1e-3          # not infinite: the value model judges
     assert not any(m.any() for m in pol.allowed_nonfinite(0, np.float32))
+
+
+# The walk bounds the program XLA runs: traced with the arguments placed by their in_shardings (on an
+# Explicit mesh their avals carry the sharding type), as xla_backend.jit traces it. Traced with bare
+# NumPy arguments, the pullback below accumulated a1's three cotangents in another order, (a1 + relu)
+# + t instead of (t + a1) + relu, and its bound missed a rounding: XLA and refsim alike gave
+# 14.995979309 for the exact 14.99597997 (0.69 ulp), outside the 4.9e-7 the walk allowed (hunt on jax
+# 0.12, scan_layers class, 2026-12-06; a false alarm, "refsim result outside allowed set").
+SCAN_SOURCE = """def g(a0, a1):
+    v1 = a1 - 0.5
+    v2 = a0
+    v3 = jax.nn.relu(a1)
+    v4 = jax.sharding.reshard(a1, P())
+    v5 = jnp.ceil(v2)
+    v6 = v1
+    v7 = jax.nn.softmax(v6, axis=0)
+    return (v3, v4, v5, v7)
+
+
+def model(a0, a1):
+    def layer(c, xs):
+        o = g(c, *xs)
+        return jax.sharding.reshard(jnp.clip(jnp.round(o[2] * 4.0) / 4.0, -16.0, 16.0), P(('x', 'z'), 'w')), o
+    c, ys = jax.lax.scan(layer, a0, (a1,))
+    return (c,) + tuple(ys)
+
+
+def f(a0, a1):
+    def h(a0, a1):
+        o = model(a0, a1)
+        return (o[0], o[1], o[2], o[3], o[4],)
+    outs, pull = jax.vjp(h, a0, a1)
+    return outs + pull(outs)
+"""
+
+
+def test_the_walk_traces_the_program_with_its_arguments_placed():
+    import xla_backend
+    from conformance.strategies import _sharded_allowed
+
+    mesh = Mesh((1, 1, 1, 1), ("x", "y", "z", "w"), axis_types=(refsim.AxisType.Explicit,) * 4)
+    rep = NamedSharding(mesh, P())
+    a0 = np.full((1, 1, 1), 2.0, np.float32)
+    a1 = np.array([3.0, 7.5, 13.0], np.float32).reshape(1, 3, 1, 1)
+    case = ShardedProgram(family="sharded", source=SCAN_SOURCE, entry="jit", mesh=mesh, args=(a0, a1),
+                          in_shardings=(NamedSharding(mesh, P(("x", "z"), "w", None)), rep),
+                          out_shardings=(rep,) * 7, outputs=("exact",) * 7,
+                          policies=(("exact", 0),) * 6 + (("rel", 2.0 ** -10),))
+    closed = _sharded_allowed._closed(case)
+    assert tuple(closed.jaxpr.invars[0].aval.sharding.spec) == (("x", "z"), "w", None)   # a0's sharding type
+    got = case.run(xla_backend)
+    pols = case.tolerances()
+    assert isinstance(pols[6], allowed.AllowedSet)
+    assert np.asarray(got[6])[0, 1, 0, 0] == np.float32(14.995979309082031)   # two roundings, as traced
+    assert compare.compare([case.run(refsim)[6]], [got[6]], tolerances=[pols[6]]).ok
