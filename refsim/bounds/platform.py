@@ -58,6 +58,16 @@ RELAXATIONS = {
         "('A / Const => A * (1 / Const)', 'A / Broadcast(B) => A * Broadcast((1 / B))'); not in XLA's "
         "documentation (StableHLO's divide is IEEE division). Plain JAX, XLA:CPU: pmean of int32 9 over "
         "5 devices gives 1.8000001 (9 * fl(0.2)), where 9 / 5 rounds to 1.8", documented=False),
+    "xla-division-reassociation": Relaxation(
+        "xla-division-reassociation",
+        "a division one of whose operands is itself a division: computed as one division by (or of) a "
+        "product, (A / B) / C as A / (B * C) and A / (B / C) as (A * C) / B (the inner quotient is never "
+        "rounded, the product is: u of the result twice, and half an ulp for the final quotient)",
+        "XLA's algebraic simplifier, xla/hlo/transforms/simplifiers/algebraic_simplifier.cc ('(A / B) / C => "
+        "A / (B * C)', 'A / (B / C) => (A * C) / B'); not in XLA's documentation. Plain JAX, XLA:CPU, jax "
+        "0.10.2 and 0.12: jax.jit(lambda a, d: a / d / d)(10., 11.) is 0.082644626 (10 / fl(11 * 11)), where "
+        "fl(fl(10 / 11) / 11) is 0.082644634; met by the 0.12 custom_vjp hunt (the pullback of a / (|round(a)| + 1))",
+        documented=False),
     "xla-rsqrt-division": Relaxation(
         "xla-rsqrt-division",
         "a division by a square root: computed as a multiplication by rsqrt (rsqrt's platform accuracy "

@@ -42,7 +42,7 @@ class BVal:
     dtype: np.dtype
     nonneg: bool = False
     dom: np.ndarray | None = None
-    origin: str | None = None    # "constant", "broadcast" or "sqrt": what XLA's rewrites key on
+    origin: str | None = None    # "constant", "broadcast", "sqrt" or "div": what XLA's rewrites key on
     extreme: tuple | None = None  # (operand BVal, reduced axes): this is reduce_max/min of operand
     alias: "BVal | None" = None   # the value this one is an exact copy of (stop_gradient, reshard, ...)
     strict: "BVal | None" = None  # a dual walk: this value without relaxations, where it differs

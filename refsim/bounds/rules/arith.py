@@ -149,8 +149,17 @@ def _div(bctx, eqn, ins):
             extra = 2 * k * V.unit_roundoff(np.float64 if np.dtype(dt) == np.float64 else np.float32) * (
                 np.abs(c) if bp is None else np.abs(c) + bp)
             bctx.note("xla-rsqrt-division", eqn)
+        if "div" in (a.origin, b.origin) and bctx.allows("xla-division-reassociation") \
+                and V.any_of(np.isfinite(c) & (c != 0)):
+            # (A / B) / C as A / fl(B * C), A / (B / C) as fl(A * C) / B: the inner quotient this walk
+            # rounded (u relative) is exact there, the product rounds (u relative), and the one
+            # quotient rounds to a value other than this walk's last rounding (half an ulp)
+            mag = np.abs(c) if bp is None else np.abs(c) + bp
+            extra = V.add_bounds(extra, np.where(np.isfinite(c) & (c != 0),
+                                                 2 * V.unit_roundoff(dt) * mag + V.half_ulp(mag, dt), 0.0))
+            bctx.note("xla-division-reassociation", eqn)
         local = V.add_bounds(local, extra)
-    out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)], nonneg=a.nonneg and b.nonneg)
+    out = result(bctx, eqn, c, dt, local, [(ta, a), (tb, b)], nonneg=a.nonneg and b.nonneg, origin="div")
     if und is not None and V.any_of(und):
         out.bound = np.where(und, np.inf, out.bound)
     return [out]

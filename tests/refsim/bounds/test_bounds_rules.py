@@ -230,6 +230,23 @@ def test_reciprocal_division_widens_only_a_division_by_a_constant_that_is_not_a_
     assert out[0].bound is None and not bctx.used                      # a computed divisor
 
 
+def test_division_reassociation_widens_a_division_of_or_by_a_quotient():
+    # XLA's simplifier: (A / B) / C as A / (B * C), A / (B / C) as (A * C) / B. Plain JAX, XLA:CPU:
+    # 10 / 11 / 11 is 10 / fl(121) = 0.082644626, where fl(fl(10 / 11) / 11) = 0.082644634 (the center)
+    relax = {"xla-division-reassociation"}
+    xla = float(np.float32(10) / np.float32(121))
+    out, bctx = bounds_of(lambda a, d: a / d / d, (10.0, None), (11.0, None), relaxations=relax)
+    c = float(np.float32(np.float32(10) / np.float32(11)) / np.float32(11))
+    assert out[0].center == c and abs(xla - c) <= float(out[0].bound) and "xla-division-reassociation" in bctx.used
+    assert float(out[0].bound) == 2 * U * c + hu(c)
+    out, bctx = bounds_of(lambda a, b, c: a / (b / c), (1.0, None), (3.0, None), (7.0, None), relaxations=relax)
+    assert float(out[0].bound) > 0 and "xla-division-reassociation" in bctx.used
+    out, bctx = bounds_of(lambda a, d: a / d / d, (10.0, None), (11.0, None))
+    assert out[0].bound is None and not bctx.used                      # the spec alone: two correct roundings
+    out, bctx = bounds_of(lambda a, d: (a / d) * d, (10.0, None), (11.0, None), relaxations=relax)
+    assert not bctx.used                                               # no division of a quotient
+
+
 def test_every_rule_is_registered_once_and_named_by_its_primitive():
     table = B.load_rules()
     for name in ("add", "mul", "div", "sqrt", "exp", "tanh", "reduce_sum", "dot_general", "psum", "transpose",
