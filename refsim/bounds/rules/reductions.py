@@ -68,7 +68,8 @@ def _dominant_reduced(bctx, eqn, x, axes, total_prop, local):
         return None
     full = np.nan_to_num(x.full_bound(), nan=np.inf)
     dom = np.broadcast_to(x.dom if x.dom is not None else np.int32(-1), full.shape)
-    moved = np.moveaxis(full, axes, range(-len(axes), 0)).reshape(full.shape[:full.ndim - len(axes)] + (-1,))
+    moved = np.moveaxis(full, axes, range(-len(axes), 0))       # the reduced axes last, the kept ones in order
+    moved = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
     dmoved = np.moveaxis(dom, axes, range(-len(axes), 0)).reshape(moved.shape)
     pick = np.take_along_axis(dmoved, np.argmax(moved, axis=-1)[..., None], axis=-1)[..., 0]
     me = bctx.op_id(eqn)

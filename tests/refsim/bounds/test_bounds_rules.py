@@ -247,6 +247,17 @@ def test_division_reassociation_widens_a_division_of_or_by_a_quotient():
     assert not bctx.used                                               # no division of a quotient
 
 
+def test_explain_names_the_dominating_op_of_a_sum_over_a_leading_axis():
+    # explain mode (allowed.explain_disagreements) on a reduction whose axis is not the last: the kept
+    # axes were reshaped in the operand's order and a (3, 4) sum over axis 0 raised a broadcast error
+    x = np.linspace(1.0, 2.0, 12, dtype=np.float32).reshape(3, 4)
+    closed = jax.make_jaxpr(lambda a: jnp.sum(a * 1.1, axis=0))(x)
+    res = B.evaluate(closed, [x], explain=True)
+    out = res.outputs[0]
+    assert out.dom.shape == (4,) and out.bound.shape == (4,) and (out.bound > 0).all()
+    assert {res.ops[i] for i in np.unique(out.dom)} <= set(res.ops)
+
+
 def test_every_rule_is_registered_once_and_named_by_its_primitive():
     table = B.load_rules()
     for name in ("add", "mul", "div", "sqrt", "exp", "tanh", "reduce_sum", "dot_general", "psum", "transpose",
