@@ -159,7 +159,7 @@ def test_the_runs_tolerances_are_the_sharded_suites(tmp_path):
     for case in cases:
         want = as_outputs(case.run(refsim))
         ours = run_mod.tolerances(want, [[k, v] for k, v in case.policies])
-        for a, b in zip(ours, case.tolerances()):
+        for a, b in zip(ours, case.value_model_tolerances()):   # a bundle has no jaxpr: the value model
             assert type(a) is type(b)
             if isinstance(a, ErrorBound):
                 assert a.bound == b.bound
