@@ -146,7 +146,10 @@ def run(mesh_shape, device_ids):
     with jax.set_mesh(mesh):
         fn = jax.jit(f, {donate}in_shardings=tuple(NamedSharding(mesh, s) for s in IN_SPECS),
                      out_shardings=tuple(NamedSharding(mesh, s) for s in OUT_SPECS))
-        return jax.tree_util.tree_leaves(fn(*inputs()))
+        # placed as jit's in_shardings lay them out (on an Explicit mesh a NumPy argument's type has no
+        # sharding, and JAX traces another program: one that can raise where this one runs)
+        args = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(inputs(), IN_SPECS)]
+        return jax.tree_util.tree_leaves(fn(*args))
 
 '''
 
@@ -248,7 +251,7 @@ def _chained(case, text: str) -> str:
         positions = [flat.index(int(i)) for i in np.ravel(m.device_ids)]
         rows.append(f"    ({tuple(m.axis_names)!r}, {positions!r}, ({''.join(spec_text(sp) + ', ' for sp in specs)})),")
     start = text.index("def run(mesh_shape, device_ids):")
-    end_mark = "return jax.tree_util.tree_leaves(fn(*inputs()))\n"
+    end_mark = "return jax.tree_util.tree_leaves(fn(*args))\n"
     end = text.index(end_mark, start) + len(end_mark)
     return text[:start] + _CHAIN_RUN.format(rows="\n".join(rows)) + text[end:]
 
