@@ -293,6 +293,10 @@ def script_text(case, *, title: str, about: str, expected: str = "one-device", v
         text = text.replace("out_shardings=tuple(NamedSharding(mesh, s) for s in OUT_SPECS)",
                             "out_shardings=tuple(NamedSharding(mesh, s, memory_kind=k) "
                             "for s, k in zip(OUT_SPECS, OUT_MEMORY_KINDS))", 1)
+        # the arguments placed where the jit takes them (JAX refuses a device argument for a pinned_host one)
+        text = text.replace("args = [jax.device_put(x, NamedSharding(mesh, s)) for x, s in zip(inputs(), IN_SPECS)]",
+                            "args = [jax.device_put(x, NamedSharding(mesh, s, memory_kind=k)) "
+                            "for x, s, k in zip(inputs(), IN_SPECS, IN_MEMORY_KINDS)]", 1)
     if getattr(case, "program_class", "plain") == "jit_chain_orders":
         text = _chained(case, text)
     if expected == "one-device":
