@@ -10,6 +10,7 @@ reported unsupported on this platform.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import zlib
 
@@ -62,13 +63,37 @@ def tasks(*, examples: int, seed: int, devices: int) -> list:
     return flatten(task_chunks(examples=examples, seed=seed, devices=devices))
 
 
-def _close(e, a, tol, ulp=0, failure=None) -> str:
-    """'' when refsim's array `e` and XLA's `a` agree device by device within the program's `tol`
-    (or its ulp bound, for programs using transcendentals); a complex number part by part. A
+def stated_policies(prog, mesh, inputs, want) -> list:
+    """One policy per refsim output `want` of corpus program `prog` that states a tolerance (`tol`
+    or `ulp`): each element held to the tighter of the stated tolerance and the allowed set
+    (`conformance.verdict.allowed`, issue 39: one comparison everywhere). Where the bound walk has
+    no rule for an output, or an element is undecidable, the stated tolerance judges it alone."""
+    import jax
+
+    from conformance.verdict import allowed
+    from conformance.verdict.stated import StatedBound
+    from xla_backend import staging
+
+    stated = [StatedBound.of(w, tol=prog.tol) if prog.tol else StatedBound.of(w, ulps=prog.ulp) for w in want]
+    floating = [np.dtype(w.dtype).kind == "f" for w in want]
+    staged = staging.wrap(prog.fn, prog.layout(mesh)).place(inputs)
+    with staged.context():
+        closed = staged.call.trace(*staged.dynamic_args).jaxpr
+    flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(inputs)]
+    pols, _notes, _result = allowed.build(closed, flat, want, floating, stated,
+                                          platform=jax.devices()[0].platform)
+    return [dataclasses.replace(p, judge_undecidable=True) if isinstance(p, allowed.AllowedSet) else p
+            for p in pols]
+
+
+def _close(e, a, tol, ulp=0, failure=None, policy=None) -> str:
+    """'' when refsim's array `e` and XLA's `a` agree device by device by `policy` (the stated
+    tolerance and the allowed set, `stated_policies`), else within the program's `tol` (or its
+    ulp bound, for programs using transcendentals); a complex number part by part. A
     disagreement under the comparator puts its signature (`verdict.xfails.comparison_failure`) in
     the dict `failure`, so an xfails entry can match it."""
-    if not tol:
-        res = compare(e, a, ulp=ulp or None)
+    if policy is not None or not tol:
+        res = compare(e, a, tolerances=[policy]) if policy is not None else compare(e, a, ulp=ulp or None)
         if not res.ok and failure is not None:
             failure.update(comparison_failure(res))
         return "" if res.ok else res.report()
@@ -119,9 +144,15 @@ def check_corpus(name: str, xla) -> Outcome:
                            examples=len(CORPUS_SEEDS), details=Failure(signature=exception_failure("xla", e)))
         if len(want) != len(got):
             return Outcome("fail", f"{name}: refsim gave {len(want)} outputs, xla {len(got)}")
+        pols = [None] * len(want)
+        if prog.tol or prog.ulp:
+            try:
+                pols = stated_policies(prog, mesh, inputs, want)
+            except Exception as e:  # noqa: BLE001 - the stated tolerance alone judges, as before
+                pols = [None] * len(want)
         for k, (e, a) in enumerate(zip(want, got)):
             failure: dict = {}
-            msg = _close(e, a, prog.tol, prog.ulp, failure)
+            msg = _close(e, a, prog.tol, prog.ulp, failure, policy=pols[k])
             if msg:
                 return Outcome("fail", f"{name} output {k} (seed {seed}):\n{msg}", examples=len(CORPUS_SEEDS),
                                details=Failure(signature=failure or None))

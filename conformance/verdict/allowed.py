@@ -50,7 +50,8 @@ _MARGIN = 1 + 2.0 ** -40   # the bound's own rounding in float64
 class AllowedSet(compare.SumBound):
     """Per element: |result - center| <= bound (module docstring). `exact` holds each device's
     center, `abs_sum` its bound (NaN: undecidable); `fallback_ref` / `fallback_allowed` the
-    heuristic's reference (refsim's values) and allowed |diff| for undecidable elements;
+    heuristic's reference (refsim's values) and allowed |diff| for undecidable elements (one number,
+    or per device an array of per-element allowances: a stated per-element tolerance);
     `strict` each device's bound without relaxations (None: no relaxation widened it, or no
     element is held to the allowed set, `governed`, so none would read it);
     `derivation` how the bound was derived (the report's text); `scale` max|refsim output|."""
@@ -60,7 +61,7 @@ class AllowedSet(compare.SumBound):
     holds_integers: ClassVar[bool] = True
 
     fallback_ref: Mapping[int, np.ndarray] | None = None
-    fallback_allowed: float = 0.0
+    fallback_allowed: float | Mapping[int, np.ndarray] = 0.0
     strict: Mapping[int, np.ndarray] | None = None
     derivation: str = ""
     scale: float = 0.0
@@ -96,6 +97,11 @@ class AllowedSet(compare.SumBound):
     def exact_elements(self, device_id: int, out_dtype) -> np.ndarray:
         return np.zeros(np.shape(self.exact[device_id]), bool)
 
+    def fallback_bound(self, device_id: int):
+        """The fallback's allowed |diff| on device `device_id`: a number, or an array per element."""
+        fa = self.fallback_allowed
+        return np.asarray(fa[device_id], np.float64) if isinstance(fa, Mapping) else fa
+
     def _undecidable(self, device_id):
         return np.isnan(self.abs_sum[device_id])
 
@@ -104,7 +110,7 @@ class AllowedSet(compare.SumBound):
         tighter of the two), False where the heuristic is (undecidable, or tighter there)."""
         b = np.asarray(self.abs_sum[device_id], np.float64)
         with np.errstate(invalid="ignore"):
-            return ~np.isnan(b) & (b * _MARGIN <= self.fallback_allowed)
+            return ~np.isnan(b) & (b * _MARGIN <= self.fallback_bound(device_id))
 
     def reference_and_bound(self, device_id: int, out_dtype):
         """(reference, allowed |diff|): the center and its bound where the allowed set governs,
@@ -118,7 +124,7 @@ class AllowedSet(compare.SumBound):
         und = np.isnan(b) & (not self.judge_undecidable)
         with np.errstate(invalid="ignore"):
             ref = np.where(use, c, np.asarray(self.fallback_ref[device_id], np.float64))
-            bound = np.where(use, b * _MARGIN, np.where(und, np.inf, self.fallback_allowed))
+            bound = np.where(use, b * _MARGIN, np.where(und, np.inf, self.fallback_bound(device_id)))
         return ref, bound
 
     def allowed_nonfinite(self, device_id: int, out_dtype):
@@ -142,8 +148,9 @@ class AllowedSet(compare.SumBound):
             use = self.governed(d)
             if use.any():
                 worst = max(worst, float(b[use].max()))
-            if (~use & ~np.isnan(b)).any():
-                worst = max(worst, float(self.fallback_allowed))
+            rest = ~use & (~np.isnan(b) | self.judge_undecidable)   # undecidable ones too where judged
+            if rest.any():
+                worst = max(worst, float(np.max(np.broadcast_to(self.fallback_bound(d), b.shape)[rest])))
         return worst
 
     def ulps_of(self, diff: float, out_dtype) -> float | None:
@@ -217,8 +224,10 @@ def _policies_from(result, ref, candidates, fallbacks, derivations=None) -> tupl
             bounds[d] = _shard_slice(full_b, sh.index)
             fref[d] = np.asarray(sh.data)
         fb = fallbacks[k]
+        # a fallback with a bound per element (a stated tolerance) keeps it; else its one number
+        per_element = getattr(fb, "per_element_allowed", None)
         pols.append(AllowedSet(n=1, exact=centers, abs_sum=bounds, fallback_ref=fref,
-                               fallback_allowed=float(fb.allowed(arr.dtype)),
+                               fallback_allowed=per_element() if per_element else float(fb.allowed(arr.dtype)),
                                derivation="" if derivations is None else derivations.get(k, ""),
                                scale=float(getattr(fb, "scale", 0.0)), relaxations=tuple(sorted(result.used)),
                                fallback_describe=fb.describe(), fallback_why=_why(fb)))
