@@ -484,3 +484,24 @@ def test_scaling_against_this_checkout_measures_cpu_and_wall():
     recs = scaling.against([here], devices=(8,), mibs=(1,), passes=1, repeat=1)
     assert len(recs) == 2 and all(r["correct"] for r in recs)
     assert recs[0]["cpu_ratio_to_this"] == 1.0 and recs[0]["cpu"]["median"] > 0
+
+
+def test_allowed_floor_measures_refsim_the_walk_and_both_floors(capsys):
+    """bench.allowed_floor: every op runs through refsim, the walk and the floors; each floor's
+    center is the float64 value of the op (checked against NumPy here, independently)."""
+    import numpy as np
+
+    from bench import allowed_floor
+
+    d = allowed_floor._data("mul", 256)
+    c, e = allowed_floor.per_element_floor("mul", d)()
+    assert np.array_equal(c, d["a"] * d["b"]) and (e > 0).all()
+    c, e = allowed_floor.per_element_floor("dot", allowed_floor._data("dot", 256 * 64))()
+    assert c.shape == (256, 64) and (e > 0).all()
+    rec = allowed_floor.measure("sum", 1000, 1)
+    assert rec["op"] == "sum" and rec["elements"] == 1000
+    for k in ("refsim_us", "walk_us", "element_us", "array_us", "numpy_us"):
+        assert rec[k]["median"] > 0
+    assert rec["ratio_walk"] > 1 and rec["ratio_element"] > 1
+    assert allowed_floor.main(["--sizes", "1e3", "--ops", "add", "--passes", "1"]) == 0
+    assert "The bound walk and its floor in NumPy" in capsys.readouterr().out
