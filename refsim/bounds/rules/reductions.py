@@ -9,8 +9,10 @@ subnormal per addition and the float64 center's own ``gamma(n)`` rounding.
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import ml_dtypes
 import numpy as np
 
 from refsim.bounds import values as V
@@ -29,6 +31,12 @@ def _dtype(eqn):
 def sum_latitude(n, abs_sum, center_abs_sum, dtype):
     """The latitude of summing n allowed terms whose magnitudes add to at most `abs_sum`
     (`center_abs_sum`: the centers' magnitudes, for the float64 center's own rounding)."""
+    if isinstance(n, (int, np.integer)):
+        own, tiny, ref = _sum_factors(int(n), np.dtype(dtype))
+        with np.errstate(**ERR):
+            # the same products and sums as below, the factors computed once per (n, dtype)
+            lead = np.zeros(np.broadcast_shapes(np.shape(abs_sum), ())) if own is None else own * abs_sum
+            return lead + tiny + ref * center_abs_sum
     u = V.unit_roundoff(dtype)
     adds = np.maximum(np.asarray(n) - 1, 0)
     with np.errstate(**ERR):
@@ -38,16 +46,28 @@ def sum_latitude(n, abs_sum, center_abs_sum, dtype):
         return own + adds * V.half_subnormal(dtype) + V.growth(n, 2.0 ** -53) * center_abs_sum
 
 
+@functools.lru_cache(maxsize=1024)
+def _sum_factors(n: int, dtype: np.dtype) -> tuple:
+    """`sum_latitude`'s factors for a count n: growth(n - 1, u) (None for no addition), the
+    additions' half subnormals, growth(n, 2**-53), as its array path computes them."""
+    adds = np.maximum(np.asarray(n) - 1, 0)
+    own = None if adds == 0 else V.growth(adds, V.unit_roundoff(dtype))
+    return own, adds * V.half_subnormal(dtype), V.growth(n, 2.0 ** -53)
+
+
 def lowest_bit_exponent(x) -> np.ndarray:
-    """q with x = odd * 2**q per element (float64 values); +inf for zeros and non-finite values."""
+    """q with x = odd * 2**q per element (float64 values); +inf for zeros and non-finite values.
+
+    Read off the float64 bit pattern: the lowest set bit of |x|'s pattern is 2**k with k < 52 the
+    significand's lowest bit, or k >= 52 (a power of two, in the exponent field: its implicit bit,
+    k = 52); a biased exponent E (1 for subnormals) puts bit k at 2**(E - 1075 + k)."""
     x = np.asarray(x, np.float64)
-    with np.errstate(**ERR):
-        m, e = np.frexp(x)
-        fin = np.isfinite(x) & (x != 0)
-        mi = np.where(fin, np.abs(m) * 2.0 ** 53, 1.0).astype(np.int64)
-        low = mi & -mi
-        q = e.astype(np.float64) - 53 + np.log2(low.astype(np.float64))
-    return np.where(fin, q, np.inf)
+    b = x.view(np.int64) & np.int64(0x7FFF_FFFF_FFFF_FFFF)
+    e = b >> 52
+    low = b & -b
+    k = (low.astype(np.float64).view(np.int64) >> 52) - 1023     # low is a power of two: exact
+    q = (np.maximum(e, 1) - 1075 + np.minimum(k, 52)).astype(np.float64)
+    return np.where((b != 0) & (e < 2047), q, np.inf)
 
 
 def no_order_rounds(q_min, abs_sum, dtype) -> np.ndarray:
@@ -59,6 +79,47 @@ def no_order_rounds(q_min, abs_sum, dtype) -> np.ndarray:
     q_floor = np.log2(float(fi.smallest_subnormal))
     with np.errstate(**ERR):
         return np.isfinite(q_min) & (q_min >= q_floor) & (abs_sum < np.exp2(q_min + p)) | (abs_sum == 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _exponents(dtype) -> tuple[int, int]:
+    """(p, q_floor): `dtype`'s significand bits and its smallest subnormal's exponent."""
+    fi = V.finfo(dtype)
+    return int(fi.nmant) + 1, math.frexp(float(fi.smallest_subnormal))[1] - 1
+
+
+#: IEEE formats whose values are exactly the k * 2**q with |k| < 2**p, q >= q_floor, up to max
+_IEEE = frozenset(np.dtype(d) for d in (np.float16, np.float32, ml_dtypes.bfloat16))
+
+
+def sum_no_order_rounds(terms, abs_total, axes, dtype) -> np.ndarray:
+    """``no_order_rounds(min of lowest_bit_exponent(terms) over axes, abs_total, dtype)`` for a sum of
+    `terms` (float64) over `axes` whose magnitudes add up to `abs_total` (float64, np.sum's), in
+    fewer passes. With ``abs_total = m * 2**e`` (frexp) and ``t = max(e - p, q_floor)``, a row with
+    0 < abs_total < inf passes exactly where every term is a multiple of 2**t (abs_total <
+    2**(q_min + p) iff q_min >= e - p): where each term / 2**t is an integer. Such terms add up
+    exactly in float64 in any order (every partial sum is a multiple of 2**t below 2**(t + p)), so
+    abs_total is k * 2**t with k < 2**p: a value of `dtype` unless past its max. Where no row's
+    abs_total is (float16, bfloat16, float32), the per-term test is skipped."""
+    p, q_floor = _exponents(dtype)
+    ac = np.asarray(abs_total, np.float64)
+    zero = ac == 0
+    dt = np.dtype(dtype)
+    with np.errstate(**ERR):
+        if dt in _IEEE and not V.any_of(((ac.astype(dt) == ac) & ~zero) | (ac > float(V.finfo(dt).max))):
+            return zero
+        t = np.maximum(np.frexp(ac)[1] - p, q_floor)
+        live = np.isfinite(ac) & ~zero
+        t = np.expand_dims(np.where(live, t, 0), axes)     # 0 elsewhere: the cheap branches below
+        if np.min(t, initial=0) >= -1023:
+            y = terms * np.ldexp(1.0, -t)                  # exact where terms is a multiple of 2**t
+        else:
+            y = np.ldexp(terms, -t)                        # 2**-t is no float64
+        ok = y == np.trunc(y)
+        if np.max(t, initial=0) >= 1:
+            # a nonzero |term| below 2**(t - 1074) (no multiple of 2**t) scales to 0: not a multiple
+            ok &= (y != 0) | (terms == 0)
+        return zero | (live & np.logical_and.reduce(ok, axis=axes))
 
 
 def _dominant_reduced(bctx, eqn, x, axes, total_prop, local):
@@ -76,6 +137,11 @@ def _dominant_reduced(bctx, eqn, x, axes, total_prop, local):
     return np.where(np.nan_to_num(local, nan=np.inf) >= np.nan_to_num(total_prop, nan=np.inf), me, pick).astype(np.int32)
 
 
+def _sum(a, axes):
+    """np.sum(a, axis=axes): for an ndarray, np.add.reduce without np.sum's wrapper."""
+    return np.add.reduce(a, axis=axes) if type(a) is np.ndarray else np.sum(a, axis=axes)
+
+
 @register("reduce_sum")
 def _reduce_sum(bctx, eqn, ins):
     (x,) = ins
@@ -87,13 +153,13 @@ def _reduce_sum(bctx, eqn, ins):
         return [BVal(out, b, dt)]
     n = math.prod(np.shape(x.center)[a] for a in axes)
     with np.errstate(**ERR):
-        c = np.sum(x.center, axis=axes)
-        ac = np.sum(np.abs(x.center), axis=axes)
-        prop = None if x.bound is None else np.sum(x.full_bound(), axis=axes)
+        c = _sum(x.center, axes)
+        ac = _sum(np.abs(x.center), axes)
+        prop = None if x.bound is None else _sum(x.full_bound(), axes)
         local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
         if prop is None:
             # exact terms that no order of additions can round: the exact sum, bound 0
-            exact = no_order_rounds(np.min(lowest_bit_exponent(x.center), axis=axes, initial=np.inf), ac, dt)
+            exact = sum_no_order_rounds(x.center, ac, axes, dt)
             if V.any_of(exact):
                 c = np.where(exact, c, c)
                 local = np.where(exact, 0.0, local)
