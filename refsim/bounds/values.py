@@ -97,6 +97,14 @@ class Unknown:
 
 def is_float(dtype) -> bool:
     """Real floating dtypes, the ml_dtypes narrow floats included (not complex)."""
+    try:
+        return _is_float(dtype)
+    except TypeError:    # an unhashable dtype-like
+        return _is_float.__wrapped__(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_float(dtype) -> bool:
     dtype = np.dtype(dtype)
     return dtype.kind == "f" or (dtype.kind == "V" and "float" in dtype.name)
 
@@ -111,11 +119,13 @@ def finfo(dtype):
     return _finfo(np.dtype(dtype))
 
 
+@functools.lru_cache(maxsize=None)
 def unit_roundoff(dtype) -> float:
     """u = 2**-p for the p significand bits of `dtype` (float32: 2**-24)."""
     return float(finfo(dtype).eps) / 2
 
 
+@functools.lru_cache(maxsize=None)
 def half_subnormal(dtype) -> float:
     """The largest rounding error in the subnormal range: half the smallest subnormal."""
     return float(finfo(dtype).smallest_subnormal) / 2
@@ -148,16 +158,31 @@ def half_ulp(a, dtype):
     """Half an ulp of `dtype` at magnitude `a` (elementwise): the largest rounding error of a
     correctly rounded result whose exact value has magnitude at most `a` -- ``u * 2**floor(log2 a)``
     (tighter than ``u * a`` by up to 2), and never below half the smallest subnormal."""
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        _, e = np.frexp(np.asarray(a, np.float64))
-        return np.maximum(np.ldexp(unit_roundoff(dtype), e - 1), half_subnormal(dtype))
+    # frexp and ldexp raise no floating-point error here (NaN and inf give e = 0; u / 2 * 2**1024
+    # is finite for every dtype): no errstate to enter
+    _, e = np.frexp(np.asarray(a, np.float64))
+    return np.maximum(np.ldexp(_half_u(dtype), e), half_subnormal(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _half_u(dtype) -> float:
+    """u / 2 (a power of two: u / 2 * 2**e is u * 2**(e - 1), the same float)."""
+    return unit_roundoff(dtype) / 2
 
 
 def growth(k, u: float):
     """(1 + u)**k - 1: the relative error of k roundings (Higham's gamma(k), without its
     k*u < 1 restriction); elementwise for an array `k`."""
+    if isinstance(k, (int, float, np.integer, np.floating)):
+        return _growth(float(k), u)
     k = np.asarray(k, np.float64)
     return np.expm1(k * np.log1p(u))
+
+
+@functools.lru_cache(maxsize=1024)
+def _growth(k: float, u: float):
+    """`growth` of one count, once per (k, u): the same NumPy computation, the same np.float64."""
+    return np.expm1(np.asarray(k, np.float64) * np.log1p(u))
 
 
 def widens_exactly(src, dst) -> bool:
