@@ -92,7 +92,9 @@ def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False, st
             ins.append(Unknown(frozenset({"an input without one global value"})))
         else:
             ins.append(walk.from_value(g, walk.dtype_of(v), bctx))
-    with blas.held():          # the walk's products (several per dot_general) on one thread setting
+    # the walk's products (several per dot_general) on one thread setting; NumPy's errstate for
+    # the bounds' infinities and NaNs entered once (`values.quiet`)
+    with blas.held(), V.quietly():
         outs = walk.eval_closed(bctx, closed, ins)
     strict_outs = None
     if strict:

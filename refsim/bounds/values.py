@@ -15,11 +15,56 @@ docs/comparison.md ("The allowed set").
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 
 import ml_dtypes
 import numpy as np
+
+#: The floating-point errors a bound computation meets as values (an infinite bound, a NaN
+#: marking an undecidable element, a division by zero), not as warnings.
+ERR = dict(invalid="ignore", over="ignore", divide="ignore")
+
+_QUIET = contextvars.ContextVar("refsim.bounds.quiet", default=False)
+
+
+class _Entered:
+    """np.errstate(**ERR) where it holds already: nothing to enter (a NumPy errstate costs ~1 us,
+    the walk asks for one several times per equation)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+_ENTERED = _Entered()
+
+
+def quiet():
+    """``np.errstate(**ERR)``, or nothing to enter inside `quietly` (which holds it already)."""
+    return _ENTERED if _QUIET.get() else np.errstate(**ERR)
+
+
+class quietly:
+    """``with quietly():`` runs a walk under ``np.errstate(**ERR)`` once: `quiet` inside it enters nothing."""
+
+    __slots__ = ("_state", "_token")
+
+    def __enter__(self):
+        self._state = np.errstate(**ERR)
+        self._state.__enter__()
+        self._token = _QUIET.set(True)
+        return self
+
+    def __exit__(self, *exc):
+        _QUIET.reset(self._token)
+        return self._state.__exit__(*exc)
+
 
 #: Unit roundoff of the float64 center, per operation that rounds it (one ulp of float64 covers
 #: NumPy's float64 libm as well as its correctly rounded arithmetic).

@@ -8,7 +8,7 @@ from refsim.bounds.registry import BCtx
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
-ERR = dict(invalid="ignore", over="ignore", divide="ignore")
+ERR = V.ERR
 
 
 def rounding(c, bp, dtype, factor: float = 1.0):
@@ -17,7 +17,7 @@ def rounding(c, bp, dtype, factor: float = 1.0):
     (`values.half_ulp`: at least half the smallest subnormal), plus the float64 center's own
     rounding ``REF_U * |c|``."""
     a = np.abs(c)
-    with np.errstate(**ERR):
+    with V.quiet():
         h = V.half_ulp(a if bp is None else a + bp, dtype)
         return (h if factor == 1.0 else factor * h) + V.REF_U * a
 
@@ -27,7 +27,7 @@ def rounded(c, dtype) -> np.ndarray:
     +, -, *, /, sqrt of float32 or narrower operands the float64 result rounded again is the
     correctly rounded one (53 >= 2 p + 2 bits: double rounding is innocuous), so an operation on
     exact operands has exactly one allowed result."""
-    with np.errstate(**ERR):
+    with V.quiet():
         return np.asarray(c, np.float64).astype(dtype).astype(np.float64)
 
 
@@ -36,7 +36,7 @@ def result(bctx: BCtx, eqn, center, dtype, local, terms=(), *, nonneg=False, ori
     (None where everything is None); in explain mode its `dom` names, per element, the op whose
     latitude is the largest part (this one, or the dominating op of the largest term)."""
     parts = [t for t, _ in terms if t is not None]
-    with np.errstate(**ERR):
+    with V.quiet():
         bound = V.add_bounds(local, *parts)
     dom = None
     if bctx.explain and bound is not None:
@@ -57,7 +57,7 @@ def _dominant(bctx, eqn, shape, local, terms):
         doms.append(np.broadcast_to(x.dom if x.dom is not None else np.int32(-1), shape))
     if not cands:
         return None
-    with np.errstate(**ERR):
+    with V.quiet():
         st = np.nan_to_num(np.stack(cands), nan=np.inf)
     idx = np.argmax(st, axis=0)
     return np.choose(idx, [np.asarray(d, np.int32) for d in doms]) if len(doms) > 1 else np.asarray(doms[0])

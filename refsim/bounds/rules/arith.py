@@ -16,7 +16,7 @@ import numpy as np
 from refsim.bounds import platform as PL
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR, decided, int_rule, result, rounded, rounding
+from refsim.bounds.rules._common import decided, int_rule, result, rounded, rounding
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
@@ -32,7 +32,7 @@ def sp(x, y):
     None when either is None."""
     if x is None or y is None:
         return None
-    with np.errstate(**ERR):
+    with V.quiet():
         r = x * y
         if not V.nan_sum(r):                # no 0 * inf in it (and no NaN): the product as it is
             return r
@@ -50,7 +50,7 @@ def _add(bctx, eqn, ins):
     dt = _out_dtype(eqn)
     if not V.is_float(dt):
         return [int_rule(bctx, eqn, ins)]
-    with np.errstate(**ERR):
+    with V.quiet():
         c = a.center - b.center if eqn.primitive.name == "sub" else a.center + b.center
     nonneg = eqn.primitive.name != "sub" and a.nonneg and b.nonneg
     if a.bound is None and b.bound is None:
@@ -69,7 +69,7 @@ def _mul(bctx, eqn, ins):
     ca, cb = a.center, b.center
     if a.bound is None and b.bound is None:
         nonneg = (a.nonneg and b.nonneg) or _same_var(eqn)
-        with np.errstate(**ERR):
+        with V.quiet():
             c = rounded(ca * cb, dt)
             fused = None
             if bctx.allows("xla-cpu-fma") and np.dtype(dt) in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -82,7 +82,7 @@ def _mul(bctx, eqn, ins):
                 else:
                     bctx.note("xla-cpu-fma", eqn)
         return [BVal(c, fused, dt, nonneg)]
-    with np.errstate(**ERR):
+    with V.quiet():
         c = ca * cb
         ta = sp(np.abs(cb), a.bound)
         tb = V.add_bounds(sp(np.abs(ca), b.bound), sp(a.bound, b.bound))
@@ -104,7 +104,7 @@ def _mul(bctx, eqn, ins):
 
 
 def _power_of_two(x) -> np.ndarray:
-    with np.errstate(**ERR):
+    with V.quiet():
         m, _ = np.frexp(x)
     return np.abs(m) == 0.5
 
@@ -116,7 +116,7 @@ def _div(bctx, eqn, ins):
     if not V.is_float(dt):
         return [int_rule(bctx, eqn, ins)]
     ca, cb = a.center, b.center
-    with np.errstate(**ERR):
+    with V.quiet():
         c = ca / cb
         acb = np.abs(cb)
         und = None
@@ -229,7 +229,7 @@ def _sign(bctx, eqn, ins):
     b = x.bound
     if b is None:
         return [BVal(c, None, x.dtype)]
-    with np.errstate(**ERR):
+    with V.quiet():
         und = ~(np.abs(x.center) > b) & ~((x.center == 0) & (b == 0))
     und |= np.isnan(b)
     return [BVal(c, decided(und & ~np.isnan(x.center), np.shape(c)), x.dtype)]
@@ -243,7 +243,7 @@ def _to_integer(bctx, eqn, ins, fn):
     c = RULES[eqn.primitive.name](bctx.rule_context(), x.center, **eqn.params)
     if x.bound is None:
         return [BVal(c, None, x.dtype)]
-    with np.errstate(**ERR):
+    with V.quiet():
         lo, hi = fn(x.center - x.bound), fn(x.center + x.bound)
         und = (lo != hi) & np.isfinite(x.center)
     und |= np.isnan(x.bound)
@@ -287,7 +287,7 @@ def _compare(bctx, eqn, ins):
     elif _extreme_pair(a, b) is not None:
         und = _extreme_undecided(*_extreme_pair(a, b))
     else:
-        with np.errstate(**ERR):
+        with V.quiet():
             tot = V.add_bounds(a.bound, b.bound)
             gap = np.abs(a.center - b.center)
             known = (gap > tot) | (tot == 0) | ~np.isfinite(gap)
@@ -317,7 +317,7 @@ def _extreme_undecided(x, m, axes):
     """Comparing x with its own extremum m (broadcast): an element whose allowed set overlaps the
     extremum's is decided when it is the only such element of its group (it is then the extremum,
     bit for bit, in every implementation); exact ties (zero bounds) are decided too."""
-    with np.errstate(**ERR):
+    with V.quiet():
         tot = V.add_bounds(x.bound, m.bound)
         tot = np.zeros(()) if tot is None else tot
         cand = np.abs(x.center - m.center) <= tot
@@ -346,7 +346,7 @@ def _select_n(bctx, eqn, ins):
         dom = np.asarray(rule(ctx, pred.center, *[d.astype(np.int64) for d in ds])).astype(np.int32)
     pu = V.undecidable(pred.bound)
     if V.any_of(pu):
-        with np.errstate(**ERR):
+        with V.quiet():
             bc = np.broadcast_to(0.0 if b is None else b, shape)
             union = bc
             overlap = np.ones(shape, bool)
@@ -372,7 +372,7 @@ def _interval_deviation(f, c, b, extra_points=(), fc=None, ends=None):
     """max |f(v) - f(c)| over v in {c - b, c + b, *extra_points} (each point only where given);
     `fc` and `ends` (c - b, c + b): where the caller has them already (for pow, f is the costly
     part: one libm call an element)."""
-    with np.errstate(**ERR):
+    with V.quiet():
         fc = f(c) if fc is None else fc
         lo, hi = (c - b, c + b) if ends is None else ends
         dev = np.fmax(np.abs(f(lo) - fc), np.abs(f(hi) - fc))
@@ -394,7 +394,7 @@ def _integer_pow(bctx, eqn, ins):
         return [BVal(np.ones_like(x.center), None, dt)]
     if y == 1:
         return [x]
-    with np.errstate(**ERR):
+    with V.quiet():
         c = np.power(x.center, float(y))
         bp = None
         und = None
@@ -441,9 +441,9 @@ def _sqrt(bctx, eqn, ins):
     (x,) = ins
     dt = _out_dtype(eqn)
     if x.bound is None:
-        with np.errstate(**ERR):
+        with V.quiet():
             return [BVal(rounded(np.sqrt(x.center), dt), None, dt, True, origin="sqrt")]
-    with np.errstate(**ERR):
+    with V.quiet():
         c = np.sqrt(x.center)
         bp, und = None, None
         if x.bound is not None:
@@ -468,7 +468,7 @@ def _rem(bctx, eqn, ins):
     dt = _out_dtype(eqn)
     if not V.is_float(dt):
         return [int_rule(bctx, eqn, ins)]
-    with np.errstate(**ERR):
+    with V.quiet():
         c = np.fmod(a.center, b.center)
         if a.bound is None and b.bound is None:
             return [BVal(c, None, dt)]
@@ -516,7 +516,7 @@ def _convert(bctx, eqn, ins):
         c = RULES["convert_element_type"](bctx.rule_context(), x.center, **eqn.params)
         if x.bound is None:
             return [BVal(c, None, new)]
-        with np.errstate(**ERR):
+        with V.quiet():
             lo, hi = x.center - x.bound, x.center + x.bound
             if new == bool:
                 und = (lo <= 0) & (hi >= 0) & (x.bound > 0)
@@ -539,7 +539,7 @@ def _reduce_precision(bctx, eqn, ins):
     u = 2.0 ** -(m + 1)
     tiny = 2.0 ** emin
     big = (2 - 2.0 ** -m) * 2.0 ** emax
-    with np.errstate(**ERR):
+    with V.quiet():
         a = np.abs(x.center) if x.bound is None else np.abs(x.center) + x.bound
         local = u * a + tiny + V.REF_U * np.abs(x.center)
         und = np.isfinite(x.center) & (a >= big)
@@ -570,7 +570,7 @@ def _bitcast(bctx, eqn, ins):
     determined: undecidable (elementwise for equal widths, else the whole result)."""
     (x,) = ins
     new = _out_dtype(eqn)
-    with np.errstate(**ERR):
+    with V.quiet():
         src = np.asarray(x.center).astype(x.dtype)
     c = V.as_center(RULES["bitcast_convert_type"](bctx.rule_context(), src, **eqn.params), new)
     if x.bound is None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR, move
+from refsim.bounds.rules._common import move
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, sum_latitude
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
@@ -46,7 +46,7 @@ def _psum(bctx, eqn, ins):
         if not V.is_float(dt):
             outs.append(BVal(c, prop, dt))
             continue
-        with np.errstate(**ERR):
+        with V.quiet():
             local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
             if prop is None and eqn.primitive.name in ("psum", "psum_invariant"):
                 q = _runner_named(bctx, eqn, "pmin")([lowest_bit_exponent(x.center)])[0]

@@ -17,7 +17,7 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR, decided, int_rule
+from refsim.bounds.rules._common import decided, int_rule
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
@@ -33,13 +33,13 @@ def sum_latitude(n, abs_sum, center_abs_sum, dtype):
     (`center_abs_sum`: the centers' magnitudes, for the float64 center's own rounding)."""
     if isinstance(n, (int, np.integer)):
         own, tiny, ref = _sum_factors(int(n), np.dtype(dtype))
-        with np.errstate(**ERR):
+        with V.quiet():
             # the same products and sums as below, the factors computed once per (n, dtype)
             lead = np.zeros(np.broadcast_shapes(np.shape(abs_sum), ())) if own is None else own * abs_sum
             return lead + tiny + ref * center_abs_sum
     u = V.unit_roundoff(dtype)
     adds = np.maximum(np.asarray(n) - 1, 0)
-    with np.errstate(**ERR):
+    with V.quiet():
         # no addition, no latitude: an unbounded term (inf) stays unbounded, never 0 * inf = NaN
         # (which would read as undecidable)
         own = np.where(adds == 0, 0.0, V.growth(adds, u) * abs_sum)
@@ -77,7 +77,7 @@ def no_order_rounds(q_min, abs_sum, dtype) -> np.ndarray:
     fi = V.finfo(dtype)
     p = int(fi.nmant) + 1
     q_floor = np.log2(float(fi.smallest_subnormal))
-    with np.errstate(**ERR):
+    with V.quiet():
         return np.isfinite(q_min) & (q_min >= q_floor) & (abs_sum < np.exp2(q_min + p)) | (abs_sum == 0)
 
 
@@ -105,7 +105,7 @@ def sum_no_order_rounds(terms, abs_total, axes, dtype) -> np.ndarray:
     ac = np.asarray(abs_total, np.float64)
     zero = ac == 0
     dt = np.dtype(dtype)
-    with np.errstate(**ERR):
+    with V.quiet():
         if dt in _IEEE and not V.any_of(((ac.astype(dt) == ac) & ~zero) | (ac > float(V.finfo(dt).max))):
             return zero
         t = np.maximum(np.frexp(ac)[1] - p, q_floor)
@@ -152,7 +152,7 @@ def _reduce_sum(bctx, eqn, ins):
         b = None if x.bound is None else np.sum(x.full_bound(), axis=axes)
         return [BVal(out, b, dt)]
     n = math.prod(np.shape(x.center)[a] for a in axes)
-    with np.errstate(**ERR):
+    with V.quiet():
         c = _sum(x.center, axes)
         ac = _sum(np.abs(x.center), axes)
         prop = None if x.bound is None else _sum(x.full_bound(), axes)
@@ -180,7 +180,7 @@ def _reduce_maxmin(bctx, eqn, ins):
     full = x.full_bound()
     if full.size == 0:
         return [BVal(c, None, dt, x.nonneg)]
-    with np.errstate(**ERR):
+    with V.quiet():
         b = np.max(full, axis=axes)     # NaN propagates: undecidable
     dom = _dominant_reduced(bctx, eqn, x, axes, b, np.zeros_like(b)) if bctx.explain else None
     return [BVal(c, b, dt, x.nonneg, dom, extreme=tag)]
@@ -207,7 +207,7 @@ def _arg(bctx, eqn, ins):
         return [BVal(c, None, dt)]
     ax = bctx.nm + eqn.params["axes"][0]
     sgn = 1.0 if eqn.primitive.name == "argmax" else -1.0
-    with np.errstate(**ERR):
+    with V.quiet():
         v = sgn * x.center
         b = x.full_bound()
         lower = np.max(v - b, axis=ax, keepdims=True)
@@ -238,7 +238,7 @@ def _cumsum(bctx, eqn, ins):
     if rev:
         n = n[::-1]
     n = n.reshape((-1,) + (1,) * (len(shape) - ax - 1))
-    with np.errstate(**ERR):
+    with V.quiet():
         c = scan(x.center)
         ac = scan(np.abs(x.center))
         prop = None if x.bound is None else scan(x.full_bound())
@@ -257,7 +257,7 @@ def _cummax(bctx, eqn, ins):
     rev = eqn.params["reverse"]
     b = x.full_bound()
     b = np.flip(b, ax) if rev else b
-    with np.errstate(**ERR):
+    with V.quiet():
         b = np.fmax.accumulate(b, axis=ax) + np.where(np.logical_or.accumulate(np.isnan(b), axis=ax), np.nan, 0.0)
     return [BVal(c, np.flip(b, ax) if rev else b, dt, x.nonneg)]
 
@@ -279,7 +279,7 @@ def product_latitude(bctx, n, center, mag, mag_one, dtype):
     if bctx.allows("xla-cpu-ftz"):
         tiny = V.flush_threshold(dtype)
         bctx.widened()
-    with np.errstate(**ERR):
+    with V.quiet():
         ac = np.abs(center)
         prop = np.maximum(mag - ac, 0.0) + g * (mag + ac)
         local = (np.where(mults == 0, 0.0, V.growth(mults, u) * mag * (1 + g))
@@ -296,7 +296,7 @@ def _reduce_prod(bctx, eqn, ins):
         return [int_rule(bctx, eqn, ins)]
     axes = tuple(bctx.nm + a for a in eqn.params["axes"])
     n = math.prod(np.shape(x.center)[a] for a in axes)
-    with np.errstate(**ERR):
+    with V.quiet():
         m = np.abs(x.center) + x.bound_or_zero()
         c = np.prod(x.center, axis=axes)
         mag = np.prod(np.broadcast_to(m, np.shape(x.center)), axis=axes)
@@ -329,7 +329,7 @@ def _cumprod(bctx, eqn, ins):
         return [int_rule(bctx, eqn, ins)]
     ax, rev = bctx.nm + eqn.params["axis"], eqn.params["reverse"]
     shape = np.shape(x.center)
-    with np.errstate(**ERR):
+    with V.quiet():
         m = np.abs(x.center) + x.full_bound()
         c = _scan_along(x.center, ax, rev, np.cumprod)
         mag = _scan_along(m, ax, rev, np.cumprod)
@@ -359,7 +359,7 @@ def _cumlogsumexp(bctx, eqn, ins):
     compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
     k_exp, k_log1p = PL.transcendental_ulps("exp", compute), PL.transcendental_ulps("log1p", compute)
     m = _counts(shape, ax, rev)
-    with np.errstate(**ERR):
+    with V.quiet():
         c = _scan_along(x.center, ax, rev, np.logaddexp.accumulate)
         fb = x.full_bound()
         prop = _scan_along(fb, ax, rev, np.fmax.accumulate)

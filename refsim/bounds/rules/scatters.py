@@ -16,7 +16,6 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, product_latitude, sum_latitude
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
@@ -27,7 +26,7 @@ def _runner(bctx, eqn, name):
     ctx = bctx.rule_context()
 
     def run(operand, indices, updates):
-        with np.errstate(**ERR):
+        with V.quiet():
             return np.asarray(rule(ctx, np.array(operand, np.float64), indices, np.asarray(updates, np.float64),
                                    **eqn.params), np.float64)
 
@@ -76,7 +75,7 @@ def _scatter_add(bctx, eqn, ins):
     prop = None
     if op.bound is not None or up.bound is not None:
         prop = add(op.full_bound(), i, np.broadcast_to(up.full_bound(), np.shape(upc)))
-    with np.errstate(**ERR):
+    with V.quiet():
         local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
         if prop is None:
             qmin = _runner(bctx, eqn, "scatter-min")(lowest_bit_exponent(op.center), i, lowest_bit_exponent(upc))
@@ -95,7 +94,7 @@ def _scatter_mul(bctx, eqn, ins):
     mul, add = _runner(bctx, eqn, "scatter-mul"), _runner(bctx, eqn, "scatter-add")
     i = idx.center
     upc = np.broadcast_to(up.center, np.shape(up.center))
-    with np.errstate(**ERR):
+    with V.quiet():
         mo = np.abs(op.center) + op.full_bound()
         mu = np.abs(upc) + np.broadcast_to(up.bound_or_zero(), np.shape(upc))
         c = mul(op.center, i, upc)

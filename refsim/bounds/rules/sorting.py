@@ -20,7 +20,6 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
 
@@ -38,7 +37,7 @@ def _interval(x: BVal, shape):
     """(center, lo, hi, exact, bad) of one key broadcast to `shape` (float64)."""
     c = np.broadcast_to(np.asarray(x.center, np.float64), shape)
     b = np.broadcast_to(x.bound_or_zero(), shape)
-    with np.errstate(**ERR):
+    with V.quiet():
         lo, hi = c - b, c + b
         nan = np.isnan(c) & (b == 0)              # an exact NaN: one NaN, after +inf
         lo = np.where(nan, np.inf, lo)
@@ -50,7 +49,7 @@ def order_statistic_bound(c, b, axis, descending=False):
     """The bound of the sorted centers `c` (bounds `b`): for every order of the comparisons, the
     k-th allowed value lies between the k-th lower and the k-th upper end (module docstring).
     Exact NaNs sort last in all three; their positions are exact."""
-    with np.errstate(**ERR):
+    with V.quiet():
         lo, hi = c - b, c + b
         if descending:
             cs, ls, hs = (-np.sort(-v, axis=axis) for v in (c, lo, hi))
@@ -91,7 +90,7 @@ def decided_elements(keys, others, axis, stable):
     und = np.zeros(np.moveaxis(np.zeros(shape), axis, -1).shape + (n,), bool)
     pending = np.ones_like(und)
     for c, lo, hi, exact, bad, nan in ivs:
-        with np.errstate(**ERR):
+        with V.quiet():
             sep = (hi[..., :, None] < lo[..., None, :]) | (hi[..., None, :] < lo[..., :, None])
             tie = exact[..., :, None] & exact[..., None, :] & (
                 (c[..., :, None] == c[..., None, :]) | (nan[..., :, None] & nan[..., None, :]))
@@ -102,7 +101,7 @@ def decided_elements(keys, others, axis, stable):
         for c, b in [*keys, *others]:
             cc = np.moveaxis(np.broadcast_to(np.asarray(c), shape), axis, -1)
             ex = np.moveaxis(np.broadcast_to(np.asarray(b if b is not None else 0.0) == 0, shape), axis, -1)
-            with np.errstate(**ERR):
+            with V.quiet():
                 same &= ex[..., :, None] & ex[..., None, :] & (cc[..., :, None] == cc[..., None, :])
         und |= pending & ~same
     und &= ~np.eye(n, dtype=bool)

@@ -14,7 +14,6 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import ERR
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, sum_latitude
 from refsim.bounds.values import BVal
 from refsim.interpreter.registry import RULES
@@ -31,7 +30,7 @@ def _runner(bctx, eqn, name=None):
     ctx = bctx.rule_context()
 
     def run(a):
-        with np.errstate(**ERR):
+        with V.quiet():
             return np.asarray(rule(ctx, np.ascontiguousarray(a, np.float64), **eqn.params), np.float64)
 
     return run
@@ -50,7 +49,7 @@ def _window_sum(bctx, eqn, ins):
     ac = run(np.abs(x.center))
     n = run(np.ones(np.shape(x.center)))
     prop = None if x.bound is None else run(x.full_bound())
-    with np.errstate(**ERR):
+    with V.quiet():
         local = sum_latitude(n, ac if prop is None else ac + prop, ac, dt)
         if prop is None:
             # exact terms no order can round: the window's lowest set bit, as a window min
@@ -94,7 +93,7 @@ def _select_and_scatter_add(bctx, eqn, ins):
     ctx = bctx.rule_context()
 
     def run(s):
-        with np.errstate(**ERR):
+        with V.quiet():
             return np.asarray(rule(ctx, np.asarray(s, np.float64), np.asarray(op.center, np.float64), **p), np.float64)
 
     c = rule(ctx, src.center, op.center, **p)
@@ -108,7 +107,7 @@ def _select_and_scatter_add(bctx, eqn, ins):
         return [BVal(c, None if exact else np.full(np.shape(c), np.nan), dt)]
     axes = tuple(range(nm, v.ndim))
     sel = (slice(None),) * nm + tuple(slice(None, None, s) for s in ws)
-    with np.errstate(**ERR):
+    with V.quiet():
         wv = np.lib.stride_tricks.sliding_window_view(v, wd, axis=axes)[sel]
         wb = np.lib.stride_tricks.sliding_window_view(b, wd, axis=axes)[sel]
         wv = wv.reshape(wv.shape[:v.ndim] + (-1,))
