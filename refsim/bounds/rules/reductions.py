@@ -31,12 +31,12 @@ def _dtype(eqn):
 def sum_latitude(n, abs_sum, center_abs_sum, dtype):
     """The latitude of summing n allowed terms whose magnitudes add to at most `abs_sum`
     (`center_abs_sum`: the centers' magnitudes, for the float64 center's own rounding)."""
-    if isinstance(n, (int, np.integer)):
+    if isinstance(n, (int, np.integer)) and n > 1:
         own, tiny, ref = _sum_factors(int(n), np.dtype(dtype))
         with V.quiet():
-            # the same products and sums as below, the factors computed once per (n, dtype)
-            lead = np.zeros(np.broadcast_shapes(np.shape(abs_sum), ())) if own is None else own * abs_sum
-            return lead + tiny + ref * center_abs_sum
+            # the same products and sums as below (the same memory layout too), the factors
+            # computed once per (n, dtype)
+            return own * abs_sum + tiny + ref * center_abs_sum
     u = V.unit_roundoff(dtype)
     adds = np.maximum(np.asarray(n) - 1, 0)
     with V.quiet():
@@ -48,11 +48,10 @@ def sum_latitude(n, abs_sum, center_abs_sum, dtype):
 
 @functools.lru_cache(maxsize=1024)
 def _sum_factors(n: int, dtype: np.dtype) -> tuple:
-    """`sum_latitude`'s factors for a count n: growth(n - 1, u) (None for no addition), the
-    additions' half subnormals, growth(n, 2**-53), as its array path computes them."""
+    """`sum_latitude`'s factors for a count n > 1: growth(n - 1, u), the additions' half
+    subnormals, growth(n, 2**-53), as its array path computes them."""
     adds = np.maximum(np.asarray(n) - 1, 0)
-    own = None if adds == 0 else V.growth(adds, V.unit_roundoff(dtype))
-    return own, adds * V.half_subnormal(dtype), V.growth(n, 2.0 ** -53)
+    return V.growth(adds, V.unit_roundoff(dtype)), adds * V.half_subnormal(dtype), V.growth(n, 2.0 ** -53)
 
 
 def lowest_bit_exponent(x) -> np.ndarray:

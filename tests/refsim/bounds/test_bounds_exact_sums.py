@@ -1,6 +1,7 @@
 """A sum of exact terms is exact where no order of additions can round: `lowest_bit_exponent` read
 off the bit pattern and `sum_no_order_rounds` (the per-row decision of reduce_sum) give what the
 frexp-based exponent and `no_order_rounds` on its row minimum give, on edge values."""
+import itertools
 import math
 
 import ml_dtypes
@@ -133,3 +134,20 @@ def test_sum_no_order_rounds_on_named_rows(row, dtype, exact):
         c, ac = np.sum(x, axis=1), np.sum(np.abs(x), axis=1)
         want = no_order_rounds(np.min(lbe_frexp(x), axis=1, initial=np.inf), ac, dtype)
     assert list(sum_no_order_rounds(x, ac, (1,), dtype)) == [exact] == list(want)
+
+
+@pytest.mark.parametrize("layout", ["C", "F", "transposed", "strided"])
+def test_sum_no_order_rounds_keeps_the_mask_layout(layout):
+    """The mask selects in np.where, whose result follows its operands' memory layout: the same
+    layout as the long form's mask (a later reduction's order of additions follows it)."""
+    rng = np.random.default_rng(2)
+    ints = rng.integers(-3, 4, (6, 8, 10)).astype(np.float64)
+    ints[1] += 0.1                                 # one inexact slab
+    rand = rng.standard_normal((6, 8, 10)).astype(np.float32).astype(np.float64)   # no exact row
+    for x, axes in itertools.product((ints, rand), ((0,), (1,), (2,), (0, 2))):
+        x = {"C": x, "F": np.asfortranarray(x), "transposed": x.transpose(2, 0, 1), "strided": x[:, ::2]}[layout]
+        c, ac = np.add.reduce(x, axis=axes), np.add.reduce(np.abs(x), axis=axes)
+        want = no_order_rounds(np.min(lbe_frexp(x), axis=axes, initial=np.inf), ac, np.float32)
+        got = sum_no_order_rounds(x, ac, axes, np.float32)
+        assert np.array_equal(got, want) and got.strides == want.strides, (axes, got.strides, want.strides)
+        assert np.where(got, c, c).strides == np.where(want, c, c).strides

@@ -38,10 +38,12 @@ def sum_latitude_long(n, abs_sum, center_abs_sum, dtype):
 
 
 def same(a, b) -> bool:
-    """Equal bits, equal shape, equal kind (NumPy scalar or array)."""
+    """Equal bits, equal shape, equal kind (NumPy scalar or array), the same memory layout (a
+    later reduction's order of additions follows it)."""
     return (type(a) is type(b) and np.shape(a) == np.shape(b)
             and np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
-            and np.array_equal(np.signbit(a), np.signbit(b)))
+            and np.array_equal(np.signbit(a), np.signbit(b))
+            and np.asarray(a).strides == np.asarray(b).strides)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -70,7 +72,10 @@ def test_sum_latitude_of_a_count_matches_its_array_path(dtype, n):
     a = np.abs(np.concatenate([EDGES, rng.standard_normal(50)]))
     b = a + np.abs(rng.standard_normal(a.size)) * 1e-3
     b[3] = np.inf
-    for abs_sum, cas in ((b, a), (b[4], a[4]), (b.reshape(2, -1), a.reshape(2, -1)), (np.zeros((0, 3)), np.zeros((0, 3)))):
+    b2, a2 = b[:60].reshape(3, 4, 5), a[:60].reshape(3, 4, 5)
+    for abs_sum, cas in ((b, a), (b[4], a[4]), (b.reshape(2, -1), a.reshape(2, -1)), (np.zeros((0, 3)), np.zeros((0, 3))),
+                         (np.asfortranarray(b2), np.asfortranarray(a2)), (b2.transpose(2, 0, 1), a2.transpose(2, 0, 1)),
+                         (b2[:, ::2], a2[:, ::2]), (np.asarray(b[4]), np.asarray(a[4]))):
         assert same(sum_latitude(n, abs_sum, cas, dtype), sum_latitude_long(n, abs_sum, cas, dtype))
     arr = np.array([0, 1, 5])
     assert same(sum_latitude(arr, b[:3], a[:3], dtype), sum_latitude_long(arr, b[:3], a[:3], dtype))
