@@ -15,6 +15,7 @@ type (bfloat16 operands summed in float32) is within it too. Integer products ar
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -29,29 +30,42 @@ from refsim.interpreter.registry import RULES
 def contract(x, y, nlead, dimension_numbers):
     """dot_general of float64 `x` and `y` (``nlead`` leading mesh dims broadcast as batch dims)
     with NumPy's matmul (BLAS): result dims lead + batch + x free + y free."""
+    try:
+        plan = _plan(x.ndim, y.ndim, nlead, dimension_numbers)
+    except TypeError:     # unhashable dimension numbers (lists): the long way
+        plan = _plan.__wrapped__(x.ndim, y.ndim, nlead, dimension_numbers)
+    px, py, nb, nxf, nyc = plan
+    xt = x.transpose(px)
+    yt = y.transpose(py)
+    xs, ys = xt.shape, yt.shape
+    k = math.prod(xs[nb + nxf:])
+    m = math.prod(xs[nb:nb + nxf])
+    n = math.prod(ys[nb + nyc:])
+    bx, by = xs[:nb], ys[:nb]
+    out_lead = bx if bx == by else np.broadcast_shapes(bx, by)
+    xm = xt.reshape(bx + (m, k))
+    ym = yt.reshape(by + (k, n))
+    with V.quiet():
+        # refsim's BLAS seam: on a busy machine OpenBLAS's spinning threads cost ~100x a product
+        r = blas.matmul(xm, ym)
+    free = xs[nb:nb + nxf] + ys[nb + nyc:]
+    return r.reshape(out_lead + free), k
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(xnd: int, ynd: int, nlead: int, dimension_numbers) -> tuple:
+    """`contract`'s transposes (lead + batch + free + contracting for x, lead + batch +
+    contracting + free for y), the batch dims' count and x's free / y's contracting dims' counts:
+    once per (ranks, nlead, dimension numbers), not per product (a dot_general makes 3-4)."""
     (xc, yc), (xb, yb) = dimension_numbers
     xc = tuple(nlead + d for d in xc)
     yc = tuple(nlead + d for d in yc)
     xb = tuple(nlead + d for d in xb)
     yb = tuple(nlead + d for d in yb)
     lead = tuple(range(nlead))
-    xf = tuple(d for d in range(nlead, x.ndim) if d not in xb and d not in xc)
-    yf = tuple(d for d in range(nlead, y.ndim) if d not in yb and d not in yc)
-    xt = x.transpose(lead + xb + xf + xc)
-    yt = y.transpose(lead + yb + yc + yf)
-    nb = nlead + len(xb)
-    k = math.prod(xt.shape[nb + len(xf):])
-    m = math.prod(xt.shape[nb:nb + len(xf)])
-    n = math.prod(yt.shape[nb + len(yc):])
-    bx, by = xt.shape[:nb], yt.shape[:nb]
-    out_lead = np.broadcast_shapes(bx, by)
-    xm = xt.reshape(bx + (m, k))
-    ym = yt.reshape(by + (k, n))
-    with V.quiet():
-        # refsim's BLAS seam: on a busy machine OpenBLAS's spinning threads cost ~100x a product
-        r = blas.matmul(xm, ym)
-    free = xt.shape[nb:nb + len(xf)] + yt.shape[nb + len(yc):]
-    return r.reshape(out_lead + free), k
+    xf = tuple(d for d in range(nlead, xnd) if d not in xb and d not in xc)
+    yf = tuple(d for d in range(nlead, ynd) if d not in yb and d not in yc)
+    return lead + xb + xf + xc, lead + yb + yc + yf, nlead + len(xb), len(xf), len(yc)
 
 
 def _finite_stand_in(x):
