@@ -13,14 +13,13 @@ import collections
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import BOUND_RULES
+from refsim.bounds.values import dtype_of
 from refsim.interpreter.registry import RULES
 
 COMPLEX = "complex values"
 
 
 def _dtype(v):
-    from refsim.bounds.walk import dtype_of
-
     return dtype_of(v)
 
 

@@ -22,6 +22,8 @@ import functools
 import ml_dtypes
 import numpy as np
 
+from refsim import compat
+
 #: The floating-point errors a bound computation meets as values (an infinite bound, a NaN
 #: marking an undecidable element, a division by zero), not as warnings.
 ERR = dict(invalid="ignore", over="ignore", divide="ignore")
@@ -138,6 +140,30 @@ class Unknown:
 
     def __or__(self, other: "Unknown") -> "Unknown":
         return Unknown(self.reasons | other.reasons)
+
+
+def dtype_of(var) -> np.dtype | None:
+    """The physical dtype of a jaxpr variable or literal (None for tokens and other non-arrays)."""
+    aval = getattr(var, "aval", None)
+    if getattr(aval, "shape", None) is None:
+        return None
+    dt = getattr(aval, "dtype", None)
+    if dt is None:
+        return None
+    try:
+        return _physical(dt)
+    except TypeError:   # an unhashable dtype-like: the long way
+        try:
+            return np.dtype(compat.physical_dtype(dt))
+        except TypeError:
+            return None
+
+
+@functools.lru_cache(maxsize=256)
+def _physical(dt):
+    """np.dtype(compat.physical_dtype(dt)), once per dtype (the walk asks per equation); a dtype
+    that has none raises TypeError, not cached."""
+    return np.dtype(compat.physical_dtype(dt))
 
 
 def is_float(dtype) -> bool:

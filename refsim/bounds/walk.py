@@ -26,37 +26,13 @@ from jax.extend.core import Literal
 from refsim import compat
 from refsim.bounds import values as V
 from refsim.bounds.registry import BOUND_RULES, BCtx
-from refsim.bounds.values import BVal, Unknown
+from refsim.bounds.values import BVal, Unknown, dtype_of
 from refsim.interpreter import core
 from refsim.interpreter.registry import RULES
 
 DropVar = compat.drop_var_type()
 
 FTZ = "xla-cpu-ftz"
-
-
-def dtype_of(var) -> np.dtype | None:
-    """The physical dtype of a jaxpr variable or literal (None for tokens and other non-arrays)."""
-    aval = getattr(var, "aval", None)
-    if getattr(aval, "shape", None) is None:
-        return None
-    dt = getattr(aval, "dtype", None)
-    if dt is None:
-        return None
-    try:
-        return _physical(dt)
-    except TypeError:   # an unhashable dtype-like: the long way
-        try:
-            return np.dtype(compat.physical_dtype(dt))
-        except TypeError:
-            return None
-
-
-@functools.lru_cache(maxsize=256)
-def _physical(dt):
-    """np.dtype(compat.physical_dtype(dt)), once per dtype (the walk asks per equation); a dtype
-    that has none raises TypeError, not cached."""
-    return np.dtype(compat.physical_dtype(dt))
 
 
 def from_value(x, dtype, bctx: BCtx, note=None, origin=None) -> BVal | Unknown:
@@ -165,7 +141,11 @@ def _local_ranks_aligned(nm: int, ins: list) -> list:
     vals = [v for v in ins if isinstance(v, BVal)]
     if len(vals) < 2:
         return ins
-    rank = max(np.ndim(v.center) for v in vals) - nm
+    ranks = [np.ndim(v.center) for v in vals]
+    top = max(ranks)
+    if min(ranks) == top:
+        return list(ins)           # one rank: nothing to lift (the loop below keeps every value)
+    rank = top - nm
     out = []
     for v in ins:
         if not isinstance(v, BVal) or np.ndim(v.center) >= rank + nm or np.ndim(v.center) < nm:
@@ -234,7 +214,7 @@ def _apply(bctx: BCtx, eqn, ins: list) -> list:
         return [Unknown(frozenset({name}) | (unknown.reasons if unknown else frozenset()))] * n
     if unknown is not None and not entry.structural:
         return [unknown] * n
-    if not entry.structural and any((dtype_of(v) or np.dtype(np.float32)).kind == "c" for v in eqn.outvars):
+    if not entry.structural and _complex_result(eqn):
         return [Unknown(frozenset({"complex values"}))] * n    # no rule bounds complex arithmetic
     outs = entry.rule(bctx, eqn, ins)
     if not isinstance(outs, (list, tuple)):
@@ -251,6 +231,15 @@ def _apply(bctx: BCtx, eqn, ins: list) -> list:
             if isinstance(o, BVal):
                 o.origin = "constant"
     return outs
+
+
+def _complex_result(eqn) -> bool:
+    """Whether a result of `eqn` is complex (a result without a dtype counts as float32)."""
+    for v in eqn.outvars:
+        d = dtype_of(v)
+        if d is not None and d.kind == "c":
+            return True
+    return False
 
 
 def _integer_fallback(bctx: BCtx, eqn, ins: list):

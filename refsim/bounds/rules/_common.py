@@ -5,7 +5,7 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import BCtx
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 ERR = V.ERR
@@ -95,8 +95,6 @@ def move(bctx: BCtx, eqn, ins, data_positions, *, origin=None) -> list:
     data = set(data_positions)
     index_undecided = any(i not in data and x.bound is not None and np.isnan(x.bound).any()
                           for i, x in enumerate(ins))
-    from refsim.bounds.walk import dtype_of
-
     dts = [dtype_of(v) for v in eqn.outvars]
     bounds = [None] * len(centers)
     if any(ins[i].bound is not None for i in data):

@@ -17,13 +17,11 @@ from refsim.bounds import platform as PL
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules._common import decided, int_rule, result, rounded, rounding
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
 def _out_dtype(eqn, k=0):
-    from refsim.bounds.walk import dtype_of
-
     return dtype_of(eqn.outvars[k])
 
 

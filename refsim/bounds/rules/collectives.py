@@ -13,7 +13,7 @@ from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules._common import move
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, sum_latitude
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
@@ -29,8 +29,6 @@ def _runner(bctx, eqn):
 
 
 def _dtypes(eqn):
-    from refsim.bounds.walk import dtype_of
-
     return [dtype_of(v) for v in eqn.outvars]
 
 

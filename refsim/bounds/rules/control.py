@@ -16,7 +16,7 @@ import numpy as np
 from refsim import compat
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.values import BVal, Unknown
+from refsim.bounds.values import BVal, Unknown, dtype_of
 from refsim.interpreter.rules import sharding as S
 
 
@@ -184,8 +184,6 @@ def _scan(bctx, eqn, ins):
         ys_steps.append(ys)
     if reverse:
         ys_steps.reverse()
-    from refsim.bounds.walk import dtype_of
-
     ys_out = []
     for j, v in enumerate(eqn.outvars[n_carry:]):
         dt = dtype_of(v)

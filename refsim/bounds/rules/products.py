@@ -23,7 +23,7 @@ import numpy as np
 from refsim import blas
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
@@ -84,8 +84,6 @@ def _finite_stand_in(x):
 @register("dot_general")
 def _dot_general(bctx, eqn, ins):
     a, b = ins
-    from refsim.bounds.walk import dtype_of
-
     dt = dtype_of(eqn.outvars[0])
     dn = eqn.params["dimension_numbers"]
     if not V.is_float(dt) or not (V.is_float(a.dtype) and V.is_float(b.dtype)):
@@ -139,8 +137,6 @@ def _conv(bctx, eqn, ins):
     inner-product bound of dot_general, each array computed by refsim's own convolution rule
     in float64 (centers, magnitudes, bounds)."""
     a, b = ins
-    from refsim.bounds.walk import dtype_of
-
     dt = dtype_of(eqn.outvars[0])
     if not (V.is_float(dt) and V.is_float(a.dtype) and V.is_float(b.dtype)):
         from refsim.bounds.values import Unknown

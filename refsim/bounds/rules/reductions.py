@@ -18,13 +18,11 @@ import numpy as np
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules._common import decided, int_rule
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
 def _dtype(eqn):
-    from refsim.bounds.walk import dtype_of
-
     return dtype_of(eqn.outvars[0])
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, product_latitude, sum_latitude
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
@@ -34,8 +34,6 @@ def _runner(bctx, eqn, name):
 
 
 def _dtype(eqn):
-    from refsim.bounds.walk import dtype_of
-
     return dtype_of(eqn.outvars[0])
 
 

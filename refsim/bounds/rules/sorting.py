@@ -20,7 +20,7 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 #: Above this many pairs (rows x n x n) positions are decided by isolation on the first key only.
@@ -28,8 +28,6 @@ PAIRWISE_LIMIT = 1 << 22
 
 
 def _dtypes(eqn):
-    from refsim.bounds.walk import dtype_of
-
     return [dtype_of(v) for v in eqn.outvars]
 
 

@@ -16,6 +16,7 @@ from refsim.bounds import platform as PL
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules._common import result
+from refsim.bounds.values import dtype_of
 
 
 def _logistic(x):
@@ -75,8 +76,6 @@ def _unary(bctx, eqn, ins):
     name = eqn.primitive.name
     f, lo, hi, inclusive, shape, nonneg = _FUNCS[name]
     (x,) = ins
-    from refsim.bounds.walk import dtype_of
-
     dt = dtype_of(eqn.outvars[0])
     compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
     k = PL.transcendental_ulps(name, compute)
@@ -123,8 +122,6 @@ def _pow(bctx, eqn, ins):
     deviation is the largest at a corner; undecidable where x's interval reaches 0 or below
     (unless both operands are exact)."""
     x, y = ins
-    from refsim.bounds.walk import dtype_of
-
     dt = dtype_of(eqn.outvars[0])
     compute = np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
     k = PL.transcendental_ulps("pow", compute)
@@ -158,8 +155,6 @@ def _atan2(bctx, eqn, ins):
     that does is undecidable (the sign of a decides between near pi and near -pi). The platform's
     accuracy is measured on [-1e3, 1e3] per operand; beyond it the result is unbounded."""
     a, b = ins
-    from refsim.bounds.walk import dtype_of
-
     dt = dtype_of(eqn.outvars[0])
     compute = _compute(dt)
     k = PL.transcendental_ulps("atan2", compute)
@@ -201,7 +196,6 @@ def _special(bctx, eqn, ins, f, convex_min):
     float64 ulps of the same scale; propagation over the interval (endpoints, and lgamma's
     minimum where the interval holds it)."""
     (x,) = ins
-    from refsim.bounds.walk import dtype_of
     from refsim.interpreter.accuracy import mixed_bound
 
     dt = dtype_of(eqn.outvars[0])

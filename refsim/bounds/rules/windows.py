@@ -15,13 +15,11 @@ import numpy as np
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
 from refsim.bounds.rules.reductions import lowest_bit_exponent, no_order_rounds, sum_latitude
-from refsim.bounds.values import BVal
+from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
 
 def _dtype(eqn):
-    from refsim.bounds.walk import dtype_of
-
     return dtype_of(eqn.outvars[0])
 
 
