@@ -18,6 +18,7 @@ from typing import Sequence
 import dataclasses
 import functools
 import math
+import weakref
 
 import numpy as np
 
@@ -63,13 +64,21 @@ def _literal(lit, bctx: BCtx):
     return from_value(core.literal_value(lit, bctx.nm), dtype_of(lit), bctx, origin="constant")
 
 
-def _dead_after(bctx: BCtx, jaxpr) -> list:
-    """Per equation, the variables last read there (dropped from the walk's environment after it);
-    once per jaxpr and walk (`BCtx.labels` holds it: a scan's body is walked once per step)."""
-    hit = bctx.labels.get(("dead", id(jaxpr)))
-    if hit is None or hit[0] is not jaxpr:
-        hit = bctx.labels[("dead", id(jaxpr))] = (jaxpr, core.dead_after(jaxpr))
-    return hit[1]
+class _Plan:
+    """What the walk derives from a jaxpr alone, once per Jaxpr object (kept while it lives, as
+    refsim's interpreter keeps its own plan, `core.per_jaxpr`): per equation, its operands (each
+    with whether it is a Literal), its results (None for a dropped one) and the variables read
+    there for the last time (dropped from the environment after it)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, jaxpr):
+        self.steps = [(eqn, [(v, isinstance(v, Literal)) for v in eqn.invars],
+                       [None if isinstance(v, DropVar) else v for v in eqn.outvars], dead)
+                      for eqn, dead in zip(jaxpr.eqns, core.dead_after(jaxpr))]
+
+
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def eval_jaxpr(bctx: BCtx, jaxpr, consts: Sequence, args: Sequence) -> list:
@@ -82,17 +91,14 @@ def eval_jaxpr(bctx: BCtx, jaxpr, consts: Sequence, args: Sequence) -> list:
     for v, x in zip(jaxpr.invars, args):
         env[v] = x
 
-    def read(v):
-        return _literal(v, bctx) if isinstance(v, Literal) else env[v]
-
-    for eqn, dead in zip(jaxpr.eqns, _dead_after(bctx, jaxpr)):
-        outs = apply(bctx, eqn, [read(v) for v in eqn.invars])
-        for v, o in zip(eqn.outvars, outs):
-            if not isinstance(v, DropVar):
+    for eqn, reads, writes, dead in core.per_jaxpr(_PLANS, jaxpr, _Plan).steps:
+        outs = apply(bctx, eqn, [_literal(v, bctx) if lit else env[v] for v, lit in reads])
+        for v, o in zip(writes, outs):
+            if v is not None:
                 env[v] = o
         for v in dead:
             env.pop(v, None)
-    return [read(v) for v in jaxpr.outvars]
+    return [_literal(v, bctx) if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
 
 
 def eval_closed(bctx: BCtx, closed, args: Sequence) -> list:
