@@ -65,6 +65,15 @@ class BoundResult:
         return BoundResult(self.strict_outputs, frozenset(), {}, [])
 
 
+@functools.lru_cache(maxsize=None)
+def _walk():
+    """The walk module, once the rules are loaded (imported on first use, not per call)."""
+    load_rules()
+    from refsim.bounds import walk
+
+    return walk
+
+
 def _global(x):
     """An input's global value (a refsim.Array's, checked for replicas), or None."""
     if hasattr(x, "shards"):
@@ -81,9 +90,7 @@ def evaluate(closed, args, *, relaxations=frozenset(), explain: bool = False, st
     `platform.RELAXATIONS` in force; `explain`: also track which op dominates each bound;
     `strict`: the same walk also gives the outputs without relaxations (`BoundResult.strict_outputs`,
     equal to a second walk with ``relaxations=()``), evaluating anew only what a relaxation changed."""
-    load_rules()
-    from refsim.bounds import walk
-
+    walk = _walk()
     bctx = BCtx(relaxations=frozenset(relaxations), explain=explain, dual=bool(strict and relaxations))
     ins = []
     for a, v in zip(args, closed.jaxpr.invars):

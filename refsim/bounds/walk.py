@@ -163,7 +163,7 @@ def _local_ranks_aligned(nm: int, ins: list) -> list:
             a = np.asarray(a)
             return a.reshape(a.shape[:nm] + (1,) * missing + a.shape[nm:]) if a.ndim >= nm else a
 
-        out.append(dataclasses.replace(
+        out.append(V.replaced(
             v, center=lift(v.center), bound=None if v.bound is None else lift(v.bound),
             dom=None if v.dom is None else lift(v.dom), alias=None, extreme=None, strict=None))
     return out
