@@ -10,7 +10,7 @@ once as held to its allowed set (decided, and tighter than the value model), hel
 model (decided, the allowed set wider there), undecidable (a comparison, rounding or branch it
 depends on was closer than its bounds: judged by the value model, never by nobody), or outside any
 allowed set (no bound rule, the walk above its work limit, a failure of the walk: the value model
-alone). No XLA run: the census is refsim's and the walk's. One table row per seed and a total; the
+alone; a second table names why, by elements). No XLA run: the census is refsim's and the walk's. One table row per seed and a total; the
 issue's goal (issue 39) is under 1% undecidable.
 """
 from __future__ import annotations
@@ -31,6 +31,31 @@ FIELDS = ("data_sets", "inexact_outputs", "allowed_outputs", "elements", "allowe
           "no_allowed_set", "errors")
 
 
+def _reasons(case) -> list:
+    """Per output of `case`, why it has no allowed set (None where the walk bounds it), as
+    `conformance.strategies._sharded_allowed.refine` decides: the entry or class the walk does not
+    take, a walk above its work limit, or the primitives without a bound rule it depends on."""
+    import jax
+
+    from conformance.strategies import _sharded_allowed as sa
+    from refsim import bounds
+    from refsim.bounds.coverage import work_estimate
+
+    n = len(case.policies)
+    if case.entry != "jit" or case.program_class == "jit_chain_orders":
+        return [f"not walked ({case.entry}, {case.program_class})"] * n
+    try:
+        closed = sa._closed(case)
+        if work_estimate(closed) > sa.MAX_WORK:
+            return ["walk above its work limit"] * n
+        flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(case.args)]
+        res = bounds.evaluate(closed, flat, relaxations=frozenset())
+    except Exception as e:  # noqa: BLE001 - what the refinement swallows, named
+        return [f"walk failed ({type(e).__name__})"] * n
+    return [None if isinstance(o, bounds.BVal) else "no bound rule: " + ", ".join(sorted(getattr(o, "reasons", ()) or {"?"}))
+            for o in res.outputs]
+
+
 def _count(case, c: dict) -> None:
     """Add one data set of one program to the counts `c`."""
     import refsim
@@ -45,7 +70,8 @@ def _count(case, c: dict) -> None:
         return
     outs = case.__dict__["_refsim_out"]
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
-    for (kind, _), p, out in zip(case.policies, pols, outs):
+    why = None
+    for idx, ((kind, _), p, out) in enumerate(zip(case.policies, pols, outs)):
         if kind == "exact":
             continue
         c["inexact_outputs"] += 1
@@ -53,6 +79,10 @@ def _count(case, c: dict) -> None:
             n = sum(int(np.size(sh.data)) for sh in out.shards)     # per device block, as below
             c["elements"] += n
             c["no_allowed_set"] += n
+            if why is None:
+                why = _reasons(case)
+            reason = why[idx] if idx < len(why) and why[idx] else "allowed set not built (bounds decided nothing)"
+            c["why"][reason] = c["why"].get(reason, 0) + n
             continue
         c["allowed_outputs"] += 1
         for d, b in p.abs_sum.items():
@@ -70,6 +100,7 @@ def census(seed: int, examples: int, devices: int = 8) -> dict:
     from conformance.suites import sharded
 
     c = dict.fromkeys(FIELDS, 0)
+    c["why"] = {}
     for chunk in sharded.task_chunks(examples=examples, seed=seed, devices=devices):
         for task in chunk:
             for case in getattr(task, "variants", ()):
@@ -86,12 +117,15 @@ def main(argv=None) -> int:
     import jax
 
     rows, total = [], dict.fromkeys(FIELDS, 0)
+    why_total: dict = {}
     out = open(args.json, "a") if args.json else None
     for s in (int(x) for x in args.seeds.split(",")):
         c = census(s, args.examples)
         rows.append((s, c))
         for k in FIELDS:
             total[k] += c[k]
+        for k, v in c["why"].items():
+            why_total[k] = why_total.get(k, 0) + v
         if out:
             out.write(json.dumps({"seed": s, "jax": jax.__version__, **c}) + "\n")
             out.flush()
@@ -106,6 +140,9 @@ def main(argv=None) -> int:
               f"| {c['allowed']} ({100 * c['allowed'] / e:.1f}%) | {c['value_model']} ({100 * c['value_model'] / e:.1f}%) "
               f"| {c['undecidable']} ({100 * c['undecidable'] / e:.2f}%) | {c['no_allowed_set']} "
               f"({100 * c['no_allowed_set'] / e:.1f}%) |")
+    print("\nElements without an allowed set, by why (all seeds):\n\n| why | elements |\n|---|---:|")
+    for k, v in sorted(why_total.items(), key=lambda kv: -kv[1]):
+        print(f"| {k} | {v} |")
     return 0
 
 
