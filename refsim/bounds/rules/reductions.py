@@ -85,6 +85,11 @@ def _exponents(dtype) -> tuple[int, int]:
     return int(fi.nmant) + 1, math.frexp(float(fi.smallest_subnormal))[1] - 1
 
 
+@functools.lru_cache(maxsize=None)
+def _float_max(dtype) -> float:
+    return float(V.finfo(dtype).max)
+
+
 #: IEEE formats whose values are exactly the k * 2**q with |k| < 2**p, q >= q_floor, up to max
 _IEEE = frozenset(np.dtype(d) for d in (np.float16, np.float32, ml_dtypes.bfloat16))
 
@@ -103,7 +108,9 @@ def sum_no_order_rounds(terms, abs_total, axes, dtype) -> np.ndarray:
     zero = ac == 0
     dt = np.dtype(dtype)
     with V.quiet():
-        if dt in _IEEE and not V.any_of(((ac.astype(dt) == ac) & ~zero) | (ac > float(V.finfo(dt).max))):
+        # no nonzero magnitude sum is a value of dt (the zero ones all are) and none is past its max
+        if (dt in _IEEE and np.count_nonzero(ac.astype(dt) == ac) == np.count_nonzero(zero)
+                and not np.maximum.reduce(ac, axis=None, initial=0.0) > _float_max(dt)):
             return zero
         t = np.maximum(np.frexp(ac)[1] - p, q_floor)
         live = np.isfinite(ac) & ~zero
