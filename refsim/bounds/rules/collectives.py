@@ -36,7 +36,7 @@ def _dtypes(eqn):
 def _psum(bctx, eqn, ins):
     run = _runner(bctx, eqn)
     centers = run([x.center for x in ins])
-    ns = run([np.ones(np.shape(x.center)) for x in ins])
+    ns = _group_sizes(bctx, eqn, run, ins)
     props = run([x.full_bound() for x in ins]) if any(x.bound is not None for x in ins) else [None] * len(ins)
     abs_c = run([np.abs(x.center) if V.is_float(x.dtype) else np.zeros(np.shape(x.center)) for x in ins])
     outs = []
@@ -53,6 +53,18 @@ def _psum(bctx, eqn, ins):
         dom = np.full(np.shape(c), bctx.op_id(eqn), np.int32) if bctx.explain else None
         outs.append(BVal(c, local if prop is None else prop + local, dt, x.nonneg, dom))
     return outs
+
+
+def _group_sizes(bctx, eqn, run, ins) -> list:
+    """Per operand, each element's group size (the collective of ones): once per equation, mesh
+    and operand shapes in a walk (a scan's body meets the same psum at every step; the array is
+    only read)."""
+    shapes = tuple(np.shape(x.center) for x in ins)
+    key = ("group sizes", id(eqn), shapes, bctx.nm)
+    hit = bctx.labels.get(key)
+    if hit is None or hit[0] is not eqn or hit[1] is not bctx.mesh:
+        hit = bctx.labels[key] = (eqn, bctx.mesh, run([np.ones(s) for s in shapes]))
+    return hit[2]
 
 
 @register("pmax", "pmin")
