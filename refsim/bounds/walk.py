@@ -225,17 +225,22 @@ def _apply(bctx: BCtx, eqn, ins: list) -> list:
     outs = entry.rule(bctx, eqn, ins)
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
-    outs = [finish(bctx, eqn, o) if isinstance(o, BVal) and not (entry.moves and _finished_copy(o)) else o
+    moves = entry.moves
+    outs = [finish(bctx, eqn, o) if isinstance(o, BVal) and not (moves and _finished_copy(o)) else o
             for o in outs]
-    if bctx.explain and not entry.structural and not entry.moves:
+    if entry.structural:
+        return outs
+    if bctx.explain and not moves:
         for o in outs:   # an exact result still names the operation that made it
             if isinstance(o, BVal) and o.dom is None and V.is_float(o.dtype):
                 o.dom = np.int32(bctx.op_id(eqn))
-    if not entry.structural and all(isinstance(x, BVal) and x.origin == "constant" for x in ins):
-        # computed from constants only: XLA folds it into a constant (its rewrites see one)
-        for o in outs:
-            if isinstance(o, BVal):
-                o.origin = "constant"
+    for x in ins:
+        if not isinstance(x, BVal) or x.origin != "constant":
+            return outs
+    # computed from constants only (or from nothing): XLA folds it into a constant (its rewrites see one)
+    for o in outs:
+        if isinstance(o, BVal):
+            o.origin = "constant"
     return outs
 
 
