@@ -42,10 +42,10 @@ def _reasons(case) -> list:
     from refsim.bounds.coverage import work_estimate
 
     n = len(case.policies)
-    if case.entry != "jit" or case.program_class == "jit_chain_orders":
-        return [f"not walked ({case.entry}, {case.program_class})"] * n
+    if case.entry != "jit":
+        return [f"not walked ({case.entry})"] * n
     try:
-        closed = sa._closed(case)
+        closed = sa._chain_closed(case) if case.program_class == "jit_chain_orders" else sa._closed(case)
         if work_estimate(closed) > sa.MAX_WORK:
             return ["walk above its work limit"] * n
         flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(case.args)]

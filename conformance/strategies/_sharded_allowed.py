@@ -45,10 +45,50 @@ def _closed(case):
     return hit
 
 
+def _chain_closed(case):
+    """The closed jaxpr of a ``jit_chain_orders`` program's calls, chained (module docstring); its
+    outputs are `ShardedProgram._run_chain`'s: the last carry, then each call's other outputs."""
+    import jax
+
+    from conformance.strategies import _program_classes as pc
+    from conformance.strategies.sharded import _pspec
+    from refsim.layouts.named_sharding import NamedSharding
+    from xla_backend import staging
+
+    key = ("chain", case._structure_key, tuple((np.shape(a), str(np.asarray(a).dtype)) for a in case.args))
+    hit = _TRACES.get(key)
+    if hit is not None:
+        _TRACES.move_to_end(key)
+        return hit
+    meshes = pc.chain_meshes(case.graph.program_class, case.mesh)
+    steps = pc.chain_specs(case.graph.program_class, len(case.graph.outs))
+    traced = []
+    for m, specs in zip(meshes, steps):
+        ins = tuple(NamedSharding(m, sh.spec) for sh in case.in_shardings)
+        outs = tuple(NamedSharding(m, _pspec(sp)) for sp in specs)
+        staged = staging.wrap(case.fn, staging.Layout.jit(ins, outs)).place(case.args)
+        with staged.context():
+            traced.append(staged.call.trace(*staged.dynamic_args).jaxpr)
+
+    def chained(*flat):
+        args, outs = list(flat), []
+        for closed in traced:
+            o = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+            args[0] = o[0]
+            outs += list(o[1:])
+        return (args[0], *outs)
+
+    flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(case.args)]
+    hit = _TRACES[key] = jax.make_jaxpr(chained)(*flat)
+    if len(_TRACES) > TRACES_MAX:
+        _TRACES.popitem(last=False)
+    return hit
+
+
 def refine(case, outs: list, pols: list, inexact: list) -> list:
     """`pols` (the value model's, one per output of `outs`, refsim's Arrays of `case`) with each
     output k where `inexact[k]` held to the allowed set where it is tighter (see the module)."""
-    if not any(inexact) or case.entry != "jit" or case.program_class == "jit_chain_orders":
+    if not any(inexact) or case.entry != "jit":
         return pols
     import jax
 
@@ -56,7 +96,7 @@ def refine(case, outs: list, pols: list, inexact: list) -> list:
     from refsim.bounds.coverage import work_estimate
 
     try:
-        closed = _closed(case)
+        closed = _chain_closed(case) if case.program_class == "jit_chain_orders" else _closed(case)
         if work_estimate(closed) > MAX_WORK:
             return pols
         flat = [np.asarray(a) for a in jax.tree_util.tree_leaves(case.args)]

@@ -108,3 +108,37 @@ def test_the_walk_traces_the_program_with_its_arguments_placed():
     assert isinstance(pols[6], allowed.AllowedSet)
     assert np.asarray(got[6])[0, 1, 0, 0] == np.float32(14.995979309082031)   # two roundings, as traced
     assert compare.compare([case.run(refsim)[6]], [got[6]], tolerances=[pols[6]]).ok
+
+
+def test_a_jit_chain_is_walked_as_the_composition_of_its_calls():
+    """A ``jit_chain_orders`` program (one step jitted on several meshes, its carry moved between
+    them) gets the allowed set of its chained calls: the walk's centers are refsim's values within
+    their bounds, XLA agrees, and an element moved twice its bound away is caught."""
+    import xla_backend
+    from conformance.strategies import _sharded_allowed
+    from conformance.strategies.sharded import sharded_programs
+    from conformance.suites.base import draw
+
+    cases = draw(sharded_programs(max_devices=8, classes=("jit_chain_orders",), dtypes=("float32",)), 60, 2)
+    case = next(c for c in cases if any(k != "exact" for k, _ in c.policies) and c.dtype == "float32")
+    closed = _sharded_allowed._chain_closed(case)
+    assert len(closed.jaxpr.outvars) == len(case.policies)
+    want = case.run(refsim)
+    got = case.run(xla_backend)
+    pols = case.tolerances()
+    held = [k for k, p in enumerate(pols) if isinstance(p, allowed.AllowedSet)]
+    assert held == [k for k, (kind, _) in enumerate(case.policies) if kind != "exact"]
+    assert compare.compare(want, got, tolerances=pols).ok
+    k = held[0]
+    p = pols[k]
+    d = next(d for d in p.abs_sum if p.governed(d).any())
+    # refsim's own value lies within the bound of the walk's center, element by element
+    ref, bound = p.reference_and_bound(d, np.float32)
+    sh = {int(s.device_id): s for s in want[k].shards}[d]
+    assert (np.abs(np.asarray(sh.data, np.float64) - ref) <= bound).all()
+    # moved twice its bound away, one governed element is outside
+    i = np.unravel_index(int(np.argmax(p.governed(d))), np.shape(ref))
+    moved = {int(s.device_id): np.array(s.data) for s in want[k].shards}
+    moved[d][i] = np.float32(ref[i] + 2 * bound[i] + np.spacing(np.float32(abs(ref[i]) + 2 * bound[i])))
+    bad = refsim.make_array_from_single_device_arrays(want[k].shape, want[k].sharding, moved)
+    assert not compare.compare([want[k]], [bad], tolerances=[p]).ok
