@@ -268,6 +268,8 @@ def _integer_fallback(bctx: BCtx, eqn, ins: list):
     except Exception:  # noqa: BLE001 - a rule that cannot take these values: no bound
         return None
     outs = list(out) if eqn.primitive.multiple_results else [out]
+    # a rank-0 result may come back as a NumPy scalar (np.bool_ from `and` of two scalars)
+    outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
     if not all(isinstance(o, np.ndarray) for o in outs):
         return None
     bounds = [x.bound for x in ins if x.bound is not None]

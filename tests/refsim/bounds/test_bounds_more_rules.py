@@ -327,3 +327,24 @@ def test_pool_gradient_with_an_exact_tie_is_undecidable_and_overlapping_windows_
     # both windows pick 5: 0.1 + 0.2 in either order, one rounding of float32
     assert out.center[1] == pytest.approx(0.3, abs=1e-16)
     assert out.bound[1] == pytest.approx(growth(1) * 0.3 + HS + growth(2, 2.0 ** -53) * 0.3, rel=1e-9)
+
+
+def test_a_rank0_bool_op_takes_the_integer_fallback():
+    """`and` of two scalar comparisons (refsim's rule returns a NumPy scalar there, np.bool_) is
+    exact where both are decided, so a float output it selects keeps its bound (it was "no bound
+    rule: and" in the sharded suite's census: 66-150 elements a seed)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from refsim import bounds
+
+    f = lambda x, y: jnp.where(jnp.logical_and(x.sum() > 0, y.sum() > 0), x * 1.5, y)  # noqa: E731
+    x, y = np.array([1.0, 2.0], np.float32), np.array([3.0, -1.0], np.float32)
+    closed = jax.make_jaxpr(f)(x, y)
+    assert "and" in [e.primitive.name for e in closed.jaxpr.eqns]
+    out = bounds.evaluate(closed, [x, y]).outputs[0]
+    assert isinstance(out, bounds.BVal)
+    assert out.center.tolist() == [1.5, 3.0]        # both sums positive: x * 1.5, exact here
+    b = out.full_bound() if out.bound is not None else np.zeros(2)
+    assert (np.asarray(b) == 0).all()               # 1.5 * 1.0 and 1.5 * 2.0 are exact in float32
