@@ -53,7 +53,9 @@ def _chain_closed(case):
     from conformance.strategies import _program_classes as pc
     from conformance.strategies.sharded import _pspec
     from refsim.layouts.named_sharding import NamedSharding
+    from refsim import compat
     from xla_backend import staging
+    from xla_backend.convert import to_jax_sharding
 
     key = ("chain", case._structure_key, tuple((np.shape(a), str(np.asarray(a).dtype)) for a in case.args))
     hit = _TRACES.get(key)
@@ -62,18 +64,24 @@ def _chain_closed(case):
         return hit
     meshes = pc.chain_meshes(case.graph.program_class, case.mesh)
     steps = pc.chain_specs(case.graph.program_class, len(case.graph.outs))
-    traced = []
+    traced = []     # per call: its closed jaxpr, the staged call (its mesh context) and its in_shardings
     for m, specs in zip(meshes, steps):
         ins = tuple(NamedSharding(m, sh.spec) for sh in case.in_shardings)
         outs = tuple(NamedSharding(m, _pspec(sp)) for sp in specs)
         staged = staging.wrap(case.fn, staging.Layout.jit(ins, outs)).place(case.args)
         with staged.context():
-            traced.append(staged.call.trace(*staged.dynamic_args).jaxpr)
+            traced.append((staged.call.trace(*staged.dynamic_args).jaxpr, staged,
+                           [to_jax_sharding(s) for s in ins]))
 
     def chained(*flat):
+        # each call under its own mesh, its arguments moved into its in_shardings first, as
+        # ShardedProgram._run_chain runs it (on an Explicit mesh the types carry the mesh)
         args, outs = list(flat), []
-        for closed in traced:
-            o = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
+        for k, (closed, staged, ins) in enumerate(traced):
+            with compat.use_abstract_mesh(staged.jax_mesh.abstract_mesh):   # set_mesh is refused under a trace
+                if k:
+                    args = [jax.device_put(a, s) for a, s in zip(args, ins)]
+                o = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *args)
             args[0] = o[0]
             outs += list(o[1:])
         return (args[0], *outs)

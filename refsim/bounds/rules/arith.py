@@ -419,6 +419,8 @@ def _integer_pow(bctx, eqn, ins):
 
 @register("square")
 def _square(bctx, eqn, ins):
+    if not V.is_float(_out_dtype(eqn)):
+        return [int_rule(bctx, eqn, ins)]      # refsim's square rule takes no `y`
     return _integer_pow(bctx, _with_params(eqn, y=2), ins)
 
 

@@ -348,3 +348,17 @@ def test_a_rank0_bool_op_takes_the_integer_fallback():
     assert out.center.tolist() == [1.5, 3.0]        # both sums positive: x * 1.5, exact here
     b = out.full_bound() if out.bound is not None else np.zeros(2)
     assert (np.asarray(b) == 0).all()               # 1.5 * 1.0 and 1.5 * 2.0 are exact in float32
+
+
+def test_square_of_integers_is_exact():
+    """`square` of int32 values takes refsim's own rule on the exact values (it raised a TypeError
+    before, an injected `y` param, so the walk failed and the whole program lost its allowed set)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from refsim import bounds
+
+    x = np.array([-3, 0, 7], np.int32)
+    out = bounds.evaluate(jax.make_jaxpr(lambda a: jnp.square(a))(x), [x]).outputs[0]
+    assert isinstance(out, bounds.BVal) and out.center.tolist() == [9, 0, 49] and out.bound is None
