@@ -134,7 +134,11 @@ def _div(bctx, eqn, ins):
         if a.bound is None and b.bound is None:
             c, local = rounded(c, dt), None        # exact operands: one correctly rounded quotient
         extra = None
-        if b.origin in ("constant", "broadcast") and bctx.allows("xla-reciprocal-division"):
+        # a divisor of fewer elements than the quotient is broadcast too: JAX's div takes operands
+        # that differ in size-1 dimensions (jnp's a / b of shapes (..., 5) and (..., 1)), which XLA
+        # lowers as a broadcast_in_dim of the divisor, and then rewrites A / Broadcast(B)
+        broadcast = b.origin in ("constant", "broadcast") or np.size(cb) < np.size(c)
+        if broadcast and bctx.allows("xla-reciprocal-division"):
             inexact = ~_power_of_two(cb)
             if V.any_of(inexact & np.isfinite(c)):
                 # x * fl(1/k): the reciprocal's rounding (u relative) and a product that may round

@@ -206,3 +206,26 @@ def test_replicas_a_check_vma_false_body_breaks_get_no_single_center():
     res = conformance.check(f, x, explain=False)
     assert res.ok, str(res)
     assert any("no bound rule for replicas that differ" in b for b in res.bounds), res.bounds
+
+
+def test_a_divisor_broadcast_by_div_itself_is_a_broadcast_for_the_reciprocal_relaxation():
+    """jnp's a / b of shapes (..., 5) and (..., 1) binds one `div` whose divisor has size-1 dimensions;
+    XLA lowers it with a broadcast_in_dim and its algebraic simplifier computes A * Broadcast(1 / B).
+    A softmax's normalisation (flax's nnx MultiHeadAttention, oracle mode on flax's spmd_test.py,
+    jax 0.10.2) gave 75 of 400 quotients 1 ulp from the correctly rounded one, and the walk held
+    them to it (bound 0) because the divisor was no broadcast equation: a false alarm. With the
+    relaxation they agree, and policy="spec" still names them."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(0)
+    e = np.exp(rng.normal(size=(2, 4, 2, 5, 5))).astype(np.float32)
+    s = e.sum(-1, keepdims=True)
+    q = np.asarray(jax.jit(jnp.true_divide)(e, s))
+    assert (q != e / s).any()                      # XLA's quotients are not all correctly rounded
+    res = conformance.check(jnp.true_divide, e, s)
+    assert any("agree only under a relaxation (xla-reciprocal-division" in b for b in res.bounds), res.bounds
+    with pytest.raises(conformance.ConformanceError):
+        conformance.check(jnp.true_divide, e, s, policy="spec")
+    # the same shapes without a broadcast: no relaxation is asked for
+    full = np.broadcast_to(s, e.shape).copy()
+    assert not any("xla-reciprocal-division" in b for b in conformance.check(jnp.true_divide, e, full).bounds)
