@@ -21,7 +21,10 @@ def test_every_entry_is_in_exactly_one_group():
     groups = _groups()
     numbers = [n for g in groups for n in g]
     assert sorted(numbers) == [b.number for b in known.load()], numbers
-    assert len(groups) == 34   # the "Root causes" table: 45 entries, 34 causes
+    # the page's own sentence ("The N entries are M causes.") holds of its table
+    claim = re.search(r"The (\d+) entries are (\d+) causes\.", PAGE.read_text())
+    assert claim, "docs/found-bugs.md has no 'The N entries are M causes.' sentence"
+    assert (int(claim.group(1)), int(claim.group(2))) == (len(numbers), len(groups))
 
 
 def test_entries_with_the_same_failure_line_numbers_dropped_share_a_group():
