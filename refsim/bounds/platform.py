@@ -68,6 +68,16 @@ RELAXATIONS = {
         "0.10.2 and 0.12: jax.jit(lambda a, d: a / d / d)(10., 11.) is 0.082644626 (10 / fl(11 * 11)), where "
         "fl(fl(10 / 11) / 11) is 0.082644634; met by the 0.12 custom_vjp hunt (the pullback of a / (|round(a)| + 1))",
         documented=False),
+    "xla-scatter-add-folding": Relaxation(
+        "xla-scatter-add-folding",
+        "a sum one of whose addends is a scatter-add into zeros: computed as the scatter-add into the "
+        "other addend, each update added to the running sum in turn (the sum's 1 + k terms of an element "
+        "reached by k updates in any order: Higham's bound for them, not one rounding)",
+        "XLA's algebraic simplifier ('A + Scatter(Zeros, I, U) => Scatter(A, I, U)'), seen in the "
+        "compiled module of a gather's pullback beside other cotangents; not in XLA's documentation. "
+        "Plain JAX, XLA:CPU, jax 0.10.2: the pullback of (a0, erf(a0[[0, -1, -3]]), pad(a0, (1, 2), "
+        "'wrap')) at a0 = [-3.5, 3.5, 4.0] gives -10.500011444 for element 0 where the jaxpr's order "
+        "gives -10.500010490 (issue 39's seed sweep, seed 24)", documented=False),
     "xla-rsqrt-division": Relaxation(
         "xla-rsqrt-division",
         "a division by a square root: computed as a multiplication by rsqrt (rsqrt's platform accuracy "

@@ -93,6 +93,9 @@ class BVal:
     extreme: tuple | None = None  # (operand BVal, reduced axes): this is reduce_max/min of operand
     alias: "BVal | None" = None   # the value this one is an exact copy of (stop_gradient, reshard, ...)
     strict: "BVal | None" = None  # a dual walk: this value without relaxations, where it differs
+    #: a scatter-add into exact zeros (origin "scatter-add"): per element, the number of updates that
+    #: reach it and the sum of their magnitudes and bounds (what `xla-scatter-add-folding` reads)
+    scatter_terms: tuple | None = None
 
     def root(self) -> "BVal":
         """The value this one copies (itself when it is no copy)."""

@@ -51,11 +51,36 @@ def _add(bctx, eqn, ins):
     with V.quiet():
         c = a.center - b.center if eqn.primitive.name == "sub" else a.center + b.center
     nonneg = eqn.primitive.name != "sub" and a.nonneg and b.nonneg
-    if a.bound is None and b.bound is None:
+    folded = None
+    if eqn.primitive.name != "sub" and "scatter-add" in (a.origin, b.origin) \
+            and bctx.allows("xla-scatter-add-folding"):
+        folded = _folded_scatter(bctx, eqn, a, b, dt)
+    if a.bound is None and b.bound is None and folded is None:
         return [BVal(rounded(c, dt), None, dt, nonneg)]
     bp = V.add_bounds(a.bound, b.bound)
-    local = rounding(c, bp, dt)
+    local = V.add_bounds(rounding(c, bp, dt), folded)
     return [result(bctx, eqn, c, dt, local, [(a.bound, a), (b.bound, b)], nonneg=nonneg)]
+
+
+def _folded_scatter(bctx, eqn, a, b, dt):
+    """xla-scatter-add-folding: where one addend is a scatter-add into zeros, XLA may compute the
+    sum as the scatter-add into the other addend, so an element's 1 + k terms (the other addend
+    and its k updates) are summed in another order: Higham's latitude for them (None elsewhere)."""
+    from refsim.bounds.rules.reductions import sum_latitude
+
+    extra = None
+    for s, other in ((a, b), (b, a)):
+        if s.origin != "scatter-add" or s.scatter_terms is None:
+            continue
+        count, mags = s.scatter_terms
+        if not V.any_of(count > 0):
+            continue
+        with V.quiet():
+            oabs = np.abs(other.center) + other.bound_or_zero()
+            lat = np.where(count > 0, sum_latitude(count + 1.0, oabs + mags, np.abs(other.center) + mags, dt), 0.0)
+        extra = V.add_bounds(extra, lat)
+        bctx.note("xla-scatter-add-folding", eqn)
+    return extra
 
 
 @register("mul")

@@ -78,7 +78,12 @@ def _scatter_add(bctx, eqn, ins):
         if prop is None:
             qmin = _runner(bctx, eqn, "scatter-min")(lowest_bit_exponent(op.center), i, lowest_bit_exponent(upc))
             local = np.where(no_order_rounds(qmin, ac, dt), 0.0, local)
-    return [_finish(BVal(c, local if prop is None else prop + local, dt), idx)]
+    out = _finish(BVal(c, local if prop is None else prop + local, dt), idx)
+    if name == "scatter-add" and op.bound is None and not np.any(op.center):
+        # into exact zeros (a gather's transpose): XLA may fold it into an addend (xla-scatter-add-folding)
+        out.origin = "scatter-add"
+        out.scatter_terms = (n - 1.0, ac if prop is None else ac + prop)
+    return [out]
 
 
 @register("scatter-mul")
