@@ -99,7 +99,9 @@ def move(bctx: BCtx, eqn, ins, data_positions, *, origin=None) -> list:
     bounds = [None] * len(centers)
     if any(ins[i].bound is not None for i in data):
         args = [x.full_bound() if i in data else x.center for i, x in enumerate(ins)]
-        bounds = rule(ctx, *args, **eqn.params)
+        # a fill value (gather's mode='fill', NaN by default) is exact: its elements' bound is 0
+        params = dict(eqn.params, fill_value=0.0) if "fill_value" in eqn.params else eqn.params
+        bounds = rule(ctx, *args, **params)
         bounds = list(bounds) if multiple else [bounds]
     doms = [None] * len(centers)
     if bctx.explain and any(ins[i].dom is not None for i in data):

@@ -397,3 +397,22 @@ def test_a_scatter_add_folded_into_an_addend_is_a_declared_relaxation():
     assert strict.full_bound()[0] < diff[0] <= relaxed.full_bound()[0], (xla, strict.full_bound())
     assert (diff <= relaxed.full_bound()).all()
     assert relaxed.full_bound()[1] == strict.full_bound()[1]          # no update reaches element 1
+
+
+def test_a_gather_fill_value_is_exact():
+    """Elements a mode='fill' gather fills are exact (bound 0): the walk gave them the fill value as
+    their bound (-1.0: a negative bound, so even XLA's exact -1.0 disagreed; the 0.10.2 donation hunt,
+    `log + at_get(mode='fill') + mean` under vjp), and NaN for the default fill (undecidable)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from refsim import bounds
+
+    x = np.array([[0.5, 2.0], [3.0, 4.0]], np.float32)
+    for fill in (-1.0, None):
+        f = lambda a: jnp.log(a).at[jnp.array([-3, 1, 3])].get(mode="fill", fill_value=fill)  # noqa: E731
+        out = bounds.evaluate(jax.make_jaxpr(f)(x), [x]).outputs[0]
+        b = out.full_bound()
+        assert b.shape == (3, 2) and (b[[0, 2]] == 0).all()       # rows 0 and 2 are filled: exact
+        assert (b[1] > 0).all()                                    # row 1 is log(x[1]): one rounding each
