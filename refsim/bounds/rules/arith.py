@@ -610,3 +610,23 @@ def _bitcast(bctx, eqn, ins):
     if np.shape(c) == np.shape(x.center):
         return [BVal(c, np.where(open_, np.nan, 0.0), new)]
     return [BVal(c, np.full(np.shape(c), np.nan), new)]
+
+
+@register("one_minus_square")
+def _one_minus_square(bctx, eqn, ins):
+    """1 - x**2 as JAX evaluates it, (1 + x)(1 - x) (jax >= 0.12: the JVP of tanh, asin, atanh):
+    three roundings, each factor's (u relative) and the product's (half an ulp); the operand's
+    bound propagated through |2 x| b + b**2."""
+    (x,) = ins
+    dt = _out_dtype(eqn)
+    if not V.is_float(dt):
+        return [int_rule(bctx, eqn, ins)]
+    with V.quiet():
+        c = (1.0 + x.center) * (1.0 - x.center)
+        bp = None
+        if x.bound is not None:
+            bp = 2.0 * np.abs(x.center) * x.bound + x.bound * x.bound
+        mag = np.abs(c) if bp is None else np.abs(c) + bp
+        local = 2.0 * V.unit_roundoff(dt) * (1.0 + V.unit_roundoff(dt)) * mag + rounding(c, bp, dt) \
+            + 2 * V.REF_U * np.abs(c)
+    return [result(bctx, eqn, c, dt, local, [(bp, x)], nonneg=False)]

@@ -416,3 +416,26 @@ def test_a_gather_fill_value_is_exact():
         b = out.full_bound()
         assert b.shape == (3, 2) and (b[[0, 2]] == 0).all()       # rows 0 and 2 are filled: exact
         assert (b[1] > 0).all()                                    # row 1 is log(x[1]): one rounding each
+
+
+def test_one_minus_square_is_bounded_where_jax_binds_it():
+    """jax >= 0.12 binds one_minus_square in tanh's JVP: its bound covers (1 + x)(1 - x) rounded
+    three times in float32, checked against a float32 evaluation in every order of roundings."""
+    import jax
+    import numpy as np
+    import pytest
+
+    from refsim import bounds
+    from refsim.compat import jax_version
+
+    if jax_version() < (0, 12):
+        pytest.skip("one_minus_square is a primitive from jax 0.12 on")
+    x = np.linspace(-0.99, 0.99, 41).astype(np.float32)
+    closed = jax.make_jaxpr(lambda a: jax.jvp(jax.numpy.tanh, (a,), (jax.numpy.ones_like(a),))[1])(x)
+    assert any(e.primitive.name == "one_minus_square" for e in closed.jaxpr.eqns) or \
+        "one_minus_square" in str(closed)
+    out = bounds.evaluate(closed, [x]).outputs[0]
+    assert isinstance(out, bounds.BVal)
+    t = np.tanh(x.astype(np.float64)).astype(np.float32)
+    for value in ((np.float32(1) + t) * (np.float32(1) - t), np.float32(1) - t * t):
+        assert (np.abs(value.astype(np.float64) - out.center) <= out.full_bound()).all()
