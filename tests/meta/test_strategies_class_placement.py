@@ -372,3 +372,18 @@ def test_unreduced_partial_sums_subtract():
     for api in (refsim, xla_backend):
         np.testing.assert_array_equal(np.asarray(case.run(api)[0]), X.sum(0) - Y.sum(0))
     assert run_judged(case) == "pass"
+
+
+def test_shard_map_nested_draws_no_reduced_value_with_a_constant():
+    """Inside a manual region JAX refuses a reduced value combined with a constant (an AssertionError
+    on 0.10, a ShardingTypeError on 0.12, on both sides), which `unreduced_add` and `reduced_dot` draw:
+    the shard_map_nested class leaves them out on Explicit meshes (the default run on 0.10.2, seed 30)."""
+    from conformance.strategies.sharded import sharded_programs
+    from conformance.suites.base import draw
+
+    cases = draw(sharded_programs(max_devices=8, classes=("shard_map_nested",), axis_types=("explicit",),
+                                  ops=("unreduced_add", "reduced_dot", "add", "sin")), 30, 7)
+    assert cases
+    for c in cases:
+        ops = c.case_id.split("ops=")[1].split(",")[0].split("+")
+        assert "unreduced_add" not in ops and "reduced_dot" not in ops, c.case_id
