@@ -107,7 +107,8 @@ def move(bctx: BCtx, eqn, ins, data_positions, *, origin=None) -> list:
     if bctx.explain and any(ins[i].dom is not None for i in data):
         args = [np.broadcast_to(x.dom if x.dom is not None else np.int32(-1), np.shape(x.center)).astype(np.float64)
                 if i in data else x.center for i, x in enumerate(ins)]
-        doms = rule(ctx, *args, **eqn.params)
+        # a filled element is no operand's: no op dominates it (-1)
+        doms = rule(ctx, *args, **(dict(eqn.params, fill_value=-1.0) if "fill_value" in eqn.params else eqn.params))
         doms = [np.asarray(d).astype(np.int32) for d in (list(doms) if multiple else [doms])]
     nonneg = all(ins[i].nonneg for i in data) if data else False
     outs = []

@@ -416,6 +416,8 @@ def test_a_gather_fill_value_is_exact():
         b = out.full_bound()
         assert b.shape == (3, 2) and (b[[0, 2]] == 0).all()       # rows 0 and 2 are filled: exact
         assert (b[1] > 0).all()                                    # row 1 is log(x[1]): one rounding each
+        dom = bounds.evaluate(jax.make_jaxpr(f)(x), [x], explain=True).outputs[0].dom
+        assert (np.asarray(dom)[[0, 2]] == -1).all()               # explain: no op dominates a filled element
 
 
 def test_one_minus_square_is_bounded_where_jax_binds_it():
