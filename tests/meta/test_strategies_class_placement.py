@@ -387,3 +387,22 @@ def test_shard_map_nested_draws_no_reduced_value_with_a_constant():
     for c in cases:
         ops = c.case_id.split("ops=")[1].split(",")[0].split("+")
         assert "unreduced_add" not in ops and "reduced_dot" not in ops, c.case_id
+
+
+def test_shard_map_nested_differentiates_no_explicit_gather():
+    """The pullback of ``x.at[idx].get(out_sharding=...)`` in a manual region closes over Explicit-typed
+    indices, which JAX refuses on both sides (NotImplementedError "Closing over inputs to shard_map where
+    the input is sharded on `Explicit` axes", 0.10 and 0.12; the 0.12 shard_map_nested hunt): on Explicit
+    meshes the class draws no `at_get` under grad / vjp, and still draws it forward."""
+    from conformance.strategies.sharded import sharded_programs
+    from conformance.suites.base import draw
+
+    def ops_of(c):
+        return c.case_id.split("ops=")[1].split(",")[0].split("+")
+
+    back = draw(sharded_programs(max_devices=8, classes=("shard_map_nested",), axis_types=("explicit",),
+                                 transforms=("grad", "vjp"), ops=("at_get", "sin")), 30, 7)
+    assert back and all("at_get" not in ops_of(c) for c in back), [c.case_id for c in back]
+    fwd = draw(sharded_programs(max_devices=8, classes=("shard_map_nested",), axis_types=("explicit",),
+                                transforms=("none",), ops=("at_get", "sin")), 30, 7)
+    assert any("at_get" in ops_of(c) for c in fwd)
