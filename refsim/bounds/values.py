@@ -96,6 +96,10 @@ class BVal:
     #: a scatter-add into exact zeros (origin "scatter-add"): per element, the number of updates that
     #: reach it and the sum of their magnitudes and bounds (what `xla-scatter-add-folding` reads)
     scatter_terms: tuple | None = None
+    #: an unreduced value (JAX's ``P(unreduced=...)``: a sum each device holds a part of): per
+    #: element, (the count of terms, their magnitudes with their bounds, the centers' magnitudes,
+    #: the terms' bounds) of the sum it stands for, which `add` / `sub` of unreduced values extend
+    partial_terms: tuple | None = None
 
     def root(self) -> "BVal":
         """The value this one copies (itself when it is no copy)."""

@@ -117,3 +117,10 @@ def move(bctx: BCtx, eqn, ins, data_positions, *, origin=None) -> list:
             b = np.full(np.shape(c), np.nan)
         outs.append(BVal(c, b, dt, nonneg, dm, origin))
     return outs
+
+
+def unreduced(var) -> bool:
+    """Whether a jaxpr variable's type is unreduced over some mesh axis (``f32[3]{U:x}``: each
+    device holds a partial value, the value is their sum)."""
+    spec = getattr(getattr(getattr(var, "aval", None), "sharding", None), "spec", None)
+    return bool(getattr(spec, "unreduced", None))

@@ -16,7 +16,7 @@ import numpy as np
 from refsim.bounds import platform as PL
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import decided, int_rule, result, rounded, rounding
+from refsim.bounds.rules._common import decided, int_rule, result, rounded, rounding, unreduced
 from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
@@ -51,6 +51,8 @@ def _add(bctx, eqn, ins):
     with V.quiet():
         c = a.center - b.center if eqn.primitive.name == "sub" else a.center + b.center
     nonneg = eqn.primitive.name != "sub" and a.nonneg and b.nonneg
+    if unreduced(eqn.outvars[0]):
+        return [_unreduced_sum(bctx, eqn, a, b, c, dt, nonneg)]
     folded = None
     if eqn.primitive.name != "sub" and "scatter-add" in (a.origin, b.origin) \
             and bctx.allows("xla-scatter-add-folding"):
@@ -60,6 +62,29 @@ def _add(bctx, eqn, ins):
     bp = V.add_bounds(a.bound, b.bound)
     local = V.add_bounds(rounding(c, bp, dt), folded)
     return [result(bctx, eqn, c, dt, local, [(a.bound, a), (b.bound, b)], nonneg=nonneg)]
+
+
+def _unreduced_sum(bctx, eqn, a, b, c, dt, nonneg):
+    """`a ± b` of unreduced values: each device adds (subtracts) its own partial values, and the
+    later reduction adds the devices' results, so the value is one sum of both operands' terms
+    (negated for `sub`) in an order of additions no rule fixes: Higham's latitude for all of them,
+    not the two sums' latitudes and a rounding (too tight: the devices round their partial
+    results, jax 0.12's unreduced `sub` under vjp on a 3-device mesh). Undecidable where an operand
+    is an unreduced value whose terms the walk does not know (one no unreduced `reduce_sum` made)."""
+    from refsim.bounds.rules.reductions import sum_latitude
+
+    parts = [x.partial_terms for x in (a, b)]
+    if any(t is None for t in parts):
+        return BVal(c, np.full(np.shape(c), np.nan), dt, nonneg)
+    (na, aa, ca, pa), (nb, ab, cb, pb) = parts
+    n = na + nb
+    with V.quiet():
+        absum, cabs, prop = aa + ab, ca + cb, pa + pb
+        bound = prop + sum_latitude(n, absum, cabs, dt)
+    out = BVal(c, np.broadcast_to(bound, np.shape(c)), dt, nonneg,
+               np.broadcast_to(np.int32(bctx.op_id(eqn)), np.shape(c)) if bctx.explain else None)
+    out.partial_terms = (n, absum, cabs, prop)
+    return out
 
 
 def _folded_scatter(bctx, eqn, a, b, dt):

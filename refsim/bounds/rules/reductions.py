@@ -17,7 +17,7 @@ import numpy as np
 
 from refsim.bounds import values as V
 from refsim.bounds.registry import register
-from refsim.bounds.rules._common import decided, int_rule
+from refsim.bounds.rules._common import decided, int_rule, unreduced
 from refsim.bounds.values import BVal, dtype_of
 from refsim.interpreter.registry import RULES
 
@@ -169,7 +169,12 @@ def _reduce_sum(bctx, eqn, ins):
                 local = np.where(exact, 0.0, local)
         bound = local if prop is None else prop + local
     dom = _dominant_reduced(bctx, eqn, x, axes, prop if prop is not None else 0.0, local)
-    return [BVal(c, bound, dt, x.nonneg, dom)]
+    out = BVal(c, bound, dt, x.nonneg, dom)
+    if unreduced(eqn.outvars[0]):
+        # the devices' partial sums are added later, maybe after `add` / `sub` with another
+        # unreduced sum (arith's rule): the terms it stands for, kept for that
+        out.partial_terms = (n, ac if prop is None else ac + prop, ac, 0.0 if prop is None else prop)
+    return [out]
 
 
 @register("reduce_max", "reduce_min")
