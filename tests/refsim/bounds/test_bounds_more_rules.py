@@ -441,3 +441,40 @@ def test_one_minus_square_is_bounded_where_jax_binds_it():
     t = np.tanh(x.astype(np.float64)).astype(np.float32)
     for value in ((np.float32(1) + t) * (np.float32(1) - t), np.float32(1) - t * t):
         assert (np.abs(value.astype(np.float64) - out.center) <= out.full_bound()).all()
+
+
+def test_polynomial_walks_horners_rule():
+    """jax 0.12's `polynomial` (coefficients lowest degree first): the walk goes through Horner's rule
+    as JAX lowers it. On small integers and integer coefficients every step is exact (bound 0, the
+    value by hand); on other floats XLA's result lies within the bound of the exact value."""
+    import jax
+    import numpy as np
+    import pytest
+
+    from refsim import bounds
+
+    if not hasattr(jax.lax, "polynomial"):
+        pytest.skip("lax.polynomial is a primitive from jax 0.12 on")
+    x = np.array([-2, -1, 0, 1, 3], np.float32)
+    closed = jax.make_jaxpr(lambda a: jax.lax.polynomial(a, [1.0, -2.0, 0.0, 3.0]))(x)
+    assert "polynomial" in str(closed)
+    out = bounds.evaluate(closed, [x]).outputs[0]
+    assert isinstance(out, bounds.BVal)
+    # 1 - 2x + 3x**3 by hand: x=-2: 1+4-24 = -19; -1: 1+2-3 = 0; 0: 1; 1: 2; 3: 1-6+81 = 76
+    np.testing.assert_array_equal(out.center, [-19.0, 0.0, 1.0, 2.0, 76.0])
+    assert not out.full_bound().any()
+    y = np.linspace(-1.7, 2.3, 33).astype(np.float32)
+    coef = [0.1, -0.7, 1.3, 0.01, -0.45]
+    f = lambda a: jax.lax.polynomial(a, coef)    # noqa: E731
+    out = bounds.evaluate(jax.make_jaxpr(f)(y), [y], relaxations=bounds.platform.RELAXATIONS).outputs[0]
+    # every result the spec allows lies within the bound of the center: Horner's rule in float32
+    # by NumPy (each product and sum rounded, or each step fused as XLA:CPU's FMA), and XLA's result
+    c32 = np.float32(coef)
+    plain, fused = np.full_like(y, c32[-1]), np.full_like(y, c32[-1])
+    for c in c32[-2::-1]:
+        plain = plain * y + c
+        fused = (fused.astype(np.float64) * y + c).astype(np.float32)
+    got = np.asarray(jax.jit(f)(y))
+    assert np.isfinite(out.full_bound()).all() and (out.full_bound() > 0).any()
+    for allowed in (plain, fused, got):
+        assert (np.abs(allowed.astype(np.float64) - out.center) <= out.full_bound()).all()
