@@ -54,7 +54,9 @@ def _add(bctx, eqn, ins):
     if unreduced(eqn.outvars[0]):
         return [_unreduced_sum(bctx, eqn, a, b, c, dt, nonneg)]
     folded = None
-    if eqn.primitive.name != "sub" and "scatter-add" in (a.origin, b.origin) \
+    # a scatter-add into zeros is known by its terms, not its origin: one made of constants only is
+    # marked "constant" by the walk (XLA may fold it into one), yet XLA may fold the add into it instead
+    if eqn.primitive.name != "sub" and (a.scatter_terms is not None or b.scatter_terms is not None) \
             and bctx.allows("xla-scatter-add-folding"):
         folded = _folded_scatter(bctx, eqn, a, b, dt)
     if a.bound is None and b.bound is None and folded is None:
@@ -95,7 +97,7 @@ def _folded_scatter(bctx, eqn, a, b, dt):
 
     extra = None
     for s, other in ((a, b), (b, a)):
-        if s.origin != "scatter-add" or s.scatter_terms is None:
+        if s.scatter_terms is None:
             continue
         count, mags = s.scatter_terms
         if not V.any_of(count > 0):

@@ -62,7 +62,10 @@ def _scatter(bctx, eqn, ins):
 
 def _identity(bctx, eqn, ins):
     x = ins[0]
-    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin, x.extreme, x.root())]
+    # the terms a scatter-add or an unreduced sum stands for travel with the value (a reshard or a
+    # memory-kind move between a scatter-add and the add XLA folds it into changes neither)
+    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin, x.extreme, x.root(),
+                 scatter_terms=x.scatter_terms, partial_terms=x.partial_terms)]
 
 
 for _name in ("stop_gradient", "reshard", "sharding_constraint", "layout_constraint", "relayout", "mesh_cast",
@@ -71,7 +74,8 @@ for _name in ("stop_gradient", "reshard", "sharding_constraint", "layout_constra
 
 
 def _every_operand(bctx, eqn, ins):
-    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin) for x in ins]
+    return [BVal(x.center, x.bound, x.dtype, x.nonneg, x.dom, x.origin, scatter_terms=x.scatter_terms,
+                 partial_terms=x.partial_terms) for x in ins]
 
 
 for _name in ("device_put", "optimization_barrier", "shard_alike"):

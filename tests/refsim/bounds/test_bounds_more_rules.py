@@ -399,6 +399,36 @@ def test_a_scatter_add_folded_into_an_addend_is_a_declared_relaxation():
     assert relaxed.full_bound()[1] == strict.full_bound()[1]          # no update reaches element 1
 
 
+def test_a_scatter_add_of_constants_folded_into_an_addend_is_allowed():
+    """A gather's pullback whose cotangents are constants (the loss's weights) is a scatter-add of
+    constants only, which the walk marks a constant (XLA may fold it into one); XLA folds the add of
+    the other cotangent into it instead (the 0.12 host_offload hunt, seed 6302: `expm1` beside a
+    gather under grad, 1.2x the bound without the relaxation). The relaxation keys on the
+    scatter-add's terms, not on its origin."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from refsim import bounds
+
+    w = (np.arange(24, dtype=np.float32).reshape(4, 6) % 3 + 1)
+
+    def loss(a):
+        return jnp.sum(jnp.expm1(a) * w) + jnp.sum(a[jnp.array([-1, 3, 0, 1], dtype=jnp.int32)] * w)
+
+    x = np.linspace(-4.0, 0.5, 24, dtype=np.float32).reshape(4, 6)
+    closed = jax.make_jaxpr(jax.grad(loss))(x)
+    res = bounds.evaluate(closed, [x], relaxations=bounds.platform.RELAXATIONS)
+    out = res.outputs[0]
+    assert "xla-scatter-add-folding" in res.used
+    # row 3 takes two updates (indices -1 and 3) beside the expm1 cotangent w * exp(x): three terms
+    x64 = x.astype(np.float64)
+    three = np.abs(w[3] * np.exp(x64[3])) + 2 * np.abs(w[3])
+    assert (out.full_bound()[3] >= ((1 + 2.0 ** -24) ** 2 - 1) * three).all()
+    xla = np.asarray(jax.jit(jax.grad(loss))(x)).astype(np.float64)
+    assert (np.abs(xla - out.center) <= out.full_bound()).all()
+
+
 def test_a_gather_fill_value_is_exact():
     """Elements a mode='fill' gather fills are exact (bound 0): the walk gave them the fill value as
     their bound (-1.0: a negative bound, so even XLA's exact -1.0 disagreed; the 0.10.2 donation hunt,
