@@ -44,6 +44,15 @@ def supports_unreduced_specs() -> bool:
     return True
 
 
+def xla_divides_by_broadcast_reciprocal() -> bool:
+    """True when XLA:CPU computes `a / broadcast(b)` as `a * broadcast(1 / b)` (its algebraic
+    simplifier; quotients 1 ulp from the correctly rounded one): jaxlib 0.10 on. jaxlib 0.9.2 keeps
+    the divide (a `broadcast_divide_fusion`): every quotient correctly rounded, measured 2026-12-06 on
+    a softmax's normalisation (0 of 400 differ; 119 on 0.11.2). refsim's bound walk allows both
+    (`xla-reciprocal-division`); tests that need XLA's rewrite as a witness ask this."""
+    return jax_version() >= (0, 10)
+
+
 def reduced_takes_constants() -> bool:
     """True when a `reduced` value takes arithmetic with a constant (``w * 2.0 + 1.0``): jax 0.10
     on. jax 0.9.2's sharding-in-types rule counts the constant as replicated over the reduced axes
@@ -371,7 +380,9 @@ def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
 
     On a one-device mesh jax 0.9 prints a spec that names its axis as a one-tile tiling,
     `{devices=[1,1]<=[1]}` (`{devices=[]<=[1]}` for a scalar), and a scalar unreduced over all
-    devices as `{devices=[n]<=[n] last_tile_dims={unreduced}}`; jax 0.10 … 0.12 print these
+    devices as `{devices=[n]<=[n] last_tile_dims={unreduced}}` (an array of rank r whose dimensions
+    are all replicated: `{devices=[1,...,1,n]<=[n] last_tile_dims={unreduced}}`, r ones; the version
+    matrix of 2026-12-06 drew it on a rank-1 array); jax 0.10 … 0.12 print these
     layouts as `{replicated}` and `{unreduced}`, the texts given here for every version."""
     text = str(jax_named_sharding._to_xla_hlo_sharding(ndim))
     if _ONE_TILE.match(text):
@@ -380,8 +391,8 @@ def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
 
 
 _ONE_TILE = re.compile(r"^\{devices=\[(?:1(?:,1)*)?\]<=\[1\]\}$")   # jax 0.9's one-device tiling
-# jax 0.9's scalar unreduced over every device; 0.10+ print `{unreduced}`
-_ALL_UNREDUCED = re.compile(r"^\{devices=\[(\d+)\]<=\[\1\] last_tile_dims=\{unreduced\}\}$")
+# jax 0.9's value of replicated dimensions unreduced over every device; 0.10+ print `{unreduced}`
+_ALL_UNREDUCED = re.compile(r"^\{devices=\[(?:1,)*(\d+)\]<=\[\1\] last_tile_dims=\{unreduced\}\}$")
 
 
 def xla_parse_hlo_sharding(text: str):

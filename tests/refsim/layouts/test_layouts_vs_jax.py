@@ -116,6 +116,22 @@ def test_hlo_text_matches_jax_with_axis_types(case, data):
     assert hlo_to_named(HloSharding.parse(jax_text), mesh).to_hlo(ndim) == HloSharding.parse(jax_text)
 
 
+def test_hlo_text_of_a_replicated_array_unreduced_over_every_device():
+    """The draw the version matrix met on jax 0.9.2 (2026-12-06): a rank-1 array whose dimension is
+    replicated, unreduced over the only axis of size > 1; jax 0.9 prints it as a tiling with a leading
+    1 (`{devices=[1,8]<=[8] last_tile_dims={unreduced}}`), 0.10 on as `{unreduced}`: refsim.compat
+    gives the latter for both, and refsim prints the same."""
+    sizes, names = (8, 1, 1), ("x", "y", "z")
+    types = ("Explicit", "Auto", "Manual")
+    ids = np.arange(8).reshape(sizes)
+    jmesh = _jax_mesh(sizes, names, ids, types)
+    mesh = refsim.Mesh.from_jax(jmesh)
+    for ndim in (0, 1, 2):
+        spec = [None] * ndim
+        jax_text = _compat.jax_hlo_sharding_text(JaxNamedSharding(jmesh, JaxP(*spec, unreduced={"x"})), ndim)
+        assert jax_text == "{unreduced}"
+        assert str(refsim.NamedSharding(mesh, refsim.P(*spec, unreduced={"x"})).to_hlo(ndim)) == jax_text
+
 def test_manual_axis_sharding_a_dim_is_a_valueerror():
     mesh = refsim.Mesh((2, 4), ("x", "y"), axis_types=(refsim.AxisType.Manual, refsim.AxisType.Auto))
     with pytest.raises(ValueError, match="shards a dimension over Manual mesh axis 'x'"):
