@@ -379,7 +379,8 @@ def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
     """`str(NamedSharding._to_xla_hlo_sharding(ndim))` (the same private name in 0.9 … 0.12).
 
     On a one-device mesh jax 0.9 prints a spec that names its axis as a one-tile tiling,
-    `{devices=[1,1]<=[1]}` (`{devices=[]<=[1]}` for a scalar), and a scalar unreduced over all
+    `{devices=[1,1]<=[1]}` (`{devices=[]<=[1]}` for a scalar), a one-device mesh of Manual axes as
+    `{manual}` (measured 2026-12-06, the version matrix's draw), and a scalar unreduced over all
     devices as `{devices=[n]<=[n] last_tile_dims={unreduced}}` (an array of rank r whose dimensions
     are all replicated: `{devices=[1,...,1,n]<=[n] last_tile_dims={unreduced}}`, r ones; the version
     matrix of 2026-12-06 drew it on a rank-1 array); jax 0.10 … 0.12 print these
@@ -387,6 +388,8 @@ def jax_hlo_sharding_text(jax_named_sharding, ndim: int) -> str:
     text = str(jax_named_sharding._to_xla_hlo_sharding(ndim))
     if _ONE_TILE.match(text):
         return "{replicated}"
+    if text == "{manual}" and jax_named_sharding.mesh.size == 1:
+        return "{replicated}"   # jax 0.9 on a one-device mesh of Manual axes; 0.10 … 0.12 print {replicated}
     return "{unreduced}" if _ALL_UNREDUCED.match(text) else text
 
 

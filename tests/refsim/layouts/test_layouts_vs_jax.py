@@ -132,6 +132,18 @@ def test_hlo_text_of_a_replicated_array_unreduced_over_every_device():
         assert jax_text == "{unreduced}"
         assert str(refsim.NamedSharding(mesh, refsim.P(*spec, unreduced={"x"})).to_hlo(ndim)) == jax_text
 
+def test_hlo_text_on_a_one_device_manual_mesh():
+    """The version matrix's draw on jax 0.9.2 (2026-12-06): a one-device mesh whose axis is Manual; jax
+    0.9 prints `{manual}`, 0.10 on `{replicated}` (on two devices all print `{manual}`); refsim.compat
+    gives 0.10's text for every version, and refsim prints it."""
+    for n, want in ((1, "{replicated}"), (2, "{manual}")):
+        jmesh = _jax_mesh([n], ("x",), np.arange(n), ("Manual",))
+        mesh = refsim.Mesh.from_jax(jmesh)
+        for ndim in (0, 1):
+            spec = [None] * ndim
+            assert _compat.jax_hlo_sharding_text(JaxNamedSharding(jmesh, JaxP(*spec)), ndim) == want
+            assert str(refsim.NamedSharding(mesh, refsim.P(*spec)).to_hlo(ndim)) == want
+
 def test_manual_axis_sharding_a_dim_is_a_valueerror():
     mesh = refsim.Mesh((2, 4), ("x", "y"), axis_types=(refsim.AxisType.Manual, refsim.AxisType.Auto))
     with pytest.raises(ValueError, match="shards a dimension over Manual mesh axis 'x'"):
