@@ -53,12 +53,12 @@ def _decomposed(bctx, eqn, ins):
     of the function JAX's lowering traces, as refsim's value rule does
     (`refsim.interpreter.rules.decompositions`); the walk goes through that same jaxpr, so every
     multiply and add in it is bounded by its own rule (and the platform's relaxations)."""
-    from refsim.interpreter.rules.decompositions import _traced
+    from refsim.interpreter.rules.decompositions import decomposition_jaxpr
 
     if compat.lowering_decomposition(eqn.primitive.name) is None:
         return [Unknown(frozenset({eqn.primitive.name}))] * len(eqn.outvars)
     types = tuple((tuple(v.aval.shape), v.aval.dtype) for v in eqn.invars)
-    closed = _traced(eqn.primitive.name, types, tuple(sorted(eqn.params.items())))
+    closed = decomposition_jaxpr(eqn.primitive.name, types, tuple(sorted(eqn.params.items())))
     return _walk().run_sub(bctx, closed, ins)
 
 

@@ -22,7 +22,10 @@ from refsim.interpreter.registry import register
 
 
 @functools.lru_cache(maxsize=256)
-def _traced(name: str, types: tuple, params: tuple):
+def decomposition_jaxpr(name: str, types: tuple, params: tuple):
+    """The closed jaxpr of the function JAX's lowering of `name` traces, at operand `types` ((shape,
+    dtype) each) and `params` (sorted items); cached. The value rule below and the bound walk's rule
+    (`refsim.bounds.rules.control`) both run it."""
     import jax
 
     fn = compat.lowering_decomposition(name)
@@ -42,7 +45,7 @@ def _decomposed(name: str):
     def rule(ctx, *args, **params):
         nm = ctx.nm
         types = tuple((tuple(np.shape(a)[nm:]), _jax_dtype(np.asarray(a))) for a in args)
-        closed = _traced(name, types, tuple(sorted(params.items())))
+        closed = decomposition_jaxpr(name, types, tuple(sorted(params.items())))
         outs = core.eval_closed_jaxpr(closed, *args, ctx=ctx)
         return outs if _MULTIPLE.get(name) else outs[0]
 
